@@ -1,0 +1,233 @@
+// The typed job configuration: a DeepSpeed ds_config plus zerod's own `model`, `data` and
+// `train` sections. Parsed once (parse.h), validated in one place, with derived values filled
+// in by resolve(). Everything downstream reads these structs, never JSON.
+//
+// Field names mirror the JSON keys; defaults are DeepSpeed's where the key is DeepSpeed's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace zerod {
+
+// ---- optimizer --------------------------------------------------------------------------------
+struct OptimizerConfig {
+  std::string type = "AdamW";  // "Adam" | "AdamW" (case-insensitive in the file; canonical here)
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;   // DeepSpeed default 0 for Adam; 0.01 for AdamW
+  bool adam_w_mode = true;     // "Adam" is decoupled AdamW unless adam_w_mode: false
+  bool bias_correction = true;
+  bool torch_adam = false;     // accepted for compatibility; no effect on CPU
+};
+
+// ---- scheduler --------------------------------------------------------------------------------
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle };
+enum class WarmupType { kLog, kLinear };
+
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;  // WarmupDecayLR, WarmupCosineLR (required there)
+  // WarmupCosineLR (ratios of the optimizer lr)
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+  // OneCycle
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  double decay_lr_rate = 0.0;
+  int64_t cycle_first_step_size = 2000;
+  std::optional<int64_t> cycle_second_step_size;  // defaults to cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;
+  int64_t cycle_second_stair_count = 0;             // (DeepSpeed default: first stair count)
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
+};
+
+// ---- mixed precision --------------------------------------------------------------------------
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;          // 0: dynamic; > 0: static scale
+  int initial_scale_power = 16;     // dynamic: initial scale 2^power
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+};
+
+// ---- ZeRO and offload -------------------------------------------------------------------------
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100000000;  // 1e8
+  int64_t max_in_cpu = 1000000000;  // 1e9
+  bool pin_memory = false;
+};
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  int64_t buffer_count = 4;
+  bool pin_memory = false;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;     // 5e8 elements
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;  // 5e8 elements
+  std::optional<bool> overlap_comm;           // DeepSpeed: default true at stage 3, else false
+  bool overlap_comm_resolved = false;         // derived
+  bool load_from_fp32_weights = true;
+  int64_t sub_group_size = 1000000000;        // 1e9
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  bool round_robin_gradients = false;
+  OffloadParamConfig offload_param;
+  OffloadOptimizerConfig offload_optimizer;
+};
+
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;  // alias thread_count
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+};
+
+struct CheckpointConfig {
+  std::string tag_validation = "Warn";  // Ignore | Warn | Fail
+  bool load_universal = false;
+  bool use_node_local_storage = false;
+  bool async = false;                   // zerod extension: background save
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+struct MonitorConfig {  // csv_monitor, tensorboard
+  bool enabled = false;
+  std::string output_path;  // "" -> "./"
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  bool debug = false;
+  std::vector<std::string> prof_ops;
+};
+
+// ---- zerod sections ---------------------------------------------------------------------------
+struct ModelConfig {
+  std::string type = "gpt2";
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  int vocab_size = 50257;
+  int seq_len = 1024;
+  int padded_vocab_size = 0;            // derived: vocab_size rounded up to a multiple of 128
+  std::optional<std::string> init_from; // safetensors file with HF GPT-2 names (later issue)
+  bool activation_checkpointing = false;  // recompute each block in backward
+  double init_std = 0.02;
+};
+
+struct DataConfig {
+  std::vector<std::string> train;  // globs of llm.c .bin shards
+  std::vector<std::string> val;    // globs; empty: carve val_fraction out of train
+  double val_fraction = 0.0;       // share of train samples held out when `val` is empty
+  uint64_t seed = 1337;
+};
+
+struct TrainConfig {
+  int64_t steps = 0;                // optimizer steps to run (required)
+  std::string checkpoint_dir;       // "" -> no checkpoints
+  int64_t save_interval = 0;        // steps; 0: off
+  int64_t keep_last = 0;            // 0: keep all
+  int64_t eval_interval = 0;        // steps; 0: off
+  int64_t eval_batches = 20;        // micro-batches per validation pass
+  uint64_t seed = 1337;             // weight initialisation
+  double peak_flops = 0.0;          // per rank, for MFU; 0: measure at start
+};
+
+// ---- the whole job ----------------------------------------------------------------------------
+struct JobConfig {
+  // batch triangle (after resolve(): all three set and consistent)
+  std::optional<int64_t> train_batch_size;
+  std::optional<int64_t> train_micro_batch_size_per_gpu;
+  std::optional<int64_t> gradient_accumulation_steps;
+  int world_size = 1;  // the world size the triangle was resolved for
+
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool dump_state = false;
+  double gradient_clipping = 0.0;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  ZeroConfig zero;
+  AioConfig aio;
+  CheckpointConfig checkpoint;
+  ActivationCheckpointingConfig activation_checkpointing;
+  MonitorConfig csv_monitor;
+  MonitorConfig tensorboard;
+  CommsLoggerConfig comms_logger;
+
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+
+  // Derived
+  DType compute_dtype() const {
+    return fp16.enabled ? DType::kF16 : (bf16.enabled ? DType::kBF16 : DType::kF32);
+  }
+  int64_t micro_batch() const { return train_micro_batch_size_per_gpu.value_or(0); }
+  int64_t grad_accum() const { return gradient_accumulation_steps.value_or(0); }
+  int64_t global_batch() const { return train_batch_size.value_or(0); }
+
+  std::string source;  // the file it came from (for messages), "" for built-ins
+};
+
+}  // namespace zerod

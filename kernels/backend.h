@@ -1,0 +1,137 @@
+// The ops a GPT needs, forward and backward, behind one interface with one implementation per
+// device (kernels/cpu/ is the reference; kernels/cuda/ mirrors it op for op).
+//
+// Conventions
+// - Shapes are in comments: B batch, T sequence, C channels, NH heads, OC output channels,
+//   N = B*T rows, V real vocabulary, Vp padded vocabulary.
+// - `void*` tensors hold the compute dtype of the backend (compute_dtype()); `float*` tensors
+//   are always fp32 (statistics, losses, master weights, optimizer moments).
+// - Each backward says which outputs it overwrites (=) and which it accumulates into (+=).
+// - The CPU backend stores every compute dtype as fp32 values; for bf16/fp16 runs the model
+//   calls round_to_compute() wherever a GPU would store a bf16/fp16 tensor, which emulates the
+//   precision exactly (round to nearest even) at fp32 speed. On CUDA round_to_compute is a no-op
+//   because storage already has the dtype.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "core/memory.h"
+
+namespace zerod {
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // applied only where the caller says (2-D weights)
+  bool adam_w_mode = true;    // true: decoupled decay (AdamW); false: L2 added to the gradient
+  bool bias_correction = true;
+  int64_t step = 1;           // 1-based step count for bias correction
+  float grad_scale = 1.0f;    // gradients are multiplied by this first (1/loss_scale * clip)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual DType compute_dtype() const = 0;
+  // Bytes per element of compute-dtype storage (4 on the CPU backend whatever the dtype).
+  virtual size_t compute_elem_size() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  // Device (or host, for the CPU backend) memory charged to a category of the tracker.
+  virtual Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) = 0;
+  virtual void memset_zero(void* p, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Blocks until all queued work of this backend is done (no-op on the CPU).
+  virtual void synchronize() {}
+
+  // ---- precision ----------------------------------------------------------------------------
+  // x (n) = round(x) to the compute dtype, in place. No-op for fp32 and for real bf16 storage.
+  virtual void round_to_compute(void* x, int64_t n) = 0;
+  // out (n, compute dtype) = in (n, fp32) converted.
+  virtual void cast_to_compute(void* out, const float* in, int64_t n) = 0;
+  // out (n, fp32) = in (n, compute dtype) converted.
+  virtual void cast_from_compute(float* out, const void* in, int64_t n) = 0;
+
+  // ---- encoder: token + position embedding ---------------------------------------------------
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
+  virtual void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                               int B, int T, int C) = 0;
+  // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C).
+  virtual void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                int B, int T, int C) = 0;
+
+  // ---- layernorm (eps 1e-5) ------------------------------------------------------------------
+  // out (N,C) = (inp - mean) * rstd * weight + bias; mean (N) =, rstd (N) = (fp32).
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const void* weight, const void* bias, int64_t N, int C) = 0;
+  // dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
+  virtual void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                  const void* inp, const void* weight, const float* mean,
+                                  const float* rstd, int64_t N, int C) = 0;
+
+  // ---- matmul: out = inp @ weight^T + bias ---------------------------------------------------
+  // out (N,OC) = inp (N,C) x weight (OC,C)^T + bias (OC, may be null).
+  virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              int64_t N, int C, int OC) = 0;
+  // dinp (N,C) = (or += when accumulate_dinp) dout (N,OC) x weight (OC,C);
+  // dweight (OC,C) += dout^T x inp; dbias (OC) += column sums of dout (skipped when null).
+  // dinp may be null (no input gradient wanted).
+  virtual void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                               const void* inp, const void* weight, int64_t N, int C, int OC,
+                               bool accumulate_dinp) = 0;
+
+  // ---- causal multi-head self-attention ------------------------------------------------------
+  // qkv (B,T,3C) holds q, k, v per position (each C = NH heads x C/NH), scale 1/sqrt(C/NH).
+  // out (B,T,C) =; lse (B,NH,T) = the log-sum-exp of each softmax row (fp32), kept for backward.
+  // The T x T score matrix of all heads is never stored.
+  virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv (B,T,3C) = from dout (B,T,C), using qkv, out and lse of the forward.
+  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                  const float* lse, int B, int T, int C, int NH) = 0;
+
+  // ---- GELU (tanh approximation) -------------------------------------------------------------
+  // out (n) = gelu(inp)
+  virtual void gelu_forward(void* out, const void* inp, int64_t n) = 0;
+  // dinp (n) = gelu'(inp) * dout
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) = 0;
+
+  // ---- residual ------------------------------------------------------------------------------
+  // out (n) = a + b
+  virtual void residual_forward(void* out, const void* a, const void* b, int64_t n) = 0;
+
+  // ---- softmax cross-entropy over the padded vocabulary -------------------------------------
+  // losses (N) = -log softmax(logits[n, :V])[targets[n]]; columns V..Vp-1 are ignored.
+  // A target < 0 marks a position without loss (losses[n] = 0).
+  virtual void crossentropy_forward(float* losses, const void* logits, const int32_t* targets,
+                                    int64_t N, int V, int Vp) = 0;
+  // Fused forward + backward: losses (N) = as above, and logits (N,Vp) is overwritten by
+  // dlogits = dloss * (softmax - onehot(target)) on columns < V and 0 on the padding;
+  // dloss is the gradient of the objective with respect to each position's loss.
+  virtual void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
+                                  int64_t N, int V, int Vp, float dloss) = 0;
+
+  // ---- optimizer -----------------------------------------------------------------------------
+  // One AdamW/Adam step over n fp32 elements: master, m, v updated in place from grad * grad_scale
+  // (grad in compute dtype); decay (when weight_decay != 0) applies to every element here, the
+  // caller splits decayed and non-decayed ranges. param_out (n, compute dtype, may be null) =
+  // the updated master converted to the compute dtype.
+  virtual void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out,
+                            int64_t n, const AdamWParams& p) = 0;
+  // Sum of squares of x (n, compute dtype), accumulated in double. Inf/NaN propagate.
+  virtual double sum_squares(const void* x, int64_t n) = 0;
+  // x (n) *= s
+  virtual void scale(void* x, float s, int64_t n) = 0;
+};
+
+// The CPU reference backend for a compute dtype (see round_to_compute above).
+std::unique_ptr<Backend> make_cpu_backend(DType compute_dtype);
+
+}  // namespace zerod
