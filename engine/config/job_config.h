@@ -21,10 +21,16 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.0;   // DeepSpeed default 0 for Adam; 0.01 for AdamW
-  bool adam_w_mode = true;     // "Adam" is decoupled AdamW unless adam_w_mode: false
+  // DeepSpeed's default is 0 (FusedAdam / DeepSpeedCPUAdam) for both types; only with
+  // torch_adam: true and decoupled mode does torch.optim.AdamW's 0.01 apply (parse fills it in).
+  double weight_decay = 0.0;
+  // Effective mode after parsing: "AdamW" is always decoupled; "Adam" is decoupled AdamW unless
+  // adam_w_mode: false (DeepSpeed's rule).
+  bool adam_w_mode = true;
   bool bias_correction = true;
   bool torch_adam = false;     // accepted for compatibility; no effect on CPU
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 // ---- scheduler --------------------------------------------------------------------------------
@@ -49,12 +55,15 @@ struct SchedulerConfig {
   int64_t cycle_first_step_size = 2000;
   std::optional<int64_t> cycle_second_step_size;  // defaults to cycle_first_step_size
   int64_t cycle_first_stair_count = 0;
-  int64_t cycle_second_stair_count = 0;             // (DeepSpeed default: first stair count)
+  int64_t cycle_second_stair_count = 0;             // absent in the file: the first stair count
+  // (DeepSpeed stores both stair counts but its OneCycle never uses them.)
   int64_t decay_step_size = 0;
   bool cycle_momentum = true;
   double cycle_min_mom = 0.8;
   double cycle_max_mom = 0.9;
   double decay_mom_rate = 0.0;
+
+  bool operator==(const SchedulerConfig&) const = default;
 };
 
 // ---- mixed precision --------------------------------------------------------------------------
@@ -67,10 +76,14 @@ struct Fp16Config {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1.0;
+
+  bool operator==(const Fp16Config&) const = default;
 };
 
 struct Bf16Config {
   bool enabled = false;
+
+  bool operator==(const Bf16Config&) const = default;
 };
 
 // ---- ZeRO and offload -------------------------------------------------------------------------
@@ -83,6 +96,8 @@ struct OffloadParamConfig {
   int64_t buffer_size = 100000000;  // 1e8
   int64_t max_in_cpu = 1000000000;  // 1e9
   bool pin_memory = false;
+
+  bool operator==(const OffloadParamConfig&) const = default;
 };
 
 struct OffloadOptimizerConfig {
@@ -94,6 +109,8 @@ struct OffloadOptimizerConfig {
   bool pipeline_write = false;
   bool fast_init = false;
   double ratio = 1.0;
+
+  bool operator==(const OffloadOptimizerConfig&) const = default;
 };
 
 struct ZeroConfig {
@@ -115,6 +132,8 @@ struct ZeroConfig {
   bool round_robin_gradients = false;
   OffloadParamConfig offload_param;
   OffloadOptimizerConfig offload_optimizer;
+
+  bool operator==(const ZeroConfig&) const = default;
 };
 
 struct AioConfig {
@@ -124,6 +143,8 @@ struct AioConfig {
   bool single_submit = false;
   bool overlap_events = true;
   bool use_gds = false;
+
+  bool operator==(const AioConfig&) const = default;
 };
 
 struct CheckpointConfig {
@@ -131,6 +152,8 @@ struct CheckpointConfig {
   bool load_universal = false;
   bool use_node_local_storage = false;
   bool async = false;                   // zerod extension: background save
+
+  bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct ActivationCheckpointingConfig {
@@ -140,12 +163,16 @@ struct ActivationCheckpointingConfig {
   std::optional<int64_t> number_checkpoints;
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
+
+  bool operator==(const ActivationCheckpointingConfig&) const = default;
 };
 
 struct MonitorConfig {  // csv_monitor, tensorboard
   bool enabled = false;
   std::string output_path;  // "" -> "./"
   std::string job_name = "DeepSpeedJobName";
+
+  bool operator==(const MonitorConfig&) const = default;
 };
 
 struct CommsLoggerConfig {
@@ -154,6 +181,8 @@ struct CommsLoggerConfig {
   bool prof_all = true;
   bool debug = false;
   std::vector<std::string> prof_ops;
+
+  bool operator==(const CommsLoggerConfig&) const = default;
 };
 
 // ---- zerod sections ---------------------------------------------------------------------------
@@ -168,6 +197,8 @@ struct ModelConfig {
   std::optional<std::string> init_from; // safetensors file with HF GPT-2 names (later issue)
   bool activation_checkpointing = false;  // recompute each block in backward
   double init_std = 0.02;
+
+  bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
@@ -175,6 +206,8 @@ struct DataConfig {
   std::vector<std::string> val;    // globs; empty: carve val_fraction out of train
   double val_fraction = 0.0;       // share of train samples held out when `val` is empty
   uint64_t seed = 1337;
+
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -186,6 +219,8 @@ struct TrainConfig {
   int64_t eval_batches = 20;        // micro-batches per validation pass
   uint64_t seed = 1337;             // weight initialisation
   double peak_flops = 0.0;          // per rank, for MFU; 0: measure at start
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 // ---- the whole job ----------------------------------------------------------------------------
@@ -196,7 +231,7 @@ struct JobConfig {
   std::optional<int64_t> gradient_accumulation_steps;
   int world_size = 1;  // the world size the triangle was resolved for
 
-  int64_t steps_per_print = 10;
+  int64_t steps_per_print = 10;  // DeepSpeed's documented default; 0 (or null in the file): never
   bool wall_clock_breakdown = false;
   bool dump_state = false;
   double gradient_clipping = 0.0;
@@ -228,6 +263,8 @@ struct JobConfig {
   int64_t global_batch() const { return train_batch_size.value_or(0); }
 
   std::string source;  // the file it came from (for messages), "" for built-ins
+
+  bool operator==(const JobConfig&) const = default;
 };
 
 }  // namespace zerod

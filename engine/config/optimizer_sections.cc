@@ -1,0 +1,253 @@
+// "optimizer" and "scheduler": DeepSpeed's Adam/AdamW options and its four LR schedules.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "engine/config/sections.h"
+
+namespace zerod::config {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Optimizers DeepSpeed builds from a config (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS) and
+// common torch.optim classes it falls back to, in lower case: recognised, not supported.
+const std::vector<std::string> kOtherOptimizers = {
+    "adagrad", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw",
+    "musgd",   "lion", "sgd",        "rmsprop",     "adadelta",   "adamax",   "nadam",
+    "radam",   "asgd", "lbfgs",      "rprop",       "sparseadam", "adafactor"};
+
+const std::vector<std::string> kSchedulers = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
+                                              "OneCycle"};
+// DeepSpeed's own LRRangeTest and the torch.optim.lr_scheduler classes DeepSpeed falls back to.
+const std::vector<std::string> kOtherSchedulers = {"LRRangeTest",
+                                                   "LambdaLR",
+                                                   "MultiplicativeLR",
+                                                   "StepLR",
+                                                   "MultiStepLR",
+                                                   "ConstantLR",
+                                                   "LinearLR",
+                                                   "ExponentialLR",
+                                                   "SequentialLR",
+                                                   "CosineAnnealingLR",
+                                                   "ChainedScheduler",
+                                                   "ReduceLROnPlateau",
+                                                   "CyclicLR",
+                                                   "OneCycleLR",
+                                                   "CosineAnnealingWarmRestarts",
+                                                   "PolynomialLR"};
+
+void read_betas(ObjectReader& p, OptimizerConfig& o) {
+  const Json* v = p.find("betas");
+  if (v == nullptr) return;
+  const RealRange beta_range = real_between(0.0, 1.0, /*max_open=*/true);
+  bool ok = v->is_array() && v->size() == 2;
+  if (ok) {
+    for (const Json& b : *v) ok = ok && b.is_number() && beta_range.contains(b.get<double>());
+  }
+  if (!ok) {
+    p.problems().error(p.path_of("betas"),
+                       fmt::format("expected an array of 2 numbers in [0, 1), got {}", show(*v)));
+    return;
+  }
+  o.beta1 = (*v)[0].get<double>();
+  o.beta2 = (*v)[1].get<double>();
+}
+
+void read_adam_params(const Json* params, OptimizerConfig& o, Problems& problems) {
+  static const Json kEmpty = Json::object();
+  ObjectReader p(params != nullptr ? *params : kEmpty, "optimizer.params", problems);
+  if (p.find("max_grad_norm") != nullptr) {
+    problems.error(p.path_of("max_grad_norm"),
+                   "not supported as an optimizer parameter (as in DeepSpeed); use the top-level "
+                   "\"gradient_clipping\" instead");
+  }
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  read_betas(p, o);
+  p.read_real("eps", o.eps, real_at_least(0.0));
+  const bool wd_given = p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+  p.read_bool("bias_correction", o.bias_correction);
+  bool adam_w_mode = true;  // DeepSpeed's ADAM_W_MODE_DEFAULT
+  const bool mode_given = p.read_bool("adam_w_mode", adam_w_mode);
+  p.read_bool("torch_adam", o.torch_adam);
+  p.expect_default("amsgrad", false, "false");
+  p.finish();
+
+  // DeepSpeed: "AdamW" always decoupled; "Adam" decoupled unless adam_w_mode is false.
+  o.adam_w_mode = o.type == "AdamW" || adam_w_mode;
+  if (o.type == "AdamW" && mode_given && !adam_w_mode) {
+    problems.warn(p.path_of("adam_w_mode"),
+                  "false has no effect with type AdamW (DeepSpeed always uses decoupled weight "
+                  "decay for AdamW; use type Adam for L2-style decay)");
+  }
+  // torch.optim.AdamW defaults weight_decay to 0.01; FusedAdam, CPU Adam and torch Adam to 0.
+  if (!wd_given && o.torch_adam && o.adam_w_mode) o.weight_decay = 0.01;
+  if (o.torch_adam && !o.bias_correction) {
+    problems.error(p.path_of("bias_correction"),
+                   "false is not available with torch_adam: true (torch.optim.Adam/AdamW always "
+                   "correct the bias)");
+  }
+}
+
+}  // namespace
+
+void read_optimizer(ObjectReader& top, JobConfig& cfg) {
+  const Json* obj = top.read_object("optimizer");
+  if (obj == nullptr) return;
+  Problems& problems = top.problems();
+  ObjectReader r(*obj, "optimizer", problems);
+  const Json* type = r.find("type");
+  const Json* params = r.read_object("params");
+  r.expect_default("legacy_fusion", false, "false");
+  r.finish();
+
+  const std::string supported = "supported: Adam, AdamW";
+  if (type == nullptr) {
+    problems.error(r.path_of("type"), fmt::format("required ({})", supported));
+    return;
+  }
+  if (!type->is_string()) {
+    r.type_error(r.path_of("type"), "a string", *type);
+    return;
+  }
+  const std::string name = lower(type->get<std::string>());
+  if (name == "adam") {
+    cfg.optimizer.type = "Adam";
+  } else if (name == "adamw") {
+    cfg.optimizer.type = "AdamW";
+  } else if (std::find(kOtherOptimizers.begin(), kOtherOptimizers.end(), name) !=
+             kOtherOptimizers.end()) {
+    problems.error(r.path_of("type"),
+                   fmt::format("{} is not supported by zerod ({})", show(*type), supported));
+    return;
+  } else {
+    const std::string guess = closest_match(name, {"Adam", "AdamW"});  // ignores case
+    problems.error(r.path_of("type"),
+                   fmt::format("{} is not a known optimizer ({}){}", show(*type), supported,
+                               guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
+    return;
+  }
+  read_adam_params(params, cfg.optimizer, problems);
+}
+
+void read_scheduler(ObjectReader& top, JobConfig& cfg) {
+  const Json* obj = top.read_object("scheduler");
+  if (obj == nullptr) return;
+  Problems& problems = top.problems();
+  ObjectReader r(*obj, "scheduler", problems);
+  const Json* type = r.find("type");
+  const Json* params = r.read_object("params");
+  r.finish();
+
+  std::string supported = "supported:";
+  for (const std::string& s : kSchedulers) supported += (s == kSchedulers[0] ? " " : ", ") + s;
+  if (type == nullptr) {
+    problems.error(r.path_of("type"), fmt::format("required ({})", supported));
+    return;
+  }
+  if (!type->is_string()) {
+    r.type_error(r.path_of("type"), "a string", *type);
+    return;
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  SchedulerConfig& s = cfg.scheduler;
+  const auto it = std::find(kSchedulers.begin(), kSchedulers.end(), name);
+  if (it == kSchedulers.end()) {
+    if (std::find(kOtherSchedulers.begin(), kOtherSchedulers.end(), name) !=
+        kOtherSchedulers.end()) {
+      problems.error(
+          r.path_of("type"),
+          fmt::format("{} is recognised but not supported by zerod ({})", show(*type), supported));
+    } else {
+      const std::string guess = closest_match(name, kSchedulers);
+      problems.error(r.path_of("type"),
+                     fmt::format("{} is not a known scheduler ({}){}", show(*type), supported,
+                                 guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
+    }
+    return;
+  }
+  s.type = static_cast<SchedulerType>(1 + (it - kSchedulers.begin()));
+
+  static const Json kEmpty = Json::object();
+  ObjectReader p(params != nullptr ? *params : kEmpty, "scheduler.params", problems);
+  auto read_warmup_type = [&] {
+    size_t idx = 0;
+    if (p.read_choice("warmup_type", idx, {"log", "linear"}, /*case_insensitive=*/false)) {
+      s.warmup_type = idx == 0 ? WarmupType::kLog : WarmupType::kLinear;
+    }
+  };
+  auto read_total = [&] {
+    if (!p.has("total_num_steps")) {
+      problems.error(p.path_of("total_num_steps"), fmt::format("required for {}", name));
+    }
+    p.read_int("total_num_steps", s.total_num_steps, at_least(1));
+  };
+  switch (s.type) {
+    case SchedulerType::kWarmupDecayLR:
+      read_total();
+      [[fallthrough]];
+    case SchedulerType::kWarmupLR:
+      p.read_real("warmup_min_lr", s.warmup_min_lr, real_at_least(0.0));
+      p.read_real("warmup_max_lr", s.warmup_max_lr, real_at_least(0.0));
+      p.read_int("warmup_num_steps", s.warmup_num_steps, at_least(0));
+      read_warmup_type();
+      break;
+    case SchedulerType::kWarmupCosineLR:
+      read_total();
+      p.read_real("warmup_min_ratio", s.warmup_min_ratio, real_between(0.0, 1.0));
+      p.read_int("warmup_num_steps", s.warmup_num_steps, at_least(0));
+      p.read_real("cos_min_ratio", s.cos_min_ratio, real_between(0.0, 1.0));
+      read_warmup_type();
+      break;
+    case SchedulerType::kOneCycle: {
+      for (const char* key : {"cycle_min_lr", "cycle_max_lr"}) {
+        if (!p.has(key)) problems.error(p.path_of(key), "required for OneCycle");
+      }
+      p.read_real("cycle_min_lr", s.cycle_min_lr, real_at_least(0.0));
+      p.read_real("cycle_max_lr", s.cycle_max_lr, real_at_least(0.0));
+      p.read_real("decay_lr_rate", s.decay_lr_rate, real_at_least(0.0));
+      p.read_int("cycle_first_step_size", s.cycle_first_step_size, at_least(1));
+      p.read_opt_int("cycle_second_step_size", s.cycle_second_step_size, at_least(1));
+      p.read_int("cycle_first_stair_count", s.cycle_first_stair_count, at_least(0));
+      std::optional<int64_t> second_stairs;
+      p.read_opt_int("cycle_second_stair_count", second_stairs, at_least(0));
+      s.cycle_second_stair_count = second_stairs.value_or(s.cycle_first_stair_count);
+      p.read_int("decay_step_size", s.decay_step_size, at_least(0));
+      p.read_bool("cycle_momentum", s.cycle_momentum);
+      p.read_real("cycle_min_mom", s.cycle_min_mom, real_between(0.0, 1.0, true));
+      p.read_real("cycle_max_mom", s.cycle_max_mom, real_between(0.0, 1.0, true));
+      p.read_real("decay_mom_rate", s.decay_mom_rate, real_at_least(0.0));
+      break;
+    }
+    case SchedulerType::kNone:
+      break;
+  }
+  p.finish();
+}
+
+const char* scheduler_type_name(SchedulerType t) {
+  switch (t) {
+    case SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+    case SchedulerType::kOneCycle:
+      return "OneCycle";
+    case SchedulerType::kNone:
+      break;
+  }
+  return "none";
+}
+
+const char* warmup_type_name(WarmupType t) {
+  return t == WarmupType::kLog ? "log" : "linear";
+}
+
+}  // namespace zerod::config

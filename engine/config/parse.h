@@ -1,0 +1,48 @@
+// Job file -> JobConfig. A job file is a DeepSpeed ds_config (JSON; // and /* */ comments allowed)
+// plus zerod's `model`, `data` and `train` sections (DESIGN.md section 1).
+//
+//   ParsedJob job = load_job_file("job.json");  // every key type- and range-checked
+//   resolve_job(job.config, world_size);         // batch triangle + derived values
+//   check_supported(job.config);                 // recognised but not built yet -> error
+//
+// DeepSpeed's key names, defaults, derivations and deprecated spellings are honoured; where
+// DeepSpeed is lax zerod is strict: unknown keys, wrong types and values out of range are errors
+// naming the JSON path, the value and what is allowed, all problems of a file at once.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config/config_error.h"
+#include "engine/config/job_config.h"
+
+namespace zerod {
+
+struct ParsedJob {
+  JobConfig config;
+  std::vector<std::string> warnings;  // deprecated keys mapped to their new form, no-op keys, ...
+};
+
+// Parses and validates one job file's text. `source_name` names it in messages and is stored in
+// JobConfig::source. Also fills in the values that do not depend on the world size
+// (model.padded_vocab_size, zero.overlap_comm_resolved). Throws ConfigError listing every problem.
+ParsedJob parse_job_text(std::string_view text, const std::string& source_name);
+
+// Reads and parses a job file. A missing or unreadable file is an InputError naming it.
+ParsedJob load_job_file(const std::string& path);
+
+// Resolves the batch triangle for `world_size` ranks with DeepSpeed's derivation and checks, and
+// (re)computes every derived value. Idempotent. Throws ConfigError.
+void resolve_job(JobConfig& cfg, int world_size);
+
+// ConfigError listing each option that is recognised but not implemented yet in zerod.
+void check_supported(const JobConfig& cfg);
+
+// The fully resolved config: every field with its default or derived value, in the job file's
+// own format (derived values under "resolved"). parse_job_text(job_to_json(c).dump()) == c.
+nlohmann::json job_to_json(const JobConfig& cfg);
+
+}  // namespace zerod

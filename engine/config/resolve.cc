@@ -1,0 +1,105 @@
+// resolve_job: DeepSpeed's batch triangle (DeepSpeedConfig._set_batch_related_parameters and
+// _batch_assertion) for a world size, then every derived value.
+//
+//   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size
+//
+// Two of the three derive the third by integer division in DeepSpeed's order; one alone derives
+// the rest with gradient_accumulation_steps = 1. The result must then hold exactly.
+#include <fmt/format.h>
+
+#include "engine/config/parse.h"
+#include "engine/config/sections.h"
+
+namespace zerod {
+
+namespace {
+
+constexpr const char* kTrain = "train_batch_size";
+constexpr const char* kMicro = "train_micro_batch_size_per_gpu";
+constexpr const char* kAccum = "gradient_accumulation_steps";
+
+// Derives the missing sides; returns how, for messages ("" when nothing was derived).
+std::string derive_triangle(JobConfig& cfg, int ws, std::vector<std::string>& problems) {
+  std::optional<int64_t>& tb = cfg.train_batch_size;
+  std::optional<int64_t>& mb = cfg.train_micro_batch_size_per_gpu;
+  std::optional<int64_t>& ga = cfg.gradient_accumulation_steps;
+  if (tb && mb && ga) return "";
+  if (tb && mb) {
+    ga = *tb / *mb / ws;
+    return fmt::format("{} derived as {} {} // {} {} // world size {} = {}", kAccum, kTrain, *tb,
+                       kMicro, *mb, ws, *ga);
+  }
+  if (tb && ga) {
+    mb = *tb / ws / *ga;
+    return fmt::format("{} derived as {} {} // world size {} // {} {} = {}", kMicro, kTrain, *tb,
+                       ws, kAccum, *ga, *mb);
+  }
+  if (mb && ga) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(*mb, *ga, &product) ||
+        __builtin_mul_overflow(product, static_cast<int64_t>(ws), &product)) {
+      problems.push_back(
+          fmt::format("{} {} x {} {} x world size {} is too large", kMicro, *mb, kAccum, *ga, ws));
+      return "";
+    }
+    tb = product;
+    return fmt::format("{} derived as {} x {} x world size = {}", kTrain, kMicro, kAccum, *tb);
+  }
+  if (tb) {
+    ga = 1;
+    mb = *tb / ws;
+    return fmt::format("{} derived as {} {} // world size {} = {} with {} 1", kMicro, kTrain, *tb,
+                       ws, *mb, kAccum);
+  }
+  if (mb) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(*mb, static_cast<int64_t>(ws), &product)) {
+      problems.push_back(fmt::format("{} {} x world size {} is too large", kMicro, *mb, ws));
+      return "";
+    }
+    tb = product;
+    ga = 1;
+    return fmt::format("{} derived as {} x world size = {} with {} 1", kTrain, kMicro, *tb, kAccum);
+  }
+  problems.push_back(fmt::format("{} or {} is required (with {} they set the global batch)", kTrain,
+                                 kMicro, kAccum));
+  return "";
+}
+
+void check_triangle(const JobConfig& cfg, int ws, const std::string& how,
+                    std::vector<std::string>& problems) {
+  const std::string note = how.empty() ? "" : fmt::format(" ({})", how);
+  const int64_t tb = *cfg.train_batch_size;
+  const int64_t mb = *cfg.train_micro_batch_size_per_gpu;
+  const int64_t ga = *cfg.gradient_accumulation_steps;
+  // DeepSpeed's order: train, micro, accumulation each > 0, then the product.
+  for (auto [name, v] : {std::pair{kTrain, tb}, std::pair{kMicro, mb}, std::pair{kAccum, ga}}) {
+    if (v <= 0) {
+      problems.push_back(fmt::format("{}: {} must be greater than 0{}", name, v, note));
+      return;
+    }
+  }
+  __int128 product = static_cast<__int128>(mb) * ga * ws;
+  if (product != tb) {
+    problems.push_back(fmt::format("{} {} != {} {} x {} {} x world size {}{}", kTrain, tb, kMicro,
+                                   mb, kAccum, ga, ws, note));
+  }
+}
+
+}  // namespace
+
+void resolve_job(JobConfig& cfg, int world_size) {
+  if (world_size < 1) {
+    throw ConfigError({fmt::format("world size {} must be at least 1", world_size)}, cfg.source);
+  }
+  std::vector<std::string> problems;
+  JobConfig out = cfg;  // cfg is left untouched when resolving fails
+  out.world_size = world_size;
+  const std::string how = derive_triangle(out, world_size, problems);
+  if (problems.empty()) check_triangle(out, world_size, how, problems);
+  if (!problems.empty()) throw ConfigError(std::move(problems), cfg.source);
+  config::derive_values(out);
+  cfg = std::move(out);
+}
+
+}  // namespace zerod

@@ -1,0 +1,42 @@
+// Internal to engine/config: one reader per group of job file sections. Each reads its keys from
+// the top-level object into the JobConfig and records problems; none throws.
+#pragma once
+
+#include "engine/config/job_config.h"
+#include "engine/config/json_reader.h"
+
+namespace zerod::config {
+
+// optimizer, scheduler (optimizer_sections.cc)
+void read_optimizer(ObjectReader& top, JobConfig& cfg);
+void read_scheduler(ObjectReader& top, JobConfig& cfg);
+// fp16, bf16 (and the older "bfloat16"), gradient/batch scalars stay in parse_job.cc
+void read_precision(ObjectReader& top, JobConfig& cfg);
+// zero_optimization with offload_param / offload_optimizer, aio (zero_sections.cc)
+void read_zero(ObjectReader& top, JobConfig& cfg);
+void read_aio(ObjectReader& top, JobConfig& cfg);
+// checkpoint, activation_checkpointing, csv_monitor, tensorboard, comms_logger
+// (runtime_sections.cc)
+void read_runtime_sections(ObjectReader& top, JobConfig& cfg);
+// DeepSpeed sections and keys zerod recognises but does not support (unsupported_sections.cc)
+void read_unsupported(ObjectReader& top);
+// model, data, train (zerod_sections.cc)
+void read_model(ObjectReader& top, JobConfig& cfg);
+void read_data(ObjectReader& top, JobConfig& cfg);
+void read_train(ObjectReader& top, JobConfig& cfg);
+// "resolved": derived values as job_to_json prints them (zerod_sections.cc). Call after
+// derive_values(): world_size is taken, every other value must match what was derived.
+void read_resolved(ObjectReader& top, JobConfig& cfg);
+
+// Cross-field rules that need no world size (validate.cc).
+void validate_job(const JobConfig& cfg, Problems& problems);
+// The derived values that need no world size (validate.cc).
+void derive_values(JobConfig& cfg);
+int padded_vocab_size(int vocab_size);
+
+// Canonical spellings shared by the readers and job_to_json.
+const char* scheduler_type_name(SchedulerType t);
+const char* warmup_type_name(WarmupType t);
+const char* offload_device_name(OffloadDevice d);
+
+}  // namespace zerod::config

@@ -1,0 +1,208 @@
+// job_to_json: every field of a JobConfig in the job file's own format, so `zerod check` shows
+// each default and derived value and its output parses back to the same config. Derived values
+// that are not keys of any section are printed under "resolved".
+#include "engine/config/parse.h"
+#include "engine/config/sections.h"
+
+namespace zerod {
+
+namespace {
+
+using config::Json;
+
+template <class T>
+Json optional_json(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+Json optimizer_json(const OptimizerConfig& o) {
+  return {{"type", o.type},
+          {"params",
+           {{"lr", o.lr},
+            {"betas", {o.beta1, o.beta2}},
+            {"eps", o.eps},
+            {"weight_decay", o.weight_decay},
+            {"bias_correction", o.bias_correction},
+            {"adam_w_mode", o.adam_w_mode},
+            {"torch_adam", o.torch_adam}}}};
+}
+
+// Only the parameters of the chosen schedule (the others are not keys of its params).
+Json scheduler_json(const SchedulerConfig& s) {
+  if (s.type == SchedulerType::kNone) return nullptr;
+  Json p = Json::object();
+  switch (s.type) {
+    case SchedulerType::kWarmupDecayLR:
+      p["total_num_steps"] = s.total_num_steps;
+      [[fallthrough]];
+    case SchedulerType::kWarmupLR:
+      p["warmup_min_lr"] = s.warmup_min_lr;
+      p["warmup_max_lr"] = s.warmup_max_lr;
+      p["warmup_num_steps"] = s.warmup_num_steps;
+      p["warmup_type"] = config::warmup_type_name(s.warmup_type);
+      break;
+    case SchedulerType::kWarmupCosineLR:
+      p["total_num_steps"] = s.total_num_steps;
+      p["warmup_min_ratio"] = s.warmup_min_ratio;
+      p["warmup_num_steps"] = s.warmup_num_steps;
+      p["cos_min_ratio"] = s.cos_min_ratio;
+      p["warmup_type"] = config::warmup_type_name(s.warmup_type);
+      break;
+    case SchedulerType::kOneCycle:
+      p["cycle_min_lr"] = s.cycle_min_lr;
+      p["cycle_max_lr"] = s.cycle_max_lr;
+      p["decay_lr_rate"] = s.decay_lr_rate;
+      p["cycle_first_step_size"] = s.cycle_first_step_size;
+      p["cycle_second_step_size"] = optional_json(s.cycle_second_step_size);
+      p["cycle_first_stair_count"] = s.cycle_first_stair_count;
+      p["cycle_second_stair_count"] = s.cycle_second_stair_count;
+      p["decay_step_size"] = s.decay_step_size;
+      p["cycle_momentum"] = s.cycle_momentum;
+      p["cycle_min_mom"] = s.cycle_min_mom;
+      p["cycle_max_mom"] = s.cycle_max_mom;
+      p["decay_mom_rate"] = s.decay_mom_rate;
+      break;
+    case SchedulerType::kNone:
+      break;
+  }
+  return {{"type", config::scheduler_type_name(s.type)}, {"params", p}};
+}
+
+Json nvme_path_json(const std::string& path) {
+  return path.empty() ? Json(nullptr) : Json(path);
+}
+
+Json zero_json(const ZeroConfig& z) {
+  const OffloadParamConfig& op = z.offload_param;
+  const OffloadOptimizerConfig& oo = z.offload_optimizer;
+  return {
+      {"stage", z.stage},
+      {"contiguous_gradients", z.contiguous_gradients},
+      {"reduce_scatter", z.reduce_scatter},
+      {"reduce_bucket_size", z.reduce_bucket_size},
+      {"allgather_partitions", z.allgather_partitions},
+      {"allgather_bucket_size", z.allgather_bucket_size},
+      {"overlap_comm", optional_json(z.overlap_comm)},
+      {"load_from_fp32_weights", z.load_from_fp32_weights},
+      {"sub_group_size", z.sub_group_size},
+      {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+      {"stage3_param_persistence_threshold", z.stage3_param_persistence_threshold},
+      {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+      {"stage3_max_reuse_distance", z.stage3_max_reuse_distance},
+      {"stage3_gather_16bit_weights_on_model_save", z.stage3_gather_16bit_weights_on_model_save},
+      {"round_robin_gradients", z.round_robin_gradients},
+      {"offload_param",
+       {{"device", config::offload_device_name(op.device)},
+        {"nvme_path", nvme_path_json(op.nvme_path)},
+        {"buffer_count", op.buffer_count},
+        {"buffer_size", op.buffer_size},
+        {"max_in_cpu", op.max_in_cpu},
+        {"pin_memory", op.pin_memory}}},
+      {"offload_optimizer",
+       {{"device", config::offload_device_name(oo.device)},
+        {"nvme_path", nvme_path_json(oo.nvme_path)},
+        {"buffer_count", oo.buffer_count},
+        {"pin_memory", oo.pin_memory},
+        {"pipeline_read", oo.pipeline_read},
+        {"pipeline_write", oo.pipeline_write},
+        {"fast_init", oo.fast_init},
+        {"ratio", oo.ratio}}},
+  };
+}
+
+Json monitor_json(const MonitorConfig& m) {
+  return {{"enabled", m.enabled}, {"output_path", m.output_path}, {"job_name", m.job_name}};
+}
+
+}  // namespace
+
+nlohmann::json job_to_json(const JobConfig& cfg) {
+  const Fp16Config& f = cfg.fp16;
+  const AioConfig& a = cfg.aio;
+  const CheckpointConfig& ck = cfg.checkpoint;
+  const ActivationCheckpointingConfig& ac = cfg.activation_checkpointing;
+  const CommsLoggerConfig& cl = cfg.comms_logger;
+  const ModelConfig& m = cfg.model;
+  const DataConfig& d = cfg.data;
+  const TrainConfig& t = cfg.train;
+  Json j = {
+      {"train_batch_size", optional_json(cfg.train_batch_size)},
+      {"train_micro_batch_size_per_gpu", optional_json(cfg.train_micro_batch_size_per_gpu)},
+      {"gradient_accumulation_steps", optional_json(cfg.gradient_accumulation_steps)},
+      {"steps_per_print", cfg.steps_per_print},
+      {"wall_clock_breakdown", cfg.wall_clock_breakdown},
+      {"dump_state", cfg.dump_state},
+      {"gradient_clipping", cfg.gradient_clipping},
+      {"prescale_gradients", cfg.prescale_gradients},
+      {"gradient_predivide_factor", cfg.gradient_predivide_factor},
+      {"optimizer", optimizer_json(cfg.optimizer)},
+      {"scheduler", scheduler_json(cfg.scheduler)},
+      {"fp16",
+       {{"enabled", f.enabled},
+        {"auto_cast", f.auto_cast},
+        {"loss_scale", f.loss_scale},
+        {"initial_scale_power", f.initial_scale_power},
+        {"loss_scale_window", f.loss_scale_window},
+        {"hysteresis", f.hysteresis},
+        {"consecutive_hysteresis", f.consecutive_hysteresis},
+        {"min_loss_scale", f.min_loss_scale}}},
+      {"bf16", {{"enabled", cfg.bf16.enabled}}},
+      {"zero_optimization", zero_json(cfg.zero)},
+      {"aio",
+       {{"block_size", a.block_size},
+        {"queue_depth", a.queue_depth},
+        {"intra_op_parallelism", a.intra_op_parallelism},
+        {"single_submit", a.single_submit},
+        {"overlap_events", a.overlap_events},
+        {"use_gds", a.use_gds}}},
+      {"checkpoint",
+       {{"tag_validation", ck.tag_validation},
+        {"load_universal", ck.load_universal},
+        {"use_node_local_storage", ck.use_node_local_storage},
+        {"async", ck.async}}},
+      {"activation_checkpointing",
+       {{"partition_activations", ac.partition_activations},
+        {"cpu_checkpointing", ac.cpu_checkpointing},
+        {"contiguous_memory_optimization", ac.contiguous_memory_optimization},
+        {"number_checkpoints", optional_json(ac.number_checkpoints)},
+        {"synchronize_checkpoint_boundary", ac.synchronize_checkpoint_boundary},
+        {"profile", ac.profile}}},
+      {"csv_monitor", monitor_json(cfg.csv_monitor)},
+      {"tensorboard", monitor_json(cfg.tensorboard)},
+      {"comms_logger",
+       {{"enabled", cl.enabled},
+        {"verbose", cl.verbose},
+        {"prof_all", cl.prof_all},
+        {"debug", cl.debug},
+        {"prof_ops", cl.prof_ops}}},
+      {"model",
+       {{"type", m.type},
+        {"n_layer", m.n_layer},
+        {"n_head", m.n_head},
+        {"n_embd", m.n_embd},
+        {"vocab_size", m.vocab_size},
+        {"seq_len", m.seq_len},
+        {"init_from", optional_json(m.init_from)},
+        {"activation_checkpointing", m.activation_checkpointing},
+        {"init_std", m.init_std}}},
+      {"data",
+       {{"train", d.train}, {"val", d.val}, {"val_fraction", d.val_fraction}, {"seed", d.seed}}},
+      {"train",
+       {{"steps", t.steps},
+        {"checkpoint_dir", t.checkpoint_dir},
+        {"save_interval", t.save_interval},
+        {"keep_last", t.keep_last},
+        {"eval_interval", t.eval_interval},
+        {"eval_batches", t.eval_batches},
+        {"seed", t.seed},
+        {"peak_flops", t.peak_flops}}},
+      {"resolved",
+       {{"world_size", cfg.world_size},
+        {"compute_dtype", std::string(dtype_name(cfg.compute_dtype()))},
+        {"padded_vocab_size", m.padded_vocab_size},
+        {"overlap_comm", cfg.zero.overlap_comm_resolved}}},
+  };
+  return j;
+}
+
+}  // namespace zerod

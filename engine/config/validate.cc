@@ -1,0 +1,128 @@
+// The rules that tie keys together (each key's own type and range are checked where it is read),
+// and the derived values that do not depend on the world size.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/config/sections.h"
+
+namespace zerod::config {
+
+namespace {
+
+void validate_precision(const JobConfig& cfg, Problems& p) {
+  if (cfg.fp16.enabled && cfg.bf16.enabled) {
+    p.error("bf16.enabled",
+            "true together with fp16.enabled: true; enable at most one of fp16 and bf16");
+  }
+  const Fp16Config& f = cfg.fp16;
+  if (f.enabled && f.loss_scale == 0.0) {
+    const double initial = std::ldexp(1.0, f.initial_scale_power);
+    if (f.min_loss_scale > initial) {
+      p.error("fp16.min_loss_scale",
+              fmt::format("{} is above the initial dynamic loss scale 2^{} = {}", f.min_loss_scale,
+                          f.initial_scale_power, initial));
+    }
+  }
+}
+
+void validate_scheduler(const JobConfig& cfg, Problems& p) {
+  const SchedulerConfig& s = cfg.scheduler;
+  if (s.type != SchedulerType::kWarmupDecayLR && s.type != SchedulerType::kWarmupCosineLR) return;
+  if (s.total_num_steps < s.warmup_num_steps) {
+    // DeepSpeed warns and carries on.
+    p.warn("scheduler.params.total_num_steps", fmt::format("{} is less than warmup_num_steps {}",
+                                                           s.total_num_steps, s.warmup_num_steps));
+  }
+  // WarmupCosineLR divides by total_num_steps - max(2, warmup_num_steps).
+  const int64_t warmup = std::max<int64_t>(2, s.warmup_num_steps);
+  if (s.type == SchedulerType::kWarmupCosineLR && s.total_num_steps == warmup) {
+    p.error("scheduler.params.total_num_steps",
+            fmt::format("{} must differ from the warmup length {} (warmup_num_steps, at least 2): "
+                        "WarmupCosineLR divides by their difference",
+                        s.total_num_steps, warmup));
+  }
+}
+
+void validate_zero(const JobConfig& cfg, Problems& p) {
+  const ZeroConfig& z = cfg.zero;
+  const OffloadParamConfig& op = z.offload_param;
+  const OffloadOptimizerConfig& oo = z.offload_optimizer;
+  if (op.device != OffloadDevice::kNone && z.stage != 3) {
+    p.error("zero_optimization.offload_param.device",
+            fmt::format("\"{}\" needs zero_optimization.stage 3 (only stage 3 partitions the "
+                        "parameters), got stage {}",
+                        offload_device_name(op.device), z.stage));
+  }
+  if (oo.device != OffloadDevice::kNone && z.stage == 0) {
+    p.error("zero_optimization.offload_optimizer.device",
+            fmt::format("\"{}\" needs zero_optimization.stage 1, 2 or 3, got stage 0",
+                        offload_device_name(oo.device)));
+  }
+  if (op.device == OffloadDevice::kNvme && op.nvme_path.empty()) {
+    p.error("zero_optimization.offload_param.nvme_path", "required when device is \"nvme\"");
+  }
+  if (oo.device == OffloadDevice::kNvme && oo.nvme_path.empty()) {
+    p.error("zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
+  }
+  if (oo.ratio < 1.0 && z.stage != 3) {
+    // DeepSpeed: "Partial offloading only supported for ZeRO Stage 3."
+    p.error("zero_optimization.offload_optimizer.ratio",
+            fmt::format("{} (partial offload) needs zero_optimization.stage 3, got stage {}",
+                        oo.ratio, z.stage));
+  }
+}
+
+void validate_zerod_sections(const JobConfig& cfg, Problems& p) {
+  const ModelConfig& m = cfg.model;
+  if (m.n_head > 0 && m.n_embd % m.n_head != 0) {
+    p.error("model.n_embd",
+            fmt::format("{} is not divisible by model.n_head {}", m.n_embd, m.n_head));
+  }
+  const DataConfig& d = cfg.data;
+  if (!d.val.empty() && d.val_fraction > 0.0) {
+    p.error("data.val_fraction",
+            fmt::format("{} cannot be combined with data.val (val_fraction holds out part of "
+                        "data.train when data.val is not given)",
+                        d.val_fraction));
+  }
+  const TrainConfig& t = cfg.train;
+  if (t.save_interval > 0 && t.checkpoint_dir.empty()) {
+    p.error("train.save_interval",
+            fmt::format("{} needs train.checkpoint_dir (where to save)", t.save_interval));
+  }
+  if (t.eval_interval > 0 && d.val.empty() && d.val_fraction == 0.0) {
+    p.error("train.eval_interval",
+            fmt::format("{} needs validation data: data.val or data.val_fraction > 0",
+                        t.eval_interval));
+  }
+  const ActivationCheckpointingConfig& a = cfg.activation_checkpointing;
+  if (a.contiguous_memory_optimization && !a.partition_activations) {
+    // DeepSpeed asserts the same.
+    p.error("activation_checkpointing.contiguous_memory_optimization",
+            "true needs activation_checkpointing.partition_activations: true");
+  }
+}
+
+}  // namespace
+
+void validate_job(const JobConfig& cfg, Problems& problems) {
+  validate_precision(cfg, problems);
+  validate_scheduler(cfg, problems);
+  validate_zero(cfg, problems);
+  validate_zerod_sections(cfg, problems);
+}
+
+int padded_vocab_size(int vocab_size) {
+  constexpr int kAlign = 128;
+  return (vocab_size + kAlign - 1) / kAlign * kAlign;
+}
+
+void derive_values(JobConfig& cfg) {
+  cfg.model.padded_vocab_size = padded_vocab_size(cfg.model.vocab_size);
+  // DeepSpeedZeroConfig.overlap_comm_valid: unset means true at stage 3, false otherwise.
+  cfg.zero.overlap_comm_resolved = cfg.zero.overlap_comm.value_or(cfg.zero.stage == 3);
+}
+
+}  // namespace zerod::config

@@ -1,0 +1,110 @@
+// zerod's own sections: "model", "data", "train", and "resolved" (the derived values job_to_json
+// prints, accepted back so that its output is itself a valid job file).
+#include <fmt/format.h>
+
+#include "engine/config/sections.h"
+
+namespace zerod::config {
+
+namespace {
+
+// A glob string or an array of glob strings.
+void read_globs(ObjectReader& r, const char* key, std::vector<std::string>& out) {
+  const Json* v = r.find(key);
+  if (v == nullptr || v->is_null()) return;
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) {
+      r.problems().error(r.path_of(key), "must not be empty");
+      return;
+    }
+    out = {v->get<std::string>()};
+    return;
+  }
+  bool ok = v->is_array();
+  if (ok) {
+    for (const Json& g : *v) ok = ok && g.is_string() && !g.get_ref<const std::string&>().empty();
+  }
+  if (!ok) {
+    r.type_error(r.path_of(key), "a glob string or an array of non-empty glob strings", *v);
+    return;
+  }
+  out = v->get<std::vector<std::string>>();
+}
+
+}  // namespace
+
+void read_model(ObjectReader& top, JobConfig& cfg) {
+  const Json* obj = top.read_object("model");
+  if (obj == nullptr) return;
+  ModelConfig& m = cfg.model;
+  ObjectReader r(*obj, "model", top.problems());
+  size_t idx = 0;
+  if (r.read_choice("type", idx, {"gpt2"}, /*case_insensitive=*/false)) m.type = "gpt2";
+  r.read_int("n_layer", m.n_layer, at_least(1));
+  r.read_int("n_head", m.n_head, at_least(1));
+  r.read_int("n_embd", m.n_embd, at_least(1));
+  // Token shards store uint16 ids.
+  r.read_int("vocab_size", m.vocab_size, int_between(1, 65536));
+  r.read_int("seq_len", m.seq_len, at_least(1));
+  r.read_opt_string("init_from", m.init_from);
+  r.read_bool("activation_checkpointing", m.activation_checkpointing);
+  r.read_real("init_std", m.init_std, real_above(0.0));
+  r.finish();
+}
+
+void read_data(ObjectReader& top, JobConfig& cfg) {
+  const Json* obj = top.read_object("data");
+  if (obj == nullptr) return;
+  DataConfig& d = cfg.data;
+  ObjectReader r(*obj, "data", top.problems());
+  read_globs(r, "train", d.train);
+  read_globs(r, "val", d.val);
+  r.read_real("val_fraction", d.val_fraction, real_between(0.0, 1.0, /*max_open=*/true));
+  r.read_u64("seed", d.seed);
+  r.finish();
+}
+
+void read_train(ObjectReader& top, JobConfig& cfg) {
+  const Json* raw = top.find("train");
+  if (raw == nullptr || raw->is_null()) {
+    top.problems().error("train", "required (at least {\"steps\": N})");
+    return;
+  }
+  const Json* obj = top.read_object("train");  // a non-object is reported here
+  if (obj == nullptr) return;
+  TrainConfig& t = cfg.train;
+  ObjectReader r(*obj, "train", top.problems());
+  if (!r.has("steps")) top.problems().error("train.steps", "required (optimizer steps to run)");
+  r.read_int("steps", t.steps, at_least(1));
+  r.read_string("checkpoint_dir", t.checkpoint_dir);
+  r.read_int("save_interval", t.save_interval, at_least(0));
+  r.read_int("keep_last", t.keep_last, at_least(0));
+  r.read_int("eval_interval", t.eval_interval, at_least(0));
+  r.read_int("eval_batches", t.eval_batches, at_least(1));
+  r.read_u64("seed", t.seed);
+  r.read_real("peak_flops", t.peak_flops, real_at_least(0.0));
+  r.finish();
+}
+
+void read_resolved(ObjectReader& top, JobConfig& cfg) {
+  const Json* obj = top.read_object("resolved");
+  if (obj == nullptr) return;
+  Problems& problems = top.problems();
+  ObjectReader r(*obj, "resolved", problems);
+  r.read_int("world_size", cfg.world_size, int_between(1, 1 << 24));
+  auto expect = [&](const char* key, const Json& derived) {
+    const Json* v = r.find(key);
+    if (v != nullptr && *v != derived) {
+      problems.error(r.path_of(key),
+                     fmt::format("{} does not match the value derived from this file ({}); fix or "
+                                 "remove it",
+                                 show(*v), show(derived)));
+    }
+  };
+  expect("compute_dtype", std::string(dtype_name(cfg.compute_dtype())));
+  expect("padded_vocab_size", cfg.model.padded_vocab_size);
+  expect("overlap_comm", cfg.zero.overlap_comm_resolved);
+  r.finish();
+}
+
+}  // namespace zerod::config

@@ -1,0 +1,490 @@
+// Each section's defaults (DeepSpeed's, written out here from its source) and values read from a
+// file, including the rules DeepSpeed applies to the optimizer, scheduler and ZeRO.
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+using testing_config::contains;
+using testing_config::job_with;
+using testing_config::joined;
+using testing_config::parse;
+using testing_config::problems_of;
+
+TEST(ConfigDefaults, MinimalJobHasDeepSpeedDefaults) {
+  const ParsedJob job = parse(testing_config::minimal_job().dump());
+  const JobConfig& c = job.config;
+  EXPECT_TRUE(job.warnings.empty());
+  EXPECT_EQ(c.source, "test.json");
+  // Top level (deepspeed/runtime/constants.py; steps_per_print: the documented 10).
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_FALSE(c.wall_clock_breakdown);
+  EXPECT_FALSE(c.dump_state);
+  EXPECT_EQ(c.gradient_clipping, 0.0);
+  EXPECT_FALSE(c.prescale_gradients);
+  EXPECT_EQ(c.gradient_predivide_factor, 1.0);
+  // Optimizer (FusedAdam's signature).
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_EQ(c.optimizer.beta2, 0.999);
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_TRUE(c.optimizer.bias_correction);
+  EXPECT_EQ(c.scheduler.type, SchedulerType::kNone);
+  // fp16 / bf16.
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.loss_scale, 0.0);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_FALSE(c.fp16.consecutive_hysteresis);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1.0);
+  EXPECT_FALSE(c.bf16.enabled);
+  EXPECT_EQ(c.compute_dtype(), DType::kF32);
+  // ZeRO (DeepSpeedZeroConfig).
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_TRUE(c.zero.contiguous_gradients);
+  EXPECT_TRUE(c.zero.reduce_scatter);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500000000);
+  EXPECT_TRUE(c.zero.allgather_partitions);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 500000000);
+  EXPECT_FALSE(c.zero.overlap_comm.has_value());
+  EXPECT_FALSE(c.zero.overlap_comm_resolved);
+  EXPECT_TRUE(c.zero.load_from_fp32_weights);
+  EXPECT_EQ(c.zero.sub_group_size, 1000000000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 100000);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 1000000000);
+  EXPECT_EQ(c.zero.stage3_max_reuse_distance, 1000000000);
+  EXPECT_FALSE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(c.zero.offload_param.buffer_size, 100000000);
+  EXPECT_EQ(c.zero.offload_param.max_in_cpu, 1000000000);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.buffer_count, 4);
+  EXPECT_EQ(c.zero.offload_optimizer.ratio, 1.0);
+  // aio (swap_tensor/constants.py).
+  EXPECT_EQ(c.aio.block_size, 1048576);
+  EXPECT_EQ(c.aio.queue_depth, 8);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 1);
+  EXPECT_FALSE(c.aio.single_submit);
+  EXPECT_TRUE(c.aio.overlap_events);
+  EXPECT_FALSE(c.aio.use_gds);
+  // checkpoint, activation checkpointing, monitors, comms logger.
+  EXPECT_EQ(c.checkpoint.tag_validation, "Warn");
+  EXPECT_FALSE(c.checkpoint.load_universal);
+  EXPECT_FALSE(c.activation_checkpointing.partition_activations);
+  EXPECT_FALSE(c.activation_checkpointing.number_checkpoints.has_value());
+  EXPECT_FALSE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_EQ(c.tensorboard.output_path, "");
+  EXPECT_FALSE(c.comms_logger.enabled);
+  EXPECT_TRUE(c.comms_logger.prof_all);
+  // zerod sections.
+  EXPECT_EQ(c.model.type, "gpt2");
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.model.padded_vocab_size, 50304);  // 393 x 128
+  EXPECT_FALSE(c.model.init_from.has_value());
+  EXPECT_TRUE(c.data.train.empty());
+  EXPECT_EQ(c.train.steps, 10);
+  EXPECT_EQ(c.train.eval_batches, 20);
+}
+
+TEST(ConfigSections, CommentsAreAllowed) {
+  const std::string text = R"(// a job file
+{
+  /* batch */ "train_micro_batch_size_per_gpu": 4,  // per rank
+  "train": {"steps": 3 /* three */}
+})";
+  const ParsedJob job = parse(text);
+  EXPECT_EQ(job.config.micro_batch(), 4);
+  EXPECT_EQ(job.config.train.steps, 3);
+}
+
+TEST(ConfigSections, OptimizerTypesAndAdamWMode) {
+  struct Case {
+    json optimizer;
+    std::string type;
+    bool adam_w_mode;
+    double weight_decay;
+  };
+  const Case cases[] = {
+      {{{"type", "adam"}}, "Adam", true, 0.0},  // "Adam" is decoupled by default
+      {{{"type", "ADAMW"}}, "AdamW", true, 0.0},
+      {{{"type", "Adam"}, {"params", {{"adam_w_mode", false}}}}, "Adam", false, 0.0},
+      // torch.optim.AdamW's default decay applies only with torch_adam in decoupled mode.
+      {{{"type", "AdamW"}, {"params", {{"torch_adam", true}}}}, "AdamW", true, 0.01},
+      {{{"type", "Adam"}, {"params", {{"torch_adam", true}, {"adam_w_mode", false}}}},
+       "Adam",
+       false,
+       0.0},
+      {{{"type", "Adam"}, {"params", {{"torch_adam", true}, {"weight_decay", 0.2}}}},
+       "Adam",
+       true,
+       0.2},
+  };
+  for (const Case& c : cases) {
+    const ParsedJob job = parse(job_with({{"optimizer", c.optimizer}}));
+    EXPECT_EQ(job.config.optimizer.type, c.type) << c.optimizer;
+    EXPECT_EQ(job.config.optimizer.adam_w_mode, c.adam_w_mode) << c.optimizer;
+    EXPECT_EQ(job.config.optimizer.weight_decay, c.weight_decay) << c.optimizer;
+  }
+  // AdamW ignores adam_w_mode: false, as in DeepSpeed, with a warning.
+  const ParsedJob w =
+      parse(job_with({{"optimizer", {{"type", "AdamW"}, {"params", {{"adam_w_mode", false}}}}}}));
+  EXPECT_TRUE(w.config.optimizer.adam_w_mode);
+  EXPECT_TRUE(contains(w.warnings, "optimizer.params.adam_w_mode")) << joined(w.warnings);
+}
+
+TEST(ConfigSections, OptimizerParams) {
+  const ParsedJob job = parse(job_with({{"optimizer",
+                                         {{"type", "AdamW"},
+                                          {"params",
+                                           {{"lr", 6e-4},
+                                            {"betas", {0.9, 0.95}},
+                                            {"eps", 1e-6},
+                                            {"weight_decay", 0.1},
+                                            {"bias_correction", false}}}}}}));
+  const OptimizerConfig& o = job.config.optimizer;
+  EXPECT_EQ(o.lr, 6e-4);
+  EXPECT_EQ(o.beta1, 0.9);
+  EXPECT_EQ(o.beta2, 0.95);
+  EXPECT_EQ(o.eps, 1e-6);
+  EXPECT_EQ(o.weight_decay, 0.1);
+  EXPECT_FALSE(o.bias_correction);
+}
+
+TEST(ConfigSections, OptimizerErrors) {
+  const auto lamb = problems_of(job_with({{"optimizer", {{"type", "Lamb"}}}}));
+  ASSERT_EQ(lamb.size(), 1u) << joined(lamb);
+  EXPECT_EQ(lamb[0], "optimizer.type: \"Lamb\" is not supported by zerod (supported: Adam, AdamW)");
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "OneBitAdam"}}}})),
+                       "not supported by zerod"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "SGD"}}}})),
+                       "not supported by zerod (supported: Adam, AdamW)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "Adamm"}}}})),
+                       "did you mean 'Adam'?"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"params", {{"lr", 1}}}}}})),
+                       "optimizer.type: required"));
+
+  const auto mgn = problems_of(
+      job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"max_grad_norm", 1.0}}}}}}));
+  ASSERT_EQ(mgn.size(), 1u) << joined(mgn);
+  EXPECT_NE(mgn[0].find("optimizer.params.max_grad_norm:"), std::string::npos);
+  EXPECT_NE(mgn[0].find("gradient_clipping"), std::string::npos);
+
+  EXPECT_EQ(
+      problems_of(job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"betas", {0.9}}}}}}})),
+      std::vector<std::string>{
+          "optimizer.params.betas: expected an array of 2 numbers in [0, 1), got [0.9]"});
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"betas", {0.9, 1.0}}}}}}})),
+      "optimizer.params.betas: expected an array of 2 numbers in [0, 1), got [0.9,1.0]"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"amsgrad", true}}}}}})),
+      "optimizer.params.amsgrad: true is not supported by zerod (only false)"));
+}
+
+TEST(ConfigSections, Schedulers) {
+  const ParsedJob wl = parse(job_with({{"scheduler",
+                                        {{"type", "WarmupLR"},
+                                         {"params",
+                                          {{"warmup_min_lr", 1e-5},
+                                           {"warmup_max_lr", 1e-3},
+                                           {"warmup_num_steps", 50},
+                                           {"warmup_type", "linear"}}}}}}));
+  EXPECT_EQ(wl.config.scheduler.type, SchedulerType::kWarmupLR);
+  EXPECT_EQ(wl.config.scheduler.warmup_min_lr, 1e-5);
+  EXPECT_EQ(wl.config.scheduler.warmup_num_steps, 50);
+  EXPECT_EQ(wl.config.scheduler.warmup_type, WarmupType::kLinear);
+
+  const ParsedJob oc = parse(job_with({{"scheduler",
+                                        {{"type", "OneCycle"},
+                                         {"params",
+                                          {{"cycle_min_lr", 1e-4},
+                                           {"cycle_max_lr", 1e-3},
+                                           {"cycle_first_stair_count", 3},
+                                           {"cycle_momentum", false}}}}}}));
+  EXPECT_EQ(oc.config.scheduler.type, SchedulerType::kOneCycle);
+  EXPECT_EQ(oc.config.scheduler.cycle_first_step_size, 2000);  // DeepSpeed default
+  EXPECT_FALSE(oc.config.scheduler.cycle_second_step_size.has_value());
+  EXPECT_EQ(oc.config.scheduler.cycle_second_stair_count, 3);  // defaults to the first's
+  EXPECT_FALSE(oc.config.scheduler.cycle_momentum);
+
+  const ParsedJob cos = parse(job_with(
+      {{"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 100}}}}}}));
+  EXPECT_EQ(cos.config.scheduler.total_num_steps, 100);
+  EXPECT_EQ(cos.config.scheduler.cos_min_ratio, 0.0001);
+  EXPECT_EQ(cos.config.scheduler.warmup_num_steps, 1000);
+  EXPECT_TRUE(contains(cos.warnings, "is less than warmup_num_steps 1000"));
+}
+
+TEST(ConfigSections, SchedulerErrors) {
+  EXPECT_TRUE(contains(problems_of(job_with({{"scheduler", {{"type", "LRRangeTest"}}}})),
+                       "\"LRRangeTest\" is recognised but not supported by zerod"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"scheduler", {{"type", "warmuplr"}}}})),
+                       "did you mean 'WarmupLR'?"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"scheduler", {{"type", "WarmupDecayLR"}}}})),
+                       "scheduler.params.total_num_steps: required for WarmupDecayLR"));
+  const auto oc = problems_of(job_with({{"scheduler", {{"type", "OneCycle"}}}}));
+  EXPECT_TRUE(contains(oc, "scheduler.params.cycle_min_lr: required for OneCycle")) << joined(oc);
+  EXPECT_TRUE(contains(oc, "scheduler.params.cycle_max_lr: required for OneCycle")) << joined(oc);
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_type", "exp"}}}}}})),
+      "scheduler.params.warmup_type: \"exp\" is not allowed (allowed: log, linear)"));
+  // Keys of another schedule are unknown for this one.
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"scheduler", {{"type", "WarmupLR"}, {"params", {{"cycle_min_lr", 0}}}}}})),
+      "scheduler.params.cycle_min_lr: unknown key"));
+  // WarmupCosineLR divides by total - max(2, warmup).
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"scheduler",
+                             {{"type", "WarmupCosineLR"},
+                              {"params", {{"total_num_steps", 2}, {"warmup_num_steps", 0}}}}}})),
+      "scheduler.params.total_num_steps: 2 must differ from the warmup length 2"));
+}
+
+TEST(ConfigSections, Precision) {
+  const ParsedJob f = parse(job_with({{"fp16",
+                                       {{"enabled", true},
+                                        {"loss_scale", 0},
+                                        {"initial_scale_power", 12},
+                                        {"loss_scale_window", 500},
+                                        {"hysteresis", 3},
+                                        {"consecutive_hysteresis", true},
+                                        {"min_loss_scale", 2}}}}));
+  EXPECT_TRUE(f.config.fp16.enabled);
+  EXPECT_EQ(f.config.fp16.initial_scale_power, 12);
+  EXPECT_EQ(f.config.fp16.loss_scale_window, 500);
+  EXPECT_EQ(f.config.fp16.hysteresis, 3);
+  EXPECT_TRUE(f.config.fp16.consecutive_hysteresis);
+  EXPECT_EQ(f.config.fp16.min_loss_scale, 2.0);
+  EXPECT_EQ(f.config.compute_dtype(), DType::kF16);
+
+  EXPECT_EQ(parse(job_with({{"bf16", {{"enabled", true}}}})).config.compute_dtype(), DType::kBF16);
+
+  const auto both =
+      problems_of(job_with({{"fp16", {{"enabled", true}}}, {"bf16", {{"enabled", true}}}}));
+  ASSERT_EQ(both.size(), 1u) << joined(both);
+  EXPECT_NE(both[0].find("bf16.enabled"), std::string::npos);
+  EXPECT_NE(both[0].find("fp16.enabled"), std::string::npos);
+
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"fp16", {{"enabled", true}, {"initial_scale_power", 2}, {"min_loss_scale", 8}}}})),
+      "fp16.min_loss_scale: 8 is above the initial dynamic loss scale 2^2 = 4"));
+}
+
+TEST(ConfigSections, ZeroAndOverlapComm) {
+  const ParsedJob z = parse(job_with({{"zero_optimization",
+                                       {{"stage", 2},
+                                        {"reduce_bucket_size", 2e8},
+                                        {"contiguous_gradients", false},
+                                        {"round_robin_gradients", true}}}}));
+  EXPECT_EQ(z.config.zero.stage, 2);
+  EXPECT_EQ(z.config.zero.reduce_bucket_size, 200000000);
+  EXPECT_FALSE(z.config.zero.contiguous_gradients);
+  EXPECT_TRUE(z.config.zero.round_robin_gradients);
+  EXPECT_FALSE(z.config.zero.overlap_comm_resolved);  // unset below stage 3: false
+
+  EXPECT_TRUE(
+      parse(job_with({{"zero_optimization", {{"stage", 3}}}})).config.zero.overlap_comm_resolved);
+  const ParsedJob off =
+      parse(job_with({{"zero_optimization", {{"stage", 3}, {"overlap_comm", false}}}}));
+  EXPECT_FALSE(off.config.zero.overlap_comm_resolved);
+  EXPECT_TRUE(parse(job_with({{"zero_optimization", {{"stage", 1}, {"overlap_comm", true}}}}))
+                  .config.zero.overlap_comm_resolved);
+
+  // The pydantic field names and their stage3_ aliases are both accepted.
+  const ParsedJob alias = parse(job_with({{"zero_optimization",
+                                           {{"stage", 3},
+                                            {"prefetch_bucket_size", 1234},
+                                            {"stage3_max_live_parameters", 99},
+                                            {"gather_16bit_weights_on_model_save", true}}}}));
+  EXPECT_EQ(alias.config.zero.stage3_prefetch_bucket_size, 1234);
+  EXPECT_EQ(alias.config.zero.stage3_max_live_parameters, 99);
+  EXPECT_TRUE(alias.config.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"zero_optimization",
+                             {{"prefetch_bucket_size", 1}, {"stage3_prefetch_bucket_size", 2}}}})),
+      "zero_optimization.stage3_prefetch_bucket_size: 2 conflicts with prefetch_bucket_size 1"));
+}
+
+TEST(ConfigSections, OffloadRules) {
+  const ParsedJob nvme = parse(job_with(
+      {{"zero_optimization",
+        {{"stage", 3},
+         {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/nvme"}, {"ratio", 0.5}}},
+         {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}}}}}));
+  EXPECT_EQ(nvme.config.zero.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme.config.zero.offload_optimizer.nvme_path, "/nvme");
+  EXPECT_EQ(nvme.config.zero.offload_optimizer.ratio, 0.5);
+  EXPECT_EQ(nvme.config.zero.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(nvme.config.zero.offload_param.pin_memory);
+
+  const auto p =
+      problems_of(job_with({{"zero_optimization",
+                             {{"stage", 2},
+                              {"offload_param", {{"device", "cpu"}}},
+                              {"offload_optimizer", {{"device", "nvme"}, {"ratio", 0.5}}}}}}));
+  EXPECT_TRUE(contains(
+      p, "zero_optimization.offload_param.device: \"cpu\" needs zero_optimization.stage 3"))
+      << joined(p);
+  EXPECT_TRUE(contains(
+      p, "zero_optimization.offload_optimizer.nvme_path: required when device is \"nvme\""))
+      << joined(p);
+  EXPECT_TRUE(contains(p,
+                       "zero_optimization.offload_optimizer.ratio: 0.5 (partial offload) needs "
+                       "zero_optimization.stage 3"))
+      << joined(p);
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}}}})),
+      "needs zero_optimization.stage 1, 2 or 3, got stage 0"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"zero_optimization", {{"offload_param", {{"device", "gpu"}}}}}})),
+      "zero_optimization.offload_param.device: \"gpu\" is not allowed (allowed: none, cpu, nvme)"));
+}
+
+TEST(ConfigSections, AioCheckpointActivationMonitors) {
+  const ParsedJob j = parse(job_with(
+      {{"aio",
+        {{"block_size", 262144},
+         {"queue_depth", 32},
+         {"intra_op_parallelism", 4},
+         {"single_submit", true},
+         {"overlap_events", false}}},
+       {"checkpoint", {{"tag_validation", "FAIL"}, {"load_universal", true}}},
+       {"activation_checkpointing",
+        {{"partition_activations", true},
+         {"contiguous_memory_optimization", true},
+         {"number_checkpoints", 4}}},
+       {"csv_monitor", {{"enabled", true}, {"output_path", "runs/"}, {"job_name", "gpt2"}}},
+       {"comms_logger", {{"enabled", true}, {"prof_ops", {"all_reduce"}}, {"prof_all", false}}}}));
+  const JobConfig& c = j.config;
+  EXPECT_EQ(c.aio.block_size, 262144);
+  EXPECT_EQ(c.aio.queue_depth, 32);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 4);
+  EXPECT_TRUE(c.aio.single_submit);
+  EXPECT_FALSE(c.aio.overlap_events);
+  EXPECT_EQ(c.checkpoint.tag_validation, "Fail");  // case-insensitive, canonical spelling kept
+  EXPECT_TRUE(c.checkpoint.load_universal);
+  EXPECT_EQ(c.activation_checkpointing.number_checkpoints, 4);
+  EXPECT_TRUE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "runs/");
+  EXPECT_EQ(c.csv_monitor.job_name, "gpt2");
+  EXPECT_EQ(c.comms_logger.prof_ops, std::vector<std::string>{"all_reduce"});
+  EXPECT_FALSE(c.comms_logger.prof_all);
+
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"checkpoint", {{"tag_validation", "Loud"}}}})),
+               "checkpoint.tag_validation: \"Loud\" is not allowed (allowed: Ignore, Warn, Fail)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"activation_checkpointing",
+                                              {{"contiguous_memory_optimization", true}}}})),
+                       "needs activation_checkpointing.partition_activations: true"));
+}
+
+TEST(ConfigSections, ModelDataTrain) {
+  const ParsedJob j = parse(job_with(
+      {{"model",
+        {{"n_layer", 2},
+         {"n_head", 4},
+         {"n_embd", 64},
+         {"vocab_size", 256},
+         {"seq_len", 128},
+         {"init_std", 0.01},
+         {"activation_checkpointing", true}}},
+       {"data", {{"train", "data/train_*.bin"}, {"val", {"a/*.bin", "b/*.bin"}}, {"seed", 7}}},
+       {"train",
+        {{"steps", 100},
+         {"eval_interval", 10},
+         {"eval_batches", 5},
+         {"keep_last", 2},
+         {"checkpoint_dir", "ckpt"},
+         {"peak_flops", 1e12},
+         {"seed", 42}}}}));
+  const JobConfig& c = j.config;
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_embd, 64);
+  EXPECT_EQ(c.model.vocab_size, 256);
+  EXPECT_EQ(c.model.padded_vocab_size, 256);
+  EXPECT_TRUE(c.model.activation_checkpointing);
+  EXPECT_EQ(c.data.train, std::vector<std::string>{"data/train_*.bin"});
+  EXPECT_EQ(c.data.val, (std::vector<std::string>{"a/*.bin", "b/*.bin"}));
+  EXPECT_EQ(c.data.seed, 7u);
+  EXPECT_EQ(c.train.steps, 100);
+  EXPECT_EQ(c.train.eval_interval, 10);
+  EXPECT_EQ(c.train.keep_last, 2);
+  EXPECT_EQ(c.train.peak_flops, 1e12);
+  EXPECT_EQ(c.train.seed, 42u);
+
+  // padded_vocab_size: up to a multiple of 128.
+  for (auto [vocab, padded] :
+       {std::pair{1, 128}, {128, 128}, {129, 256}, {50257, 50304}, {65536, 65536}}) {
+    EXPECT_EQ(parse(job_with({{"model", {{"vocab_size", vocab}}}})).config.model.padded_vocab_size,
+              padded)
+        << vocab;
+  }
+
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"n_embd", 770}, {"n_head", 12}}}})),
+                       "model.n_embd: 770 is not divisible by model.n_head 12"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"vocab_size", 70000}}}})),
+                       "model.vocab_size: 70000 is out of range (allowed: 1 to 65536)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"type", "llama"}}}})),
+                       "model.type: \"llama\" is not allowed (allowed: gpt2)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"val_fraction", 1.0}}}})),
+                       "data.val_fraction: 1.0 is out of range (allowed: [0, 1))"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"val", "v.bin"}, {"val_fraction", 0.1}}}})),
+                       "data.val_fraction: 0.1 cannot be combined with data.val"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"train", {{"eval_interval", 5}}}})),
+                       "train.eval_interval: 5 needs validation data"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"train", {{"save_interval", 5}}}})),
+                       "train.save_interval: 5 needs train.checkpoint_dir"));
+  EXPECT_EQ(problems_of(R"({"train_micro_batch_size_per_gpu": 1, "train": {}})"),
+            std::vector<std::string>{"train.steps: required (optimizer steps to run)"});
+  EXPECT_TRUE(contains(problems_of(R"({"train_micro_batch_size_per_gpu": 1})"), "train: required"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"train", {{"steps", 0}}}})),
+                       "train.steps: 0 is out of range (allowed: >= 1)"));
+}
+
+TEST(ConfigSections, UnsupportedDeepSpeedFeatures) {
+  const auto amp = problems_of(job_with({{"amp", {{"enabled", true}, {"opt_level", "O1"}}}}));
+  ASSERT_EQ(amp.size(), 1u) << joined(amp);
+  EXPECT_NE(amp[0].find("amp: zerod does not support"), std::string::npos) << amp[0];
+  for (const char* key :
+       {"pipeline", "elasticity", "compression_training", "data_efficiency", "flops_profiler",
+        "wandb", "autotuning", "sparse_attention", "curriculum_learning"}) {
+    EXPECT_TRUE(contains(problems_of(job_with({{key, {{"some", 1}}}})),
+                         std::string(key) + ": zerod does not support"))
+        << key;
+  }
+  // Present but switched off: accepted.
+  EXPECT_TRUE(problems_of(job_with({{"amp", {{"enabled", false}}},
+                                    {"flops_profiler", {{"enabled", false}, {"profile_step", 1}}},
+                                    {"wandb", {{"enabled", false}}}}))
+                  .empty());
+  // Keys accepted only at DeepSpeed's default.
+  EXPECT_TRUE(problems_of(job_with({{"sparse_gradients", false}})).empty());
+  EXPECT_TRUE(contains(problems_of(job_with({{"sparse_gradients", true}})),
+                       "sparse_gradients: true is not supported by zerod (only false)"));
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"zero_optimization", {{"zero_quantized_weights", true}}}})),
+               "zero_optimization.zero_quantized_weights: true is not supported by zerod"));
+  // Keys with no effect: a warning, not an error.
+  const ParsedJob no_op =
+      parse(job_with({{"zero_allow_untested_optimizer", true},
+                      {"zero_optimization", {{"ignore_unused_parameters", true}}}}));
+  EXPECT_TRUE(contains(no_op.warnings,
+                       "zero_allow_untested_optimizer: DeepSpeed option that has no effect"));
+  EXPECT_TRUE(contains(no_op.warnings, "zero_optimization.ignore_unused_parameters"));
+}
+
+}  // namespace
+}  // namespace zerod
