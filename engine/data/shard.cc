@@ -1,0 +1,219 @@
+#include "engine/data/shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace zerod {
+
+// Tokens are used in place from the mapping; the format is little-endian.
+static_assert(std::endian::native == std::endian::little, "zerod assumes a little-endian host");
+
+namespace {
+
+constexpr const char* kFormat = "an llm.c .bin token shard (256 int32 header, magic 20240520)";
+// llm.c's uint32-token shards (Llama 3 tokenizations) use this magic.
+constexpr int32_t kLlmcUint32Magic = 20240801;
+
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A hint for a wrong magic: what the file probably is instead.
+std::string magic_hint(const unsigned char* first, int32_t magic) {
+  bool text = true;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned char c = first[i];
+    if (!(std::isprint(c) || c == '\n' || c == '\r' || c == '\t')) text = false;
+  }
+  if (text) {
+    std::string shown;
+    for (int i = 0; i < 4; ++i) shown += std::isprint(first[i]) ? static_cast<char>(first[i]) : ' ';
+    return fmt::format(
+        "; the file starts with text (\"{}\"): turn text files into shards with zerod-shards",
+        shown);
+  }
+  if (static_cast<int32_t>(__builtin_bswap32(static_cast<uint32_t>(magic))) == kShardMagic)
+    return "; that is the magic byte-swapped: the file was written big-endian, expected "
+           "little-endian";
+  if (magic == kLlmcUint32Magic)
+    return "; that is llm.c's uint32-token format (e.g. Llama 3), which zerod does not read: "
+           "tokens must be uint16";
+  return "";
+}
+
+// Reads exactly `n` bytes at `offset` (fewer only at end of file); returns the count read.
+size_t pread_full(int fd, void* buf, size_t n, off_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r =
+        ::pread(fd, static_cast<char*>(buf) + done, n - done, offset + static_cast<off_t>(done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      ZD_THROW_INPUT("shard '{}': cannot read: {}", path, errno_text(errno));
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+void write_full(int fd, const void* buf, size_t n, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(fd, static_cast<const char*>(buf) + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      ZD_THROW_INPUT("cannot write shard '{}': {}", path, errno_text(errno));
+    }
+    done += static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
+  Fd file{::open(path_.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0)
+    ZD_THROW_INPUT("cannot open shard '{}': {}; expected {}", path_, errno_text(errno), kFormat);
+  struct stat st {};
+  if (::fstat(file.fd, &st) != 0)
+    ZD_THROW_INPUT("cannot stat shard '{}': {}", path_, errno_text(errno));
+  if (!S_ISREG(st.st_mode))
+    ZD_THROW_INPUT("shard '{}' is {}, expected a regular file: {}", path_,
+                   S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", kFormat);
+  const int64_t size = static_cast<int64_t>(st.st_size);
+  if (size == 0) ZD_THROW_INPUT("shard '{}' is empty (0 bytes), expected {}", path_, kFormat);
+
+  std::array<int32_t, kShardHeaderInts> header{};
+  const size_t got = pread_full(file.fd, header.data(), kShardHeaderBytes, 0, path_);
+  if (got >= 4 && header[0] != kShardMagic) {
+    ZD_THROW_INPUT("shard '{}' has the wrong magic number: found {} (0x{:08x}), expected {} ({}){}",
+                   path_, header[0], static_cast<uint32_t>(header[0]), kShardMagic, kFormat,
+                   magic_hint(reinterpret_cast<const unsigned char*>(header.data()), header[0]));
+  }
+  if (size < kShardHeaderBytes) {
+    ZD_THROW_INPUT("shard '{}' is truncated: found {} bytes, shorter than the {}-byte header of {}",
+                   path_, size, kShardHeaderBytes, kFormat);
+  }
+  if (header[1] != kShardVersion) {
+    ZD_THROW_INPUT("shard '{}' has an unsupported version: found {}, expected {} (uint16 tokens){}",
+                   path_, header[1], kShardVersion,
+                   header[1] == 2 ? "; version 2 is llm.c's uint32-token format" : "");
+  }
+  const int64_t ntok = header[2];
+  if (ntok == 0) {
+    ZD_THROW_INPUT("shard '{}' holds no tokens (header token count 0), expected at least 1 token",
+                   path_);
+  }
+  if (ntok < 0) {
+    ZD_THROW_INPUT("shard '{}' has a negative token count in its header: found {}, expected >= 1",
+                   path_, ntok);
+  }
+  const int64_t expected = kShardHeaderBytes + 2 * ntok;
+  if (size < expected) {
+    ZD_THROW_INPUT(
+        "shard '{}' is truncated: its header says {} tokens, so expected {} bytes ({} header + 2 "
+        "bytes per token), found {} bytes ({} bytes missing)",
+        path_, ntok, expected, kShardHeaderBytes, size, expected - size);
+  }
+  if (size > expected) {
+    ZD_THROW_INPUT(
+        "shard '{}' has {} trailing bytes: its header says {} tokens, so expected {} bytes ({} "
+        "header + 2 bytes per token), found {} bytes",
+        path_, size - expected, ntok, expected, kShardHeaderBytes, size);
+  }
+
+  void* map = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, file.fd, 0);
+  if (map == MAP_FAILED) ZD_THROW_INPUT("cannot map shard '{}': {}", path_, errno_text(errno));
+  map_ = map;
+  map_bytes_ = static_cast<size_t>(size);
+  num_tokens_ = ntok;
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
+}
+
+TokenShard::~TokenShard() {
+  unmap();
+}
+
+void TokenShard::unmap() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+  num_tokens_ = 0;
+}
+
+TokenShard::TokenShard(TokenShard&& other) noexcept
+    : path_(std::move(other.path_)),
+      num_tokens_(std::exchange(other.num_tokens_, 0)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)) {}
+
+TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    num_tokens_ = std::exchange(other.num_tokens_, 0);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+  }
+  return *this;
+}
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
+  ZD_CHECK(!tokens.empty() && static_cast<int64_t>(tokens.size()) <= kShardMaxTokens,
+           "write_shard('{}'): {} tokens, expected 1..{}", path, tokens.size(), kShardMaxTokens);
+  std::array<int32_t, kShardHeaderInts> header{};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+
+  const std::string tmp = path + ".tmp";
+  {
+    Fd file{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+    if (file.fd < 0) ZD_THROW_INPUT("cannot create shard '{}': {}", tmp, errno_text(errno));
+    try {
+      write_full(file.fd, header.data(), kShardHeaderBytes, tmp);
+      write_full(file.fd, tokens.data(), tokens.size_bytes(), tmp);
+      if (::fsync(file.fd) != 0)
+        ZD_THROW_INPUT("cannot fsync shard '{}': {}", tmp, errno_text(errno));
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    ZD_THROW_INPUT("cannot rename '{}' to '{}': {}", tmp, path, errno_text(err));
+  }
+  // Make the rename itself durable.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0) ::fsync(d.fd);
+}
+
+}  // namespace zerod

@@ -1,0 +1,59 @@
+// One llm.c token shard (.bin): a header of 256 little-endian int32 — [0] magic 20240520,
+// [1] version 1, [2] number of tokens — followed by exactly that many little-endian uint16
+// tokens. This is what llm.c's dev/data/data_common.py writes for GPT-2 tokenizations, so
+// shards people already have load unchanged.
+//
+// A TokenShard validates the file completely when it is opened (size, magic, version, count) and
+// maps it read-only; any problem is an InputError naming the file, what was expected and what
+// was found.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace zerod {
+
+inline constexpr int32_t kShardMagic = 20240520;
+inline constexpr int32_t kShardVersion = 1;
+inline constexpr int64_t kShardHeaderInts = 256;
+inline constexpr int64_t kShardHeaderBytes = kShardHeaderInts * 4;
+// The header stores the token count as an int32.
+inline constexpr int64_t kShardMaxTokens = INT32_MAX;
+
+class TokenShard {
+ public:
+  // Opens, validates and maps `path`. Throws InputError when the file is missing, unreadable,
+  // not a regular file, shorter than the header, has a wrong magic or version, holds 0 tokens,
+  // or its size is not header + 2 * num_tokens bytes.
+  explicit TokenShard(std::string path);
+  ~TokenShard();
+
+  TokenShard(TokenShard&& other) noexcept;
+  TokenShard& operator=(TokenShard&& other) noexcept;
+  TokenShard(const TokenShard&) = delete;
+  TokenShard& operator=(const TokenShard&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  // (num_tokens) little-endian uint16, valid while the shard lives.
+  const uint16_t* tokens() const { return tokens_; }
+
+ private:
+  void unmap();
+
+  std::string path_;
+  int64_t num_tokens_ = 0;
+  void* map_ = nullptr;  // the whole file, PROT_READ
+  size_t map_bytes_ = 0;
+  const uint16_t* tokens_ = nullptr;
+};
+
+// Writes `tokens` as a shard at `path`, atomically: the data goes to `path.tmp`, is fsynced,
+// then renamed over `path` (and the directory is fsynced), so a reader never sees a half-written
+// shard. Requires 1 <= tokens.size() <= kShardMaxTokens. Throws InputError when the file cannot
+// be written (the message names the path and the system error).
+void write_shard(const std::string& path, std::span<const uint16_t> tokens);
+
+}  // namespace zerod

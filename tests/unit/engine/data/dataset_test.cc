@@ -1,0 +1,191 @@
+// TokenDataset windows, shard boundaries, token checks, and the train/validation split.
+#include "engine/data/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "data_test_util.h"
+#include "engine/data/train_val.h"
+
+namespace zerod {
+namespace {
+
+using testing::expect_input_error;
+using testing::TempDir;
+
+// Shard `s` holds tokens s*1000 + i, so a token tells its shard and position.
+std::string make_shard(const TempDir& dir, const std::string& name, int s, int n) {
+  std::vector<uint16_t> tokens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(s * 1000 + i);
+  const std::string path = dir.file(name);
+  write_shard(path, tokens);
+  return path;
+}
+
+constexpr int64_t kVocab = 65536;
+
+TEST(TokenDataset, WindowsStepBySeqLenWithinEachShard) {
+  TempDir dir;
+  const int64_t T = 4;
+  // 13 tokens -> windows at 0,4,8 (the one at 12 would need 17): (13-1)/4 = 3 samples.
+  // 5 tokens = T+1 -> exactly 1 sample. 3 tokens < T+1 -> none. 9 tokens -> 2 samples.
+  // 8 tokens = 2T -> 1 sample (a second window would need token 8).
+  const std::vector<std::string> paths = {
+      make_shard(dir, "a.bin", 1, 13), make_shard(dir, "b.bin", 2, 5),
+      make_shard(dir, "c.bin", 3, 3), make_shard(dir, "d.bin", 4, 9),
+      make_shard(dir, "e.bin", 5, 8)};
+  TokenDataset ds(paths, T, kVocab, "data.train");
+  ASSERT_EQ(ds.num_samples(), 3 + 1 + 0 + 2 + 1);
+  EXPECT_EQ(ds.num_shards(), 5);
+  EXPECT_EQ(ds.num_tokens(), 13 + 5 + 3 + 9 + 8);
+
+  // Expected (shard, start token) of each sample, written out from the rule.
+  const std::vector<std::pair<int, int>> expected = {{1, 0}, {1, 4}, {1, 8}, {2, 0},
+                                                     {4, 0}, {4, 4}, {5, 0}};
+  std::vector<int32_t> in(T), tg(T);
+  for (int64_t k = 0; k < ds.num_samples(); ++k) {
+    ds.read_sample(k, in.data(), tg.data());
+    const auto [s, start] = expected[static_cast<size_t>(k)];
+    for (int64_t t = 0; t < T; ++t) {
+      EXPECT_EQ(in[t], s * 1000 + start + t) << "sample " << k << " t " << t;
+      EXPECT_EQ(tg[t], s * 1000 + start + t + 1) << "sample " << k << " t " << t;
+    }
+  }
+  const auto loc = ds.locate(4);
+  EXPECT_EQ(loc.shard, 3);  // shard c (index 2) has no samples and is skipped
+  EXPECT_EQ(loc.token, 0);
+}
+
+TEST(TokenDataset, TokenAtOrAboveVocabNamesShardAndPosition) {
+  TempDir dir;
+  std::vector<uint16_t> tokens = {1, 2, 3, 4, 5, 6, 7, 300, 9};
+  const std::string path = dir.file("v.bin");
+  write_shard(path, tokens);
+  TokenDataset ds({path}, 4, 256, "data.train");
+  ASSERT_EQ(ds.num_samples(), 2);
+  std::vector<int32_t> in(4), tg(4);
+  ds.read_sample(0, in.data(), tg.data());  // tokens 0..4 are fine
+  EXPECT_EQ(tg[3], 5);
+  expect_input_error([&] { ds.read_sample(1, in.data(), tg.data()); },
+                     {path, "token 300", "position 7", "vocab_size 256"});
+}
+
+TEST(TokenDataset, AllShardsTooShortIsAnInputError) {
+  TempDir dir;
+  const std::vector<std::string> paths = {make_shard(dir, "a.bin", 1, 8),
+                                          make_shard(dir, "b.bin", 2, 16)};
+  expect_input_error([&] { TokenDataset ds(paths, 16, kVocab, "data.train"); },
+                     {"data.train", "shorter than seq_len + 1 = 17 tokens", paths[1], "16 tokens"});
+  // 17 tokens is enough for one sample.
+  EXPECT_EQ(TokenDataset({make_shard(dir, "c.bin", 3, 17)}, 16, kVocab).num_samples(), 1);
+}
+
+TEST(TokenDataset, NoFilesIsAnInputError) {
+  expect_input_error([] { TokenDataset ds({}, 8, kVocab, "data.val"); }, {"data.val", "no shard"});
+}
+
+TEST(TokenDataset, BadShardInListIsReported) {
+  TempDir dir;
+  const std::string good = make_shard(dir, "a.bin", 1, 50);
+  const std::string bad = dir.file("b.bin");
+  testing::write_bytes(bad, testing::shard_bytes(20240520, 1, 50, std::vector<uint16_t>(10, 1)));
+  expect_input_error([&] { TokenDataset ds({good, bad}, 8, kVocab); }, {bad, "truncated"});
+}
+
+TEST(TokenDataset, SubsetRenumbersAndSharesShards) {
+  TempDir dir;
+  TokenDataset ds({make_shard(dir, "a.bin", 1, 41)}, 4, kVocab);  // 10 samples
+  ASSERT_EQ(ds.num_samples(), 10);
+  const TokenDataset sub = ds.subset(3, 7, "part");
+  ASSERT_EQ(sub.num_samples(), 4);
+  EXPECT_EQ(sub.what(), "part");
+  std::vector<int32_t> a(4), b(4), ta(4), tb(4);
+  for (int64_t k = 0; k < 4; ++k) {
+    sub.read_sample(k, a.data(), ta.data());
+    ds.read_sample(3 + k, b.data(), tb.data());
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(ta, tb);
+  }
+  EXPECT_THROW(sub.read_sample(4, a.data(), ta.data()), Error);
+}
+
+// Distinct first input token -> distinct sample; used to compare sample sets by content.
+std::set<int32_t> first_tokens(const TokenDataset& ds) {
+  std::set<int32_t> out;
+  std::vector<int32_t> in(static_cast<size_t>(ds.seq_len())), tg(in.size());
+  for (int64_t k = 0; k < ds.num_samples(); ++k) {
+    ds.read_sample(k, in.data(), tg.data());
+    out.insert(in[0]);
+  }
+  return out;
+}
+
+TEST(TrainVal, FractionHoldsOutTheLastSamplesDisjointFromTrain) {
+  TempDir dir;
+  make_shard(dir, "train_000.bin", 1, 33);  // 8 samples of T=4
+  make_shard(dir, "train_001.bin", 2, 9);   // 2 samples
+  const TrainValData data = open_train_val({dir.file("train_*.bin")}, {}, 0.25, 4, kVocab);
+  ASSERT_TRUE(data.val.has_value());
+  // ceil(0.25 * 10) = 3 held out: the last 3 samples in file order.
+  EXPECT_EQ(data.val->num_samples(), 3);
+  EXPECT_EQ(data.train.num_samples(), 7);
+  const auto train = first_tokens(data.train);
+  const auto val = first_tokens(*data.val);
+  EXPECT_EQ(train.size(), 7u);
+  EXPECT_EQ(val, (std::set<int32_t>{1028, 2000, 2004}));
+  for (int32_t t : val) EXPECT_EQ(train.count(t), 0u) << t;
+}
+
+TEST(TrainVal, HeldOutCountRoundsUpButNotOnFloatNoise) {
+  EXPECT_EQ(held_out_samples(10, 0.7), 7);  // 0.7 * 10 = 7.000000000000001 in doubles
+  EXPECT_EQ(held_out_samples(10, 0.71), 8);
+  EXPECT_EQ(held_out_samples(1000, 0.001), 1);
+  EXPECT_EQ(held_out_samples(1000, 0.0001), 1);  // a positive fraction holds out >= 1
+  EXPECT_EQ(held_out_samples(1000, 0.0), 0);
+}
+
+TEST(TrainVal, NoValidationWithoutValOrFraction) {
+  TempDir dir;
+  make_shard(dir, "t.bin", 1, 33);
+  const TrainValData data = open_train_val({dir.file("t.bin")}, {}, 0.0, 4, kVocab);
+  EXPECT_FALSE(data.val.has_value());
+  EXPECT_EQ(data.train.num_samples(), 8);
+}
+
+TEST(TrainVal, ExplicitValGlobsAreTheirOwnDataset) {
+  TempDir dir;
+  make_shard(dir, "train_0.bin", 1, 33);
+  make_shard(dir, "val_0.bin", 2, 17);
+  const TrainValData data =
+      open_train_val({dir.file("train_*.bin")}, {dir.file("val_*.bin")}, 0.0, 4, kVocab);
+  ASSERT_TRUE(data.val.has_value());
+  EXPECT_EQ(data.train.num_samples(), 8);
+  EXPECT_EQ(data.val->num_samples(), 4);
+  EXPECT_EQ(data.val->what(), "data.val");
+  EXPECT_EQ(*first_tokens(*data.val).begin(), 2000);
+}
+
+TEST(TrainVal, Errors) {
+  TempDir dir;
+  make_shard(dir, "train_0.bin", 1, 33);
+  const std::string train = dir.file("train_*.bin");
+  expect_input_error([&] { open_train_val({}, {}, 0.0, 4, kVocab); }, {"data.train", "no shard"});
+  expect_input_error([&] { open_train_val({dir.file("tr_*.bin")}, {}, 0.0, 4, kVocab); },
+                     {"data.train", "tr_*.bin", "no file matches"});
+  expect_input_error([&] { open_train_val({train}, {dir.file("v_*.bin")}, 0.0, 4, kVocab); },
+                     {"data.val", "v_*.bin"});
+  expect_input_error([&] { open_train_val({train}, {}, 1.0, 4, kVocab); },
+                     {"data.val_fraction", "found 1", "[0, 1)"});
+  expect_input_error([&] { open_train_val({train}, {train}, 0.1, 4, kVocab); },
+                     {"data.val_fraction", "data.val is set"});
+  expect_input_error(
+      [&] { open_train_val({train}, {dir.path().string() + "/./train_0.bin"}, 0.0, 4, kVocab); },
+      {"data.val", "train_0.bin", "also matches data.train"});
+  // 8 samples, 0.99 holds out ceil(7.92) = 8: nothing left to train on.
+  expect_input_error([&] { open_train_val({train}, {}, 0.99, 4, kVocab); },
+                     {"data.val_fraction", "8 samples", "no training sample"});
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,197 @@
+// TokenShard / write_shard / expand_globs: the llm.c format, and clear errors for bad files.
+#include "engine/data/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "data_test_util.h"
+#include "engine/data/glob.h"
+
+namespace zerod {
+namespace {
+
+using testing::expect_input_error;
+using testing::shard_bytes;
+using testing::TempDir;
+using testing::write_bytes;
+
+TEST(TokenShard, ReadsAHandBuiltLlmcFile) {
+  TempDir dir;
+  const std::vector<uint16_t> tokens = {0, 1, 255, 256, 50256, 65535};
+  const std::string path = dir.file("a.bin");
+  write_bytes(path, shard_bytes(20240520, 1, 6, tokens));
+  TokenShard shard(path);
+  EXPECT_EQ(shard.path(), path);
+  ASSERT_EQ(shard.num_tokens(), 6);
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(shard.tokens()[i], tokens[i]) << i;
+}
+
+TEST(TokenShard, WriteThenReadRoundTrips) {
+  TempDir dir;
+  std::vector<uint16_t> tokens(5000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7919) % 65536);
+  const std::string path = dir.file("rt.bin");
+  write_shard(path, tokens);
+  // The bytes are exactly the llm.c layout, built independently.
+  EXPECT_EQ(testing::read_bytes(path),
+            shard_bytes(20240520, 1, static_cast<int32_t>(tokens.size()), tokens));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  TokenShard shard(path);
+  ASSERT_EQ(shard.num_tokens(), static_cast<int64_t>(tokens.size()));
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), shard.tokens()));
+}
+
+TEST(TokenShard, WriteReplacesAnExistingFile) {
+  TempDir dir;
+  const std::string path = dir.file("x.bin");
+  write_shard(path, std::vector<uint16_t>{1, 2, 3});
+  write_shard(path, std::vector<uint16_t>{9, 8});
+  TokenShard shard(path);
+  ASSERT_EQ(shard.num_tokens(), 2);
+  EXPECT_EQ(shard.tokens()[0], 9);
+  EXPECT_EQ(shard.tokens()[1], 8);
+}
+
+TEST(TokenShard, MovedShardKeepsItsMapping) {
+  TempDir dir;
+  const std::string path = dir.file("m.bin");
+  write_shard(path, std::vector<uint16_t>{4, 5, 6});
+  TokenShard a(path);
+  TokenShard b(std::move(a));
+  EXPECT_EQ(b.num_tokens(), 3);
+  EXPECT_EQ(b.tokens()[2], 6);
+  std::vector<TokenShard> many;
+  for (int i = 0; i < 20; ++i) many.emplace_back(path);  // reallocation moves them
+  for (const TokenShard& s : many) EXPECT_EQ(s.tokens()[0], 4);
+}
+
+TEST(TokenShardErrors, MissingFile) {
+  TempDir dir;
+  const std::string path = dir.file("nope.bin");
+  expect_input_error([&] { TokenShard s(path); }, {path, "No such file"});
+}
+
+TEST(TokenShardErrors, Directory) {
+  TempDir dir;
+  expect_input_error([&] { TokenShard s(dir.path().string()); },
+                     {dir.path().string(), "directory", "expected a regular file"});
+}
+
+TEST(TokenShardErrors, EmptyFile) {
+  TempDir dir;
+  const std::string path = dir.file("empty.bin");
+  write_bytes(path, {});
+  expect_input_error([&] { TokenShard s(path); }, {path, "empty (0 bytes)", "20240520"});
+}
+
+TEST(TokenShardErrors, ShorterThanHeader) {
+  TempDir dir;
+  const std::string path = dir.file("short.bin");
+  auto bytes = shard_bytes(20240520, 1, 10, {});
+  bytes.resize(100);
+  write_bytes(path, bytes);
+  expect_input_error([&] { TokenShard s(path); }, {path, "truncated", "100 bytes", "1024-byte"});
+}
+
+TEST(TokenShardErrors, WrongMagicSaysFoundAndExpected) {
+  TempDir dir;
+  const std::string path = dir.file("magic.bin");
+  write_bytes(path, shard_bytes(12345, 1, 2, {1, 2}));
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "wrong magic", "found 12345", "expected 20240520"});
+}
+
+TEST(TokenShardErrors, TextFileGetsAHint) {
+  TempDir dir;
+  const std::string path = dir.file("text.bin");
+  const std::string text = "First Citizen:\nBefore we proceed any further, hear me speak.\n";
+  write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "wrong magic", "expected 20240520", "text (\"Firs\")", "zerod-shards"});
+}
+
+TEST(TokenShardErrors, BigEndianFileGetsAHint) {
+  TempDir dir;
+  const std::string path = dir.file("be.bin");
+  const int32_t swapped = static_cast<int32_t>(__builtin_bswap32(20240520u));
+  write_bytes(path, shard_bytes(swapped, 1, 2, {1, 2}));
+  expect_input_error([&] { TokenShard s(path); }, {path, "wrong magic", "big-endian"});
+}
+
+TEST(TokenShardErrors, WrongVersion) {
+  TempDir dir;
+  const std::string path = dir.file("v.bin");
+  write_bytes(path, shard_bytes(20240520, 7, 2, {1, 2}));
+  expect_input_error([&] { TokenShard s(path); }, {path, "version", "found 7", "expected 1"});
+}
+
+TEST(TokenShardErrors, ZeroTokens) {
+  TempDir dir;
+  const std::string path = dir.file("zero.bin");
+  write_bytes(path, shard_bytes(20240520, 1, 0, {}));
+  expect_input_error([&] { TokenShard s(path); }, {path, "no tokens", "at least 1"});
+}
+
+TEST(TokenShardErrors, NegativeCount) {
+  TempDir dir;
+  const std::string path = dir.file("neg.bin");
+  write_bytes(path, shard_bytes(20240520, 1, -4, {}));
+  expect_input_error([&] { TokenShard s(path); }, {path, "negative", "-4"});
+}
+
+TEST(TokenShardErrors, TruncatedPayloadSaysExpectedAndFoundBytes) {
+  TempDir dir;
+  const std::string path = dir.file("trunc.bin");
+  // Header claims 100 tokens (1224 bytes), file holds 60 (1144 bytes).
+  write_bytes(path, shard_bytes(20240520, 1, 100, std::vector<uint16_t>(60, 3)));
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "truncated", "100 tokens", "expected 1224 bytes", "found 1144 bytes"});
+}
+
+TEST(TokenShardErrors, TrailingBytes) {
+  TempDir dir;
+  const std::string path = dir.file("long.bin");
+  auto bytes = shard_bytes(20240520, 1, 4, {1, 2, 3, 4});
+  bytes.push_back(0);
+  bytes.push_back(0);
+  bytes.push_back(0);
+  write_bytes(path, bytes);
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "3 trailing bytes", "expected 1032 bytes", "found 1035 bytes"});
+}
+
+TEST(ExpandGlobs, SortedAndDeduplicated) {
+  TempDir dir;
+  for (const char* name : {"b_001.bin", "a_002.bin", "a_001.bin", "other.txt"})
+    write_bytes(dir.file(name), {1});
+  const std::string d = dir.path().string();
+  const auto files = expand_globs({d + "/b_*.bin", d + "/a_*.bin", d + "/a_001.bin"}, "data.train");
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files[0], d + "/a_001.bin");
+  EXPECT_EQ(files[1], d + "/a_002.bin");
+  EXPECT_EQ(files[2], d + "/b_001.bin");
+  EXPECT_TRUE(expand_globs({}, "data.val").empty());
+}
+
+TEST(ExpandGlobs, PatternWithoutMatchNamesPatternAndKey) {
+  TempDir dir;
+  write_bytes(dir.file("train_000.bin"), {1});
+  const std::string pattern = dir.file("val_*.bin");
+  expect_input_error(
+      [&] {
+        expand_globs({dir.file("train_*.bin"), pattern}, "data.val");
+      },
+      {"data.val", pattern, "no file matches"});
+}
+
+TEST(ExpandGlobs, MissingDirectoryIsNamed) {
+  TempDir dir;
+  const std::string pattern = dir.file("missing_dir") + "/train_*.bin";
+  expect_input_error([&] { expand_globs({pattern}, "data.train"); },
+                     {"data.train", pattern, "missing_dir' does not exist"});
+}
+
+}  // namespace
+}  // namespace zerod
