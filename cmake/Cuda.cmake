@@ -12,7 +12,7 @@ if(ZEROD_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 for nvcc
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     # Static cudart loads the driver at run time: binaries start on machines without one.
     set(CMAKE_CUDA_RUNTIME_LIBRARY Static)

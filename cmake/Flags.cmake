@@ -1,7 +1,7 @@
 # Compiler flags shared by every target of the project.
 add_library(zerod_flags INTERFACE)
 target_compile_options(zerod_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -fno-math-errno>)
 if(ZEROD_NATIVE)
   include(CheckCXXCompilerFlag)
   check_cxx_compiler_flag(-march=native ZEROD_HAS_MARCH_NATIVE)

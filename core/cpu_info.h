@@ -13,8 +13,8 @@ struct CpuInfo {
   bool avx512vl = false;
   bool avx512bf16 = false;
   bool f16c = false;
-  int cores = 1;       // CPUs in this process's affinity mask
-  std::string model;   // "model name" from /proc/cpuinfo, or empty
+  int cores = 1;      // CPUs in this process's affinity mask
+  std::string model;  // "model name" from /proc/cpuinfo, or empty
 };
 
 const CpuInfo& cpu_info();

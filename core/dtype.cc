@@ -6,9 +6,12 @@ namespace zerod {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
   }
   return "?";
 }
@@ -24,13 +27,13 @@ uint16_t f32_to_f16_bits(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
   if (abs < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to zero
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const int exp = static_cast<int>(abs >> 23);      // 102..112
-    const int shift = 126 - exp;                      // 14..24
+    const int exp = static_cast<int>(abs >> 23);  // 102..112
+    const int shift = 126 - exp;                  // 14..24
     uint32_t half = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1u);
     const uint32_t halfway = 1u << (shift - 1);

@@ -44,12 +44,13 @@ class InputError : public Error {
 // Internal invariant failure (exit 1).
 #define ZD_THROW(...) ZD_THROW_KIND(::zerod::ErrorKind::kInternal, __VA_ARGS__)
 // Bad user input (exit 2).
-#define ZD_THROW_INPUT(...) throw ::zerod::InputError(::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
-#define ZD_CHECK(cond, ...)                                                              \
-  do {                                                                                   \
+#define ZD_THROW_INPUT(...) \
+  throw ::zerod::InputError(::fmt::format(__VA_ARGS__), __FILE__, __LINE__)
+#define ZD_CHECK(cond, ...)                                                           \
+  do {                                                                                \
     if (!(cond)) ZD_THROW("check failed: " #cond ": {}", ::fmt::format(__VA_ARGS__)); \
   } while (0)
-#define ZD_CHECK_INPUT(cond, ...)                  \
-  do {                                             \
-    if (!(cond)) ZD_THROW_INPUT(__VA_ARGS__);      \
+#define ZD_CHECK_INPUT(cond, ...)             \
+  do {                                        \
+    if (!(cond)) ZD_THROW_INPUT(__VA_ARGS__); \
   } while (0)

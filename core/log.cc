@@ -15,7 +15,8 @@ thread_local int t_rank = -1;
 // %R: "[rank N] " for threads with a rank, nothing otherwise.
 class RankFlag : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
     if (t_rank < 0) return;
     fmt::format_to(std::back_inserter(dest), "[rank {}] ", t_rank);
   }
@@ -36,14 +37,18 @@ void init() {
   });
 }
 
-void set_thread_rank(int rank) { t_rank = rank; }
-int thread_rank() { return t_rank; }
+void set_thread_rank(int rank) {
+  t_rank = rank;
+}
+int thread_rank() {
+  return t_rank;
+}
 
 void set_level(const std::string& name) {
   auto level = spdlog::level::from_str(name);
   if (level == spdlog::level::off && name != "off") {
-    ZD_THROW_INPUT("--log-level: unknown level '{}' (allowed: trace, debug, info, warn, error, off)",
-                   name);
+    ZD_THROW_INPUT(
+        "--log-level: unknown level '{}' (allowed: trace, debug, info, warn, error, off)", name);
   }
   spdlog::set_level(level);
 }

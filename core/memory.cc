@@ -11,17 +11,28 @@ namespace zerod {
 
 std::string_view mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::kWeights: return "weights";
-    case MemCategory::kGradients: return "gradients";
-    case MemCategory::kMaster: return "master";
-    case MemCategory::kMoments: return "moments";
-    case MemCategory::kGathered: return "gathered";
-    case MemCategory::kBuckets: return "buckets";
-    case MemCategory::kActivations: return "activations";
-    case MemCategory::kPinned: return "pinned";
-    case MemCategory::kWorkspace: return "workspace";
-    case MemCategory::kOther: return "other";
-    case MemCategory::kCount: break;
+    case MemCategory::kWeights:
+      return "weights";
+    case MemCategory::kGradients:
+      return "gradients";
+    case MemCategory::kMaster:
+      return "master";
+    case MemCategory::kMoments:
+      return "moments";
+    case MemCategory::kGathered:
+      return "gathered";
+    case MemCategory::kBuckets:
+      return "buckets";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kPinned:
+      return "pinned";
+    case MemCategory::kWorkspace:
+      return "workspace";
+    case MemCategory::kOther:
+      return "other";
+    case MemCategory::kCount:
+      break;
   }
   return "?";
 }
@@ -71,7 +82,9 @@ void MemoryTracker::reset_peaks() {
 namespace {
 constexpr size_t kHugeThreshold = size_t{4} << 20;
 constexpr size_t kHugePage = size_t{2} << 20;
-void host_release(void* data, size_t) { std::free(data); }
+void host_release(void* data, size_t) {
+  std::free(data);
+}
 }  // namespace
 
 Buffer::Buffer(void* data, size_t bytes, Release release, MemCategory category,
@@ -80,7 +93,9 @@ Buffer::Buffer(void* data, size_t bytes, Release release, MemCategory category,
   if (tracker_ && bytes_ > 0) tracker_->add(category_, static_cast<int64_t>(bytes_));
 }
 
-Buffer::~Buffer() { reset(); }
+Buffer::~Buffer() {
+  reset();
+}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {

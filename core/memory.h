@@ -12,15 +12,15 @@
 namespace zerod {
 
 enum class MemCategory : uint8_t {
-  kWeights = 0,   // compute-dtype parameters (full, or a stage-3 shard)
-  kGradients,     // parameter gradients (full or shard)
-  kMaster,        // fp32 master weights
-  kMoments,       // Adam m and v
-  kGathered,      // stage-3 gathered unit buffers
-  kBuckets,       // gradient reduction buckets
-  kActivations,   // forward activations and backward scratch
-  kPinned,        // pinned host staging buffers
-  kWorkspace,     // kernel scratch
+  kWeights = 0,  // compute-dtype parameters (full, or a stage-3 shard)
+  kGradients,    // parameter gradients (full or shard)
+  kMaster,       // fp32 master weights
+  kMoments,      // Adam m and v
+  kGathered,     // stage-3 gathered unit buffers
+  kBuckets,      // gradient reduction buckets
+  kActivations,  // forward activations and backward scratch
+  kPinned,       // pinned host staging buffers
+  kWorkspace,    // kernel scratch
   kOther,
   kCount
 };
@@ -68,8 +68,14 @@ class Buffer {
 
   void* data() { return data_; }
   const void* data() const { return data_; }
-  template <class T> T* as() { return static_cast<T*>(data_); }
-  template <class T> const T* as() const { return static_cast<const T*>(data_); }
+  template <class T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
   MemCategory category() const { return category_; }

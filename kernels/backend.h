@@ -30,8 +30,8 @@ struct AdamWParams {
   float weight_decay = 0.0f;  // applied only where the caller says (2-D weights)
   bool adam_w_mode = true;    // true: decoupled decay (AdamW); false: L2 added to the gradient
   bool bias_correction = true;
-  int64_t step = 1;           // 1-based step count for bias correction
-  float grad_scale = 1.0f;    // gradients are multiplied by this first (1/loss_scale * clip)
+  int64_t step = 1;         // 1-based step count for bias correction
+  float grad_scale = 1.0f;  // gradients are multiplied by this first (1/loss_scale * clip)
 };
 
 class Backend {

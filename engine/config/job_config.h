@@ -28,7 +28,7 @@ struct OptimizerConfig {
   // adam_w_mode: false (DeepSpeed's rule).
   bool adam_w_mode = true;
   bool bias_correction = true;
-  bool torch_adam = false;     // accepted for compatibility; no effect on CPU
+  bool torch_adam = false;  // accepted for compatibility; no effect on CPU
 
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -55,7 +55,7 @@ struct SchedulerConfig {
   int64_t cycle_first_step_size = 2000;
   std::optional<int64_t> cycle_second_step_size;  // defaults to cycle_first_step_size
   int64_t cycle_first_stair_count = 0;
-  int64_t cycle_second_stair_count = 0;             // absent in the file: the first stair count
+  int64_t cycle_second_stair_count = 0;  // absent in the file: the first stair count
   // (DeepSpeed stores both stair counts but its OneCycle never uses them.)
   int64_t decay_step_size = 0;
   bool cycle_momentum = true;
@@ -70,8 +70,8 @@ struct SchedulerConfig {
 struct Fp16Config {
   bool enabled = false;
   bool auto_cast = false;
-  double loss_scale = 0.0;          // 0: dynamic; > 0: static scale
-  int initial_scale_power = 16;     // dynamic: initial scale 2^power
+  double loss_scale = 0.0;       // 0: dynamic; > 0: static scale
+  int initial_scale_power = 16;  // dynamic: initial scale 2^power
   int64_t loss_scale_window = 1000;
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
@@ -117,13 +117,13 @@ struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
-  int64_t reduce_bucket_size = 500000000;     // 5e8 elements
+  int64_t reduce_bucket_size = 500000000;  // 5e8 elements
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500000000;  // 5e8 elements
   std::optional<bool> overlap_comm;           // DeepSpeed: default true at stage 3, else false
   bool overlap_comm_resolved = false;         // derived
   bool load_from_fp32_weights = true;
-  int64_t sub_group_size = 1000000000;        // 1e9
+  int64_t sub_group_size = 1000000000;  // 1e9
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;
@@ -151,7 +151,7 @@ struct CheckpointConfig {
   std::string tag_validation = "Warn";  // Ignore | Warn | Fail
   bool load_universal = false;
   bool use_node_local_storage = false;
-  bool async = false;                   // zerod extension: background save
+  bool async = false;  // zerod extension: background save
 
   bool operator==(const CheckpointConfig&) const = default;
 };
@@ -193,8 +193,8 @@ struct ModelConfig {
   int n_embd = 768;
   int vocab_size = 50257;
   int seq_len = 1024;
-  int padded_vocab_size = 0;            // derived: vocab_size rounded up to a multiple of 128
-  std::optional<std::string> init_from; // safetensors file with HF GPT-2 names (later issue)
+  int padded_vocab_size = 0;              // derived: vocab_size rounded up to a multiple of 128
+  std::optional<std::string> init_from;   // safetensors file with HF GPT-2 names (later issue)
   bool activation_checkpointing = false;  // recompute each block in backward
   double init_std = 0.02;
 
@@ -211,14 +211,14 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  int64_t steps = 0;                // optimizer steps to run (required)
-  std::string checkpoint_dir;       // "" -> no checkpoints
-  int64_t save_interval = 0;        // steps; 0: off
-  int64_t keep_last = 0;            // 0: keep all
-  int64_t eval_interval = 0;        // steps; 0: off
-  int64_t eval_batches = 20;        // micro-batches per validation pass
-  uint64_t seed = 1337;             // weight initialisation
-  double peak_flops = 0.0;          // per rank, for MFU; 0: measure at start
+  int64_t steps = 0;           // optimizer steps to run (required)
+  std::string checkpoint_dir;  // "" -> no checkpoints
+  int64_t save_interval = 0;   // steps; 0: off
+  int64_t keep_last = 0;       // 0: keep all
+  int64_t eval_interval = 0;   // steps; 0: off
+  int64_t eval_batches = 20;   // micro-batches per validation pass
+  uint64_t seed = 1337;        // weight initialisation
+  double peak_flops = 0.0;     // per rank, for MFU; 0: measure at start
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -67,9 +67,9 @@ TEST(DType, F16Boundaries) {
   EXPECT_EQ(round_f16(65504.0f), 65504.0f);
   EXPECT_TRUE(std::isinf(round_f16(65520.0f)));  // halfway to 65536 rounds to even: infinity
   EXPECT_EQ(round_f16(65519.0f), 65504.0f);
-  EXPECT_EQ(round_f16(0x1p-24f), 0x1p-24f);      // smallest subnormal
-  EXPECT_EQ(round_f16(0x1p-25f), 0.0f);          // halfway to zero: even (zero)
-  EXPECT_EQ(round_f16(-0x1p-14f), -0x1p-14f);    // smallest normal
+  EXPECT_EQ(round_f16(0x1p-24f), 0x1p-24f);    // smallest subnormal
+  EXPECT_EQ(round_f16(0x1p-25f), 0.0f);        // halfway to zero: even (zero)
+  EXPECT_EQ(round_f16(-0x1p-14f), -0x1p-14f);  // smallest normal
 }
 
 }  // namespace

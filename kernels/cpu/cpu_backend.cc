@@ -1,0 +1,138 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cast.h"
+#include "kernels/cpu/crossentropy.h"
+#include "kernels/cpu/encoder.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reduce.h"
+#include "kernels/cpu/residual.h"
+
+namespace zerod {
+
+namespace cpu {
+
+namespace {
+inline float* F(void* p) {
+  return static_cast<float*>(p);
+}
+inline const float* F(const void* p) {
+  return static_cast<const float*>(p);
+}
+}  // namespace
+
+Buffer CpuBackend::allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) {
+  return host_alloc(bytes, category, tracker);
+}
+
+void CpuBackend::memset_zero(void* p, size_t bytes) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+}
+
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::round_to_compute(void* x, int64_t n) {
+  cast_round(F(x), F(x), n, dtype_);
+}
+
+void CpuBackend::cast_to_compute(void* out, const float* in, int64_t n) {
+  cast_round(F(out), in, n, dtype_);
+}
+
+void CpuBackend::cast_from_compute(float* out, const void* in, int64_t n) {
+  cast_round(out, F(in), n, DType::kF32);
+}
+
+void CpuBackend::encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                 int B, int T, int C) {
+  cpu::encoder_forward(F(out), tokens, F(wte), F(wpe), B, T, C);
+}
+
+void CpuBackend::encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                  int B, int T, int C) {
+  cpu::encoder_backward(F(dwte), F(dwpe), F(dout), tokens, B, T, C);
+}
+
+void CpuBackend::layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int64_t N, int C) {
+  cpu::layernorm_forward(F(out), mean, rstd, F(inp), F(weight), F(bias), N, C);
+}
+
+void CpuBackend::layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                    const void* inp, const void* weight, const float* mean,
+                                    const float* rstd, int64_t N, int C) {
+  cpu::layernorm_backward(F(dinp), F(dweight), F(dbias), F(dout), F(inp), F(weight), mean, rstd, N,
+                          C);
+}
+
+void CpuBackend::matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                                int64_t N, int C, int OC) {
+  cpu::matmul_forward(F(out), F(inp), F(weight), F(bias), N, C, OC);
+}
+
+void CpuBackend::matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                 const void* inp, const void* weight, int64_t N, int C, int OC,
+                                 bool accumulate_dinp) {
+  cpu::matmul_backward(F(dinp), F(dweight), F(dbias), F(dout), F(inp), F(weight), N, C, OC,
+                       accumulate_dinp);
+}
+
+void CpuBackend::attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                                   int NH) {
+  cpu::attention_forward(F(out), lse, F(qkv), B, T, C, NH);
+}
+
+void CpuBackend::attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int C, int NH) {
+  cpu::attention_backward(F(dqkv), F(dout), F(qkv), F(out), lse, B, T, C, NH);
+}
+
+void CpuBackend::gelu_forward(void* out, const void* inp, int64_t n) {
+  cpu::gelu_forward(F(out), F(inp), n);
+}
+
+void CpuBackend::gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) {
+  cpu::gelu_backward(F(dinp), F(inp), F(dout), n);
+}
+
+void CpuBackend::residual_forward(void* out, const void* a, const void* b, int64_t n) {
+  cpu::residual_forward(F(out), F(a), F(b), n);
+}
+
+void CpuBackend::crossentropy_forward(float* losses, const void* logits, const int32_t* targets,
+                                      int64_t N, int V, int Vp) {
+  cpu::crossentropy_forward(losses, F(logits), targets, N, V, Vp);
+}
+
+void CpuBackend::crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
+                                    int64_t N, int V, int Vp, float dloss) {
+  cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss);
+}
+
+void CpuBackend::adamw_update(float* master, float* m, float* v, const void* grad, void* param_out,
+                              int64_t n, const AdamWParams& p) {
+  cpu::adamw_update(master, m, v, F(grad), F(param_out), n, p, dtype_);
+}
+
+double CpuBackend::sum_squares(const void* x, int64_t n) {
+  return cpu::sum_squares(F(x), n);
+}
+
+void CpuBackend::scale(void* x, float s, int64_t n) {
+  cpu::scale(F(x), s, n);
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(DType compute_dtype) {
+  return std::make_unique<cpu::CpuBackend>(compute_dtype);
+}
+
+}  // namespace zerod

@@ -1,0 +1,66 @@
+// The CPU reference backend: every Backend op on fp32 storage (kernels/cpu/*.h). For bf16/fp16
+// compute dtypes tensors stay fp32 arrays holding values representable in the 16-bit type;
+// round_to_compute() / cast_to_compute() / adamw_update()'s param_out do the rounding.
+#pragma once
+
+#include "kernels/backend.h"
+
+namespace zerod::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(DType compute_dtype) : dtype_(compute_dtype) {}
+
+  const char* name() const override { return "cpu"; }
+  DType compute_dtype() const override { return dtype_; }
+  size_t compute_elem_size() const override { return sizeof(float); }
+
+  Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) override;
+  void memset_zero(void* p, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+
+  void round_to_compute(void* x, int64_t n) override;
+  void cast_to_compute(void* out, const float* in, int64_t n) override;
+  void cast_from_compute(float* out, const void* in, int64_t n) override;
+
+  void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                       int T, int C) override;
+  void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
+                        int T, int C) override;
+
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int64_t N, int C) override;
+  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int64_t N,
+                          int C) override;
+
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                      int C, int OC) override;
+  void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int64_t N, int C, int OC, bool accumulate_dinp) override;
+
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                          const float* lse, int B, int T, int C, int NH) override;
+
+  void gelu_forward(void* out, const void* inp, int64_t n) override;
+  void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override;
+
+  void residual_forward(void* out, const void* a, const void* b, int64_t n) override;
+
+  void crossentropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N,
+                            int V, int Vp) override;
+  void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets, int64_t N,
+                          int V, int Vp, float dloss) override;
+
+  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
+                    const AdamWParams& p) override;
+  double sum_squares(const void* x, int64_t n) override;
+  void scale(void* x, float s, int64_t n) override;
+
+ private:
+  DType dtype_;
+};
+
+}  // namespace zerod::cpu

@@ -1,0 +1,18 @@
+// Token + position embedding (the first op of a GPT), fp32.
+#pragma once
+
+#include <cstdint>
+
+namespace zerod::cpu {
+
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) index rows of wte (Vp,C); wpe (>=T,C).
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                     int T, int C);
+
+// dwte (Vp,C) += and dwpe (T,C) += from dout (B,T,C). Each output row is accumulated by one
+// thread, positions in increasing order, so the result does not depend on the thread count
+// (repeated tokens are summed in position order).
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                      int T, int C);
+
+}  // namespace zerod::cpu

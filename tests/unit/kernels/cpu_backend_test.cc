@@ -1,0 +1,93 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/memory.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/reduce.h"
+
+namespace zerod {
+namespace {
+
+using test::VecF;
+
+TEST(CpuBackend, DescribesItself) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto be = make_cpu_backend(dt);
+    EXPECT_STREQ(be->name(), "cpu");
+    EXPECT_EQ(be->compute_dtype(), dt);
+    EXPECT_EQ(be->compute_elem_size(), 4u);  // fp32 storage whatever the dtype
+  }
+}
+
+TEST(CpuBackend, AllocateChargesTheTrackerAndZeroes) {
+  auto be = make_cpu_backend(DType::kF32);
+  MemoryTracker tracker;
+  {
+    Buffer b = be->allocate(1000, MemCategory::kActivations, &tracker);
+    EXPECT_EQ(tracker.current(MemCategory::kActivations), 1000);
+    const auto* bytes = b.as<unsigned char>();
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(bytes[i], 0);
+    be->memset_zero(b.data(), 0);
+  }
+  EXPECT_EQ(tracker.current(MemCategory::kActivations), 0);
+}
+
+TEST(CpuBackend, RoundToComputeFollowsTheDtype) {
+  const VecF x = test::randn(1001, 1000);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto be = make_cpu_backend(dt);
+    VecF y = x;
+    be->round_to_compute(y.data(), static_cast<int64_t>(y.size()));
+    VecF z(x.size(), test::kNaN);
+    be->cast_to_compute(z.data(), x.data(), static_cast<int64_t>(x.size()));
+    EXPECT_TRUE(test::bitwise_equal(y, z));
+    VecF back(x.size(), test::kNaN);
+    be->cast_from_compute(back.data(), z.data(), static_cast<int64_t>(z.size()));
+    EXPECT_TRUE(test::bitwise_equal(back, z));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = dt == DType::kF32    ? x[i]
+                         : dt == DType::kBF16 ? round_bf16(x[i])
+                                              : round_f16(x[i]);
+      ASSERT_EQ(y[i], want) << dtype_name(dt) << " " << i;
+    }
+    if (dt != DType::kF32) {
+      EXPECT_FALSE(test::bitwise_equal(x, y));
+    }
+  }
+}
+
+TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
+  auto be = make_cpu_backend(DType::kBF16);
+  const int64_t N = 9;
+  const int C = 7, OC = 5;
+  const VecF inp = test::randn(N * C, 1010), w = test::randn(OC * C, 1011),
+             b = test::randn(OC, 1012);
+  VecF out1(N * OC), out2(N * OC);
+  be->matmul_forward(out1.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  cpu::matmul_forward(out2.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  EXPECT_TRUE(test::bitwise_equal(out1, out2));
+
+  const VecF lw = test::randn(C, 1013), lb = test::randn(C, 1014);
+  VecF y1(N * C), y2(N * C), m1(N), m2(N), r1(N), r2(N);
+  be->layernorm_forward(y1.data(), m1.data(), r1.data(), inp.data(), lw.data(), lb.data(), N, C);
+  cpu::layernorm_forward(y2.data(), m2.data(), r2.data(), inp.data(), lw.data(), lb.data(), N, C);
+  EXPECT_TRUE(test::bitwise_equal(y1, y2));
+  EXPECT_TRUE(test::bitwise_equal(r1, r2));
+
+  // The sum of squares and the optimizer's rounded copy (bf16 backend).
+  EXPECT_DOUBLE_EQ(be->sum_squares(inp.data(), N * C), cpu::sum_squares(inp.data(), N * C));
+  VecF master = test::randn(100, 1015), m(100, 0.0f), v(100, 0.0f), param(100, test::kNaN);
+  const VecF grad = test::randn(100, 1016);
+  AdamWParams P;
+  be->adamw_update(master.data(), m.data(), v.data(), grad.data(), param.data(), 100, P);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(param[i], round_bf16(master[i]));
+}
+
+}  // namespace
+}  // namespace zerod
