@@ -1,0 +1,151 @@
+#include "model/layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace zerod {
+
+namespace {
+int64_t count_parameters(const GptSpec& s, int64_t vocab_rows) {
+  const int64_t C = s.n_embd, L = s.n_layer;
+  const int64_t block =
+      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+  return vocab_rows * C + static_cast<int64_t>(s.seq_len) * C + L * block + 2 * C;
+}
+}  // namespace
+
+int64_t GptSpec::num_parameters() const {
+  return count_parameters(*this, vocab_size);
+}
+int64_t GptSpec::num_parameters_padded() const {
+  return count_parameters(*this, vp());
+}
+
+double GptSpec::flops_per_token(int T) const {
+  return 6.0 * static_cast<double>(num_parameters_padded()) +
+         6.0 * n_layer * static_cast<double>(T) * n_embd;
+}
+
+const TensorInfo& UnitLayout::tensor(const std::string& tname) const {
+  for (const auto& t : tensors)
+    if (t.name == tname) return t;
+  ZD_THROW("unit {} has no tensor {}", name, tname);
+}
+
+namespace {
+int64_t round_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
+
+class UnitBuilder {
+ public:
+  UnitBuilder(std::string name, int64_t align) : align_(align) { unit_.name = std::move(name); }
+  int64_t add(std::string name, std::vector<int64_t> shape, InitKind init,
+              bool hf_transposed = false, int64_t real_rows = -1) {
+    TensorInfo t;
+    t.name = std::move(name);
+    t.numel = 1;
+    for (int64_t d : shape) t.numel *= d;
+    t.shape = std::move(shape);
+    t.offset = cursor_;
+    t.decay = t.shape.size() >= 2;
+    t.hf_transposed = hf_transposed;
+    t.real_rows = real_rows;
+    t.init = init;
+    cursor_ = round_up(cursor_ + t.numel, align_);
+    unit_.tensors.push_back(std::move(t));
+    return unit_.tensors.back().offset;
+  }
+  UnitLayout finish() {
+    unit_.numel = cursor_;
+    return std::move(unit_);
+  }
+
+ private:
+  int64_t align_;
+  int64_t cursor_ = 0;
+  UnitLayout unit_;
+};
+}  // namespace
+
+ParamLayout::ParamLayout(const GptSpec& spec, int64_t align_elems)
+    : spec_(spec), align_(align_elems) {
+  ZD_CHECK(align_ > 0, "alignment {}", align_);
+  spec_.padded_vocab_size = spec.vp();
+  const int64_t C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  {
+    UnitBuilder u("embedding", align_);
+    u.add("wte.weight", {Vp, C}, InitKind::kNormal, false, spec_.vocab_size);
+    wpe_offset_ = u.add("wpe.weight", {spec_.seq_len, C}, InitKind::kNormal);
+    units_.push_back(u.finish());
+  }
+  for (int l = 0; l < spec_.n_layer; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    UnitBuilder u("h." + std::to_string(l), align_);
+    BlockOffsets o{};
+    o.ln1_w = u.add(p + "ln_1.weight", {C}, InitKind::kOnes);
+    o.ln1_b = u.add(p + "ln_1.bias", {C}, InitKind::kZeros);
+    o.qkv_w = u.add(p + "attn.c_attn.weight", {3 * C, C}, InitKind::kNormal, true);
+    o.qkv_b = u.add(p + "attn.c_attn.bias", {3 * C}, InitKind::kZeros);
+    o.attproj_w = u.add(p + "attn.c_proj.weight", {C, C}, InitKind::kNormalResidual, true);
+    o.attproj_b = u.add(p + "attn.c_proj.bias", {C}, InitKind::kZeros);
+    o.ln2_w = u.add(p + "ln_2.weight", {C}, InitKind::kOnes);
+    o.ln2_b = u.add(p + "ln_2.bias", {C}, InitKind::kZeros);
+    o.fc_w = u.add(p + "mlp.c_fc.weight", {4 * C, C}, InitKind::kNormal, true);
+    o.fc_b = u.add(p + "mlp.c_fc.bias", {4 * C}, InitKind::kZeros);
+    o.fcproj_w = u.add(p + "mlp.c_proj.weight", {C, 4 * C}, InitKind::kNormalResidual, true);
+    o.fcproj_b = u.add(p + "mlp.c_proj.bias", {C}, InitKind::kZeros);
+    if (l == 0) block_ = o;
+    units_.push_back(u.finish());
+  }
+  {
+    UnitBuilder u("ln_f", align_);
+    u.add("ln_f.weight", {C}, InitKind::kOnes);
+    lnf_b_offset_ = u.add("ln_f.bias", {C}, InitKind::kZeros);
+    units_.push_back(u.finish());
+  }
+}
+
+int64_t ParamLayout::total_numel() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u.numel;
+  return n;
+}
+
+void ParamLayout::init_range(int u, float* out, int64_t begin, int64_t end, uint64_t seed) const {
+  const UnitLayout& unit = this->unit(u);
+  ZD_CHECK(0 <= begin && begin <= end && end <= unit.numel, "range [{}, {}) of unit {} ({})", begin,
+           end, unit.name, unit.numel);
+  std::fill(out, out + (end - begin), 0.0f);
+  for (size_t ti = 0; ti < unit.tensors.size(); ++ti) {
+    const TensorInfo& t = unit.tensors[ti];
+    // Real (initialised) elements of this tensor: padded vocabulary rows stay 0.
+    const int64_t row = t.shape.size() >= 2 ? t.shape.back() : t.numel;
+    const int64_t real = t.real_rows >= 0 ? t.real_rows * row : t.numel;
+    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + real);
+    if (lo >= hi) continue;
+    float* dst = out + (lo - begin);
+    const int64_t n = hi - lo;
+    switch (t.init) {
+      case InitKind::kZeros:
+        break;
+      case InitKind::kOnes:
+        std::fill(dst, dst + n, 1.0f);
+        break;
+      case InitKind::kNormal:
+      case InitKind::kNormalResidual: {
+        double stddev = spec_.init_std;
+        if (t.init == InitKind::kNormalResidual) stddev /= std::sqrt(2.0 * spec_.n_layer);
+        // Stream: (unit, tensor) so every tensor draws its own sequence.
+        const uint64_t stream = (static_cast<uint64_t>(u) << 16) | ti;
+        fill_normal(dst, n, 0.0f, static_cast<float>(stddev), seed, stream, lo - t.offset);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace zerod
