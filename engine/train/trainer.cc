@@ -1,0 +1,233 @@
+#include "engine/train/trainer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "engine/data/eval_loader.h"
+#include "engine/data/loader.h"
+#include "engine/data/train_val.h"
+#include "engine/train/lr_schedule.h"
+#include "engine/train/peak_flops.h"
+#include "zero/loss_scaler.h"
+
+namespace zerod {
+
+struct Trainer::Data {
+  std::optional<DataLoader> train;
+  std::optional<EvalLoader> val;
+  std::vector<int32_t> inputs, targets;  // (B,T)
+  std::optional<LrSchedule> schedule;
+  std::optional<LossScaler> scaler;
+};
+
+namespace {
+GptSpec spec_from(const ModelConfig& m) {
+  GptSpec s;
+  s.n_layer = m.n_layer;
+  s.n_head = m.n_head;
+  s.n_embd = m.n_embd;
+  s.vocab_size = m.vocab_size;
+  s.padded_vocab_size = m.padded_vocab_size;
+  s.seq_len = m.seq_len;
+  s.init_std = m.init_std;
+  return s;
+}
+
+std::string human_count(double x) {
+  if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}K", x / 1e3);
+  return fmt::format("{:.0f}", x);
+}
+}  // namespace
+
+Trainer::Trainer(JobConfig cfg, TrainerOptions options)
+    : cfg_(std::move(cfg)), options_(std::move(options)), data_(std::make_unique<Data>()) {
+  ZD_CHECK(cfg_.world_size == 1, "the trainer runs one rank (config resolved for world {})",
+           cfg_.world_size);
+  const GptSpec spec = spec_from(cfg_.model);
+  const int B = static_cast<int>(cfg_.micro_batch());
+  const int T = cfg_.model.seq_len;
+
+  // Data first: bad data files are the most common error and cost nothing to find.
+  TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
+                                   cfg_.model.vocab_size);
+  data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.global_batch(), B, 1, 0);
+  if (tv.val) data_->val.emplace(std::move(*tv.val), B, 1, 0);
+  data_->inputs.resize(static_cast<size_t>(B) * T);
+  data_->targets.resize(static_cast<size_t>(B) * T);
+  data_->schedule.emplace(cfg_.scheduler, cfg_.optimizer);
+  data_->scaler.emplace(cfg_.fp16);
+
+  backend_ = make_cpu_backend(cfg_.compute_dtype());
+  model_ =
+      std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
+  engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_,
+                                         ZeroOptions{cfg_.zero.stage, 1, 0}, &memory_);
+  engine_->init_weights(cfg_.train.seed);
+  model_->set_timing(cfg_.wall_clock_breakdown);
+  if (cfg_.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor);
+  peak_flops_ = cfg_.train.peak_flops > 0 ? cfg_.train.peak_flops : measure_cpu_peak_flops();
+
+  if (options_.log_steps) {
+    spdlog::info(
+        "model: GPT-2 {} layers, {} heads, {} wide, vocab {} (padded {}), seq {}: {} parameters",
+        spec.n_layer, spec.n_head, spec.n_embd, spec.vocab_size, spec.vp(), spec.seq_len,
+        human_count(static_cast<double>(spec.num_parameters())));
+    spdlog::info(
+        "batch: {} sequences/step = micro-batch {} x accumulation {} x world 1; {} tokens/step; {}",
+        cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(), cfg_.global_batch() * T,
+        dtype_name(cfg_.compute_dtype()));
+    spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
+                 data_->val
+                     ? fmt::format(", {} validation micro-batches", data_->val->num_micro_batches())
+                     : std::string());
+    spdlog::info(
+        "memory: {:.1f} MiB (weights, gradients, master, moments, activations); MFU against {:.1f} "
+        "GFLOP/s{}",
+        static_cast<double>(memory_.total()) / (1 << 20), peak_flops_ / 1e9,
+        cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (sgemm measured now)");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+StepMetrics Trainer::train_step(int64_t step) {
+  Stopwatch step_sw;
+  StepMetrics m;
+  m.step = step;
+  const int64_t accum = cfg_.grad_accum();
+  LossScaler& scaler = *data_->scaler;
+  const double loss_scale = scaler.scale();
+  engine_->zero_grad();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    Stopwatch sw;
+    data_->train->next_micro_batch(data_->inputs.data(), data_->targets.data());
+    phases_.data += sw.seconds();
+    sw.restart();
+    const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
+    loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
+                                         *engine_, weight);
+    phases_.fwd_bwd += sw.seconds();
+  }
+  Stopwatch opt_sw;
+  const LrSchedule& sched = *data_->schedule;
+  OptimStep os;
+  os.lr = sched.lr(steps_taken_);
+  os.beta1 = sched.beta1(steps_taken_);
+  os.beta2 = sched.beta2(steps_taken_);
+  os.eps = cfg_.optimizer.eps;
+  os.weight_decay = cfg_.optimizer.weight_decay;
+  os.adam_w_mode = cfg_.optimizer.adam_w_mode;
+  os.bias_correction = cfg_.optimizer.bias_correction;
+  os.loss_scale = loss_scale;
+  os.max_grad_norm = cfg_.gradient_clipping;
+  const StepResult r = engine_->step(os);
+  phases_.optim += opt_sw.seconds();
+  m.skipped = scaler.update(r.overflow);
+  if (m.skipped) {
+    ++skipped_;
+  } else {
+    ++steps_taken_;
+  }
+  m.loss = loss_sum / static_cast<double>(accum);
+  m.lr = os.lr;
+  m.grad_norm = r.grad_norm;
+  m.loss_scale = loss_scale;
+  m.seconds = step_sw.seconds();
+  const double tokens = static_cast<double>(cfg_.global_batch()) * cfg_.model.seq_len;
+  m.tokens_per_s = tokens / m.seconds;
+  m.mfu = model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s / peak_flops_;
+  ++breakdown_steps_;
+  return m;
+}
+
+std::optional<double> Trainer::evaluate() {
+  if (!data_->val) return std::nullopt;
+  EvalLoader& val = *data_->val;
+  val.restart();
+  const int64_t batches = std::min(cfg_.train.eval_batches, val.num_micro_batches());
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
+    sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
+  }
+  return batches > 0 ? std::optional<double>(sum / static_cast<double>(batches)) : std::nullopt;
+}
+
+void Trainer::log_step(const StepMetrics& m) {
+  const int64_t total = cfg_.train.steps;
+  const int width = static_cast<int>(std::to_string(total).size());
+  std::string line = fmt::format(
+      "step {:>{}}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | scale {:g} | {:.0f} tok/s | MFU "
+      "{:.1f}%",
+      m.step, width, total, m.loss, m.lr, m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu * 100);
+  if (m.skipped) line += " | skipped (overflow)";
+  if (m.val_loss) line += fmt::format(" | val {:.6f}", *m.val_loss);
+  spdlog::info("{}", line);
+}
+
+void Trainer::log_breakdown() {
+  if (breakdown_steps_ == 0) return;
+  const double n = static_cast<double>(breakdown_steps_);
+  const OpTimes& t = model_->times();
+  spdlog::info(
+      "time/step: data {:.1f} ms | forward+backward {:.1f} ms | optimizer {:.1f} ms || "
+      "matmul fwd {:.1f} bwd {:.1f} | attention fwd {:.1f} bwd {:.1f} | layernorm {:.1f} | "
+      "gelu {:.1f} | residual {:.1f} | classifier {:.1f} | encoder {:.1f} | rounding {:.1f} ms",
+      (phases_.data - printed_phases_.data) / n * 1e3,
+      (phases_.fwd_bwd - printed_phases_.fwd_bwd) / n * 1e3,
+      (phases_.optim - printed_phases_.optim) / n * 1e3, t.matmul_fwd / n * 1e3,
+      t.matmul_bwd / n * 1e3, t.attention_fwd / n * 1e3, t.attention_bwd / n * 1e3,
+      t.layernorm / n * 1e3, t.gelu / n * 1e3, t.residual / n * 1e3, t.classifier / n * 1e3,
+      t.encoder / n * 1e3, t.rounding / n * 1e3);
+  printed_phases_ = phases_;
+  breakdown_steps_ = 0;
+  model_->reset_times();
+}
+
+TrainResult Trainer::run() {
+  TrainResult result;
+  result.peak_flops = peak_flops_;
+  Stopwatch total;
+  const int64_t steps = cfg_.train.steps;
+  const int64_t print_every = std::max<int64_t>(1, cfg_.steps_per_print);
+  for (int64_t step = 1; step <= steps; ++step) {
+    StepMetrics m = train_step(step);
+    const bool eval_now =
+        cfg_.train.eval_interval > 0 && (step % cfg_.train.eval_interval == 0 || step == steps);
+    if (eval_now) m.val_loss = evaluate();
+    if (options_.log_steps &&
+        (step % print_every == 0 || step == 1 || step == steps || m.val_loss)) {
+      log_step(m);
+      if (cfg_.wall_clock_breakdown) log_breakdown();
+    }
+    if (csv_) csv_->write(m);
+    if (options_.on_step) options_.on_step(m);
+    result.steps.push_back(m);
+  }
+  result.seconds = total.seconds();
+  result.skipped_steps = skipped_;
+  result.data_seconds = phases_.data;
+  result.fwd_bwd_seconds = phases_.fwd_bwd;
+  result.optimizer_seconds = phases_.optim;
+  result.tokens = steps * cfg_.global_batch() * cfg_.model.seq_len;
+  if (!result.steps.empty()) result.final_val_loss = result.steps.back().val_loss;
+  if (options_.log_steps && !result.steps.empty()) {
+    const StepMetrics& first = result.steps.front();
+    const StepMetrics& last = result.steps.back();
+    spdlog::info(
+        "done: {} steps ({} skipped), {} tokens in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> "
+        "{:.4f}{}",
+        steps, skipped_, human_count(static_cast<double>(result.tokens)), result.seconds,
+        static_cast<double>(result.tokens) / result.seconds, first.loss, last.loss,
+        result.final_val_loss ? fmt::format(", val {:.4f}", *result.final_val_loss) : "");
+    if (csv_) spdlog::info("metrics: {}", csv_->path());
+  }
+  return result;
+}
+
+}  // namespace zerod

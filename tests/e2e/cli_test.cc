@@ -1,0 +1,180 @@
+// The zerod binary end to end: a real training run, `zerod check`, and bad input of every kind
+// ending with exit code 2 and one clear message (never a crash or a hang: every run is bounded
+// by `timeout`).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/data/corpus.h"
+#include "engine/data/shard.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int code = -1;
+  std::string output;  // stdout + stderr
+};
+
+RunResult run(const std::string& args, const fs::path& cwd) {
+  const std::string zerod = std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
+  const std::string cmd =
+      "cd '" + cwd.string() + "' && timeout 120 " + zerod + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("zerod_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string text;
+    while (text.size() < 40000) text += "hello zerod, train me on bytes please. ";
+    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                      (dir_ / "data").string(), 0.1, 1 << 20, "t");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const std::string& name, const std::string& content) {
+    std::ofstream(dir_ / name) << content;
+  }
+  static std::string job(const std::string& data_train = "data/t_train_*.bin",
+                         const std::string& extra = "") {
+    return R"({"train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "steps_per_print": 5,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": ")" +
+           data_train + R"(", "val": "data/t_val_*.bin"},
+      "train": {"steps": 10, "eval_interval": 5, "eval_batches": 2})" +
+           extra + "}";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, TrainsAJobAndWritesItsMetrics) {
+  write("job.json",
+        job("data/t_train_*.bin",
+            R"(, "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": "j"})"));
+  const RunResult r = run("train job.json", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 10/10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val "), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "runs" / "j" / "metrics.csv"));
+}
+
+TEST_F(Cli, TheBuiltInDemoTrainsOnTheEmbeddedCorpus) {
+  const RunResult r = run("train --steps 30 --demo-dir demo", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("built-in demo job"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 30/30"), std::string::npos) << r.output;
+  // Shards of the project's own text were written and read back.
+  EXPECT_TRUE(fs::exists(dir_ / "demo" / "data" / "demo_train_000000.bin"));
+  EXPECT_GT(fs::file_size(dir_ / "demo" / "data" / "demo_train_000000.bin"), size_t{100000});
+  // The loss falls from ln(256) = 5.55 within 30 steps (the summary line: "loss A -> B").
+  const auto at = r.output.find("; loss ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  double first = 0, last = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "; loss %lf -> %lf", &first, &last), 2) << r.output;
+  EXPECT_NEAR(first, 5.55, 0.3);
+  EXPECT_LT(last, first - 1.0);
+  std::ifstream csv(dir_ / "demo" / "runs" / "demo" / "metrics.csv");
+  int lines = 0;
+  for (std::string line; std::getline(csv, line);) ++lines;
+  EXPECT_EQ(lines, 31);  // header + one row per step
+}
+
+TEST_F(Cli, CheckPrintsTheResolvedConfig) {
+  write("job.json", job());
+  const RunResult r = run("check job.json --world-size 2", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // Derived values are present: the batch triangle for world 2 and the padded vocabulary.
+  EXPECT_NE(r.output.find("\"train_batch_size\": 8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"gradient_accumulation_steps\": 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"padded_vocab_size\": 256"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, ExampleConfigsAreValid) {
+  for (const char* name : {"tiny.json", "demo.json", "gpt2-124m.json"}) {
+    const RunResult r = run(std::string("check ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
+    EXPECT_EQ(r.code, 0) << name << ": " << r.output;
+  }
+}
+
+struct BadCase {
+  const char* name;
+  std::string args;
+  std::string file_name;  // written before the run when not empty
+  std::string content;
+  std::string expect;  // a piece of the message
+};
+
+TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
+  // A shard with a wrong magic number.
+  {
+    std::ofstream out(dir_ / "data" / "bad_train_000000.bin", std::ios::binary);
+    int32_t header[256] = {1234, 1, 10};
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(std::string(20, 'x').data(), 20);
+  }
+  const std::vector<BadCase> cases = {
+      {"missing job file", "train nope.json", "", "", "nope.json"},
+      {"malformed json", "train j.json", "j.json", "{\"train_micro_batch_size_per_gpu\": 4,,}",
+       "j.json"},
+      {"unknown key", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stagee": 1}})",
+       "zero_optimization.stagee: unknown key; did you mean 'stage'?"},
+      {"batch triangle", "check j.json --world-size 2", "j.json",
+       R"({"train_batch_size": 33, "train_micro_batch_size_per_gpu": 17, "gradient_accumulation_steps": 2,
+           "train": {"steps": 1}})",
+       "train_batch_size 33 != train_micro_batch_size_per_gpu 17 x gradient_accumulation_steps 2 x "
+       "world size 2"},
+      {"wrong type", "check j.json", "j.json", R"({"train_micro_batch_size_per_gpu": "four"})",
+       "train_micro_batch_size_per_gpu"},
+      {"missing data", "train j.json", "j.json", job("data/none_*.bin"), "data/none_*.bin"},
+      {"bad shard", "train j.json", "j.json", job("data/bad_train_*.bin"), "bad_train_000000.bin"},
+      {"not built yet", "check j.json", "j.json",
+       job("data/t_train_*.bin", R"(, "zero_optimization": {"stage": 3})"), "not implemented yet"},
+      {"unknown command", "frobnicate", "", "", "frobnicate"},
+      {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
+      {"unknown flag", "train --bogus", "", "", "bogus"},
+      {"bad log level", "--log-level loud check j.json", "j.json", job(), "loud"},
+  };
+  for (const BadCase& c : cases) {
+    if (!c.file_name.empty()) write(c.file_name, c.content);
+    const RunResult r = run(c.args, dir_);
+    EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.name << ": " << r.output;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.name << ": " << r.output;
+  }
+}
+
+TEST_F(Cli, HelpAndVersionExitZero) {
+  EXPECT_EQ(run("--help", dir_).code, 0);
+  EXPECT_EQ(run("train --help", dir_).code, 0);
+  const RunResult v = run("--version", dir_);
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.output.find("0.1.0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zerod
