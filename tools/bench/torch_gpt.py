@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""CPU training benchmark, PyTorch side: a plain PyTorch GPT-2 of the same shape as
+zerod_train_bench (learned positions, pre-LayerNorm, GELU(tanh) MLP 4x, tied embeddings,
+vocabulary padded to a multiple of 128), fp32, torch.optim.AdamW, random tokens.
+
+Run with Debian's python3 (python3-torch): /usr/bin/python3 torch_gpt.py --json
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.nh = NH
+        self.ln_1 = nn.LayerNorm(C)
+        self.c_attn = nn.Linear(C, 3 * C)
+        self.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.c_fc = nn.Linear(C, 4 * C)
+        self.mlp_proj = nn.Linear(4 * C, C)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q = q.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        k = k.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        v = v.view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(mask[:, :, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, V, T):
+        super().__init__()
+        Vp = (V + 127) // 128 * 128
+        self.wte = nn.Embedding(Vp, C)
+        self.wpe = nn.Embedding(T, C)
+        self.h = nn.ModuleList([Block(C, NH) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C)
+        self.register_buffer("mask", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
+        for n, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith("c_proj.weight") or n.endswith("mlp_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif n.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.h:
+            x = b(x, self.mask)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head over the padded vocabulary
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--embd", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(a.threads)
+    model = GPT(a.layers, a.heads, a.embd, a.vocab, a.seq)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    times = []
+    for step in range(a.warmup + a.steps):
+        x = torch.randint(0, a.vocab, (a.batch, a.seq))
+        y = torch.randint(0, a.vocab, (a.batch, a.seq))
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    tps = a.batch * a.seq / median
+    result = {"tokens_per_s": round(tps, 1), "step_ms": round(median * 1e3, 1), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "loss": float(loss)}
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(f"pytorch {torch.__version__}: {tps:.0f} tokens/s (median step {median * 1e3:.1f} ms, {torch.get_num_threads()} threads)")
+
+
+if __name__ == "__main__":
+    main()

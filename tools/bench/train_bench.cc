@@ -1,0 +1,156 @@
+// CPU training benchmark, zerod side: one fixed shape (the issue's), synthetic tokens, the real
+// trainer. Prints tokens/s (median over the measured steps), achieved GFLOP/s, the sgemm rates
+// of our matmul engine and of OpenBLAS measured in the same run, and where the step time goes.
+//
+//   zerod_train_bench [--steps N] [--warmup N] [--layers L] [--embd C] [--heads H] [--seq T]
+//                     [--batch B] [--vocab V] [--dtype fp32|bf16] [--json]
+// tools/bench/train_bench.sh runs it next to the PyTorch reference and prints the ratio.
+#include <cblas.h>
+#include <omp.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "core/cpu_info.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "engine/config/parse.h"
+#include "engine/data/shard.h"
+#include "engine/train/trainer.h"
+#include "kernels/cpu/gemm.h"
+
+namespace {
+
+using namespace zerod;
+
+double sgemm_rate(cpu::GemmImpl impl, bool ta, bool tb, int M, int N, int K) {
+  const cpu::GemmImpl saved = cpu::gemm_impl();
+  cpu::set_gemm_impl(impl);
+  std::vector<float> a(size_t(M) * K), b(size_t(K) * N), c(size_t(M) * N);
+  fill_normal(a.data(), static_cast<int64_t>(a.size()), 0, 1, 1, 0);
+  fill_normal(b.data(), static_cast<int64_t>(b.size()), 0, 1, 1, 1);
+  const int lda = ta ? M : K, ldb = tb ? K : N;
+  double best = 1e30;
+  Stopwatch total;
+  for (int i = 0; i < 50 && (i < 4 || total.seconds() < 1.0); ++i) {
+    Stopwatch sw;
+    cpu::sgemm(ta, tb, M, N, K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), N);
+    if (i > 0) best = std::min(best, sw.seconds());
+  }
+  cpu::set_gemm_impl(saved);
+  return 2.0 * M * N * K / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::init();
+  CLI::App app{"zerod CPU training benchmark"};
+  int steps = 10, warmup = 2, layers = 4, embd = 256, heads = 4, seq = 256, batch = 4,
+      vocab = 50257;
+  std::string dtype = "fp32";
+  bool json = false;
+  app.add_option("--steps", steps, "measured steps")->capture_default_str();
+  app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
+  app.add_option("--layers", layers)->capture_default_str();
+  app.add_option("--embd", embd)->capture_default_str();
+  app.add_option("--heads", heads)->capture_default_str();
+  app.add_option("--seq", seq)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str();
+  app.add_option("--vocab", vocab)->capture_default_str();
+  app.add_option("--dtype", dtype)->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  app.add_flag("--json", json, "one JSON line with the results (for train_bench.sh)");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::warn);
+
+  // Synthetic data: uniform random tokens, enough for every step without repeating.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zerod_bench_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const int64_t ntok = int64_t{batch} * (seq + 1) * (steps + warmup + 2) + seq + 1;
+  std::vector<uint16_t> tokens(static_cast<size_t>(ntok));
+  Rng rng(7);
+  for (auto& t : tokens) t = static_cast<uint16_t>(rng.uniform(static_cast<uint64_t>(vocab)));
+  write_shard((dir / "bench_train_000000.bin").string(), tokens);
+
+  const std::string text = fmt::format(R"({{
+    "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": 1,
+    "optimizer": {{"type": "AdamW", "params": {{"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}},
+    "gradient_clipping": 1.0, "bf16": {{"enabled": {}}}, "wall_clock_breakdown": true,
+    "model": {{"n_layer": {}, "n_head": {}, "n_embd": {}, "vocab_size": {}, "seq_len": {}}},
+    "data": {{"train": "{}/bench_train_*.bin"}},
+    "train": {{"steps": {}}}}})",
+                                       batch, dtype == "bf16" ? "true" : "false", layers, heads,
+                                       embd, vocab, seq, dir.string(), steps + warmup);
+  ParsedJob job = parse_job_text(text, "<bench job>");
+  resolve_job(job.config, 1);
+  TrainerOptions opts;
+  opts.log_steps = false;
+  Trainer trainer(job.config, opts);
+  const TrainResult r = trainer.run();
+  std::vector<double> step_seconds;
+  for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
+    step_seconds.push_back(r.steps[i].seconds);
+  const OpTimes times = trainer.model().times();
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double median = step_seconds[step_seconds.size() / 2];
+  const double tokens_per_step = double(batch) * seq;
+  const double tps = tokens_per_step / median;
+  const double flops_token = trainer.model().spec().flops_per_token(seq);
+  const double gflops = flops_token * tps / 1e9;
+
+  const bool have512 = cpu_info().avx512f;
+  const double ours_big =
+      have512 ? sgemm_rate(cpu::GemmImpl::kAvx512, false, true, 2048, 2048, 2048) : 0;
+  const double blas_big = sgemm_rate(cpu::GemmImpl::kBlas, false, true, 2048, 2048, 2048);
+  const int N = batch * seq, Vp = trainer.model().spec().vp();
+  const double ours_head =
+      have512 ? sgemm_rate(cpu::GemmImpl::kAvx512, false, true, N, Vp, embd) : 0;
+  const double blas_head = sgemm_rate(cpu::GemmImpl::kBlas, false, true, N, Vp, embd);
+  fs::remove_all(dir);
+
+  const double total_steps = static_cast<double>(r.steps.size());
+  const double t_model = times.total() / total_steps;
+  if (json) {
+    fmt::print(
+        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}}})"
+        "\n",
+        tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head,
+        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads());
+    return 0;
+  }
+  fmt::print(
+      "zerod CPU training benchmark: {} layers, {} heads, {} wide, seq {}, micro-batch {}, vocab "
+      "{} (padded {}), {}, AdamW\n",
+      layers, heads, embd, seq, batch, vocab, Vp, dtype);
+  fmt::print("threads {}, matmul engine {}, OPENBLAS_CORETYPE={}, OpenBLAS core {}\n",
+             omp_get_max_threads(), cpu::gemm_impl_name(cpu::gemm_impl()),
+             std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",
+             openblas_get_corename());
+  fmt::print(
+      "zerod: {:.0f} tokens/s (median step {:.1f} ms over {} steps), {:.1f} MFLOP/token -> {:.1f} "
+      "GFLOP/s achieved\n",
+      tps, median * 1e3, step_seconds.size(), flops_token / 1e6, gflops);
+  fmt::print(
+      "sgemm 2048^3 NT: ours {:.1f} GFLOP/s, OpenBLAS {:.1f} GFLOP/s; LM head {}x{}x{}: ours "
+      "{:.1f}, OpenBLAS {:.1f}\n",
+      ours_big, blas_big, N, Vp, embd, ours_head, blas_head);
+  fmt::print("achieved / sgemm(2048^3, ours): {:.0f}%\n", have512 ? 100 * gflops / ours_big : 0.0);
+  auto pct = [&](double t) { return 100.0 * t / total_steps / median; };
+  fmt::print("step time (per step, all steps incl. warm-up): model ops {:.1f} ms of {:.1f} ms\n",
+             t_model * 1e3, median * 1e3);
+  fmt::print(
+      "  matmul fwd {:.1f}% | matmul bwd {:.1f}% | attention fwd {:.1f}% bwd {:.1f}% | layernorm "
+      "{:.1f}% | gelu {:.1f}% | residual {:.1f}% | classifier {:.1f}% | encoder {:.1f}% | rounding "
+      "{:.1f}%\n",
+      pct(times.matmul_fwd), pct(times.matmul_bwd), pct(times.attention_fwd),
+      pct(times.attention_bwd), pct(times.layernorm), pct(times.gelu), pct(times.residual),
+      pct(times.classifier), pct(times.encoder), pct(times.rounding));
+  fmt::print("  optimizer {:.1f}% | data {:.1f}% | other {:.1f}%\n", pct(r.optimizer_seconds),
+             pct(r.data_seconds),
+             100.0 - pct(times.total() + r.optimizer_seconds + r.data_seconds));
+  return 0;
+}
