@@ -196,10 +196,20 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   (void)l;
 }
 
-const void* Gpt::head_forward(ParamSource& params, const void** wte_unit) {
+const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
+                                   const void** wte_unit) {
   const GptSpec& s = spec();
   const int C = s.n_embd, Vp = s.vp();
   const int64_t N = int64_t{B_} * T_;
+  encoder(inputs, params);
+  for (int l = 0; l < s.n_layer; ++l) {
+    const int u = layout_.block_unit(l);
+    if (l + 1 < s.n_layer) params.prefetch(u + 1);
+    const void* w = params.acquire(u);
+    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
+                  res_[static_cast<size_t>(l) + 1]);
+    params.release(u);
+  }
   const void* wf = params.acquire(layout_.final_unit());
   timed(timing_, times_.layernorm, [&] {
     be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
@@ -216,7 +226,7 @@ const void* Gpt::head_forward(ParamSource& params, const void** wte_unit) {
   return wf;
 }
 
-float Gpt::mean_loss(const int32_t* targets, int* valid) const {
+float Gpt::mean_loss(const int32_t* targets) const {
   const int64_t N = int64_t{B_} * T_;
   double sum = 0;
   int n = 0;
@@ -225,29 +235,19 @@ float Gpt::mean_loss(const int32_t* targets, int* valid) const {
     sum += losses_[i];
     ++n;
   }
-  if (valid) *valid = n;
   return n > 0 ? static_cast<float>(sum / n) : 0.0f;
 }
 
 float Gpt::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
   const GptSpec& s = spec();
   const int64_t N = int64_t{B_} * T_;
-  encoder(inputs, params);
-  for (int l = 0; l < s.n_layer; ++l) {
-    const int u = layout_.block_unit(l);
-    if (l + 1 < s.n_layer) params.prefetch(u + 1);
-    const void* w = params.acquire(u);
-    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
-                  res_[static_cast<size_t>(l) + 1]);
-    params.release(u);
-  }
   const void* wte_unit = nullptr;
-  head_forward(params, &wte_unit);
+  forward_to_logits(inputs, params, &wte_unit);
   timed(timing_, times_.classifier,
         [&] { be_.crossentropy_forward(losses_, logits_, targets, N, s.vocab_size, s.vp()); });
   params.release(layout_.embedding_unit());
   params.release(layout_.final_unit());
-  return mean_loss(targets, nullptr);
+  return mean_loss(targets);
 }
 
 float Gpt::forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
@@ -255,17 +255,8 @@ float Gpt::forward_backward(const int32_t* inputs, const int32_t* targets, Param
   const GptSpec& s = spec();
   const int C = s.n_embd, Vp = s.vp();
   const int64_t N = int64_t{B_} * T_;
-  encoder(inputs, params);
-  for (int l = 0; l < s.n_layer; ++l) {
-    const int u = layout_.block_unit(l);
-    if (l + 1 < s.n_layer) params.prefetch(u + 1);
-    const void* w = params.acquire(u);
-    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
-                  res_[static_cast<size_t>(l) + 1]);
-    params.release(u);
-  }
   const void* we = nullptr;
-  const void* wf = head_forward(params, &we);
+  const void* wf = forward_to_logits(inputs, params, &we);
 
   // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
   int valid = 0;
@@ -274,7 +265,7 @@ float Gpt::forward_backward(const int32_t* inputs, const int32_t* targets, Param
   timed(timing_, times_.classifier,
         [&] { be_.crossentropy_fused(losses_, logits_, targets, N, s.vocab_size, Vp, dloss); });
   round(logits_, N * Vp);
-  const float loss = mean_loss(targets, nullptr);
+  const float loss = mean_loss(targets);
 
   // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
   void* dwe = grads.grad_buffer(layout_.embedding_unit());

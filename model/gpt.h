@@ -67,10 +67,10 @@ class Gpt {
   void encoder(const int32_t* inputs, ParamSource& params);
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);
-  // lnf + logits. Leaves the final-norm unit (returned) and the embedding unit (*wte_unit)
-  // acquired; the caller releases both.
-  const void* head_forward(ParamSource& params, const void** wte_unit);
-  float mean_loss(const int32_t* targets, int* valid) const;
+  // Encoder, blocks, final LayerNorm and logits. Leaves the final-norm unit (returned) and the
+  // embedding unit (*wte_unit) acquired; the caller releases both.
+  const void* forward_to_logits(const int32_t* inputs, ParamSource& params, const void** wte_unit);
+  float mean_loss(const int32_t* targets) const;
   void round(void* x, int64_t n);
   void* act(size_t elems);
   float* stat(size_t elems);

@@ -80,7 +80,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
+    a, _ = ap.parse_known_args()  # zerod-only flags (e.g. --dtype) are ignored
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
     model = GPT(a.layers, a.heads, a.embd, a.vocab, a.seq)

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch)->capture_default_str();
   app.add_option("--vocab", vocab)->capture_default_str();
   app.add_option("--dtype", dtype)->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
-  app.add_flag("--json", json, "one JSON line with the results (for train_bench.sh)");
+  app.add_flag("--json", json, "end with one JSON line of the results (for train_bench.sh)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -114,14 +114,6 @@ int main(int argc, char** argv) {
 
   const double total_steps = static_cast<double>(r.steps.size());
   const double t_model = times.total() / total_steps;
-  if (json) {
-    fmt::print(
-        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}}})"
-        "\n",
-        tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head,
-        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads());
-    return 0;
-  }
   fmt::print(
       "zerod CPU training benchmark: {} layers, {} heads, {} wide, seq {}, micro-batch {}, vocab "
       "{} (padded {}), {}, AdamW\n",
@@ -152,5 +144,12 @@ int main(int argc, char** argv) {
   fmt::print("  optimizer {:.1f}% | data {:.1f}% | other {:.1f}%\n", pct(r.optimizer_seconds),
              pct(r.data_seconds),
              100.0 - pct(times.total() + r.optimizer_seconds + r.data_seconds));
+  if (json) {
+    fmt::print(
+        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}}})"
+        "\n",
+        tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head,
+        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads());
+  }
   return 0;
 }

@@ -11,8 +11,10 @@ threads=${OMP_NUM_THREADS:-$(nproc)}
 export OMP_NUM_THREADS=$threads
 
 echo "== zerod"
-build/tools/bench/zerod_train_bench "$@" | tee /tmp/zerod_train_bench.txt
-zerod_json=$(build/tools/bench/zerod_train_bench "$@" --json)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+build/tools/bench/zerod_train_bench "$@" --json | tee "$out"
+zerod_json=$(tail -n 1 "$out")
 echo "== PyTorch (same shape, fp32, AdamW, $threads threads)"
 torch_json=$(/usr/bin/python3 tools/bench/torch_gpt.py --threads "$threads" --json "$@")
 echo "$torch_json"
