@@ -16,6 +16,23 @@ if(NOT TARGET zerod::openblas)
     INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
 endif()
 
+# Gloo: collectives between CPU ranks (comm/gloo/). Debian's config package names the target gloo.
+find_package(Gloo REQUIRED)
+
+# gRPC + protobuf: the control plane and the multi-node rendezvous (engine/runtime,
+# engine/control, tools). Optional: without them the training core and single-node training
+# build and run; multi-node flags are then refused.
+option(ZEROD_GRPC "Build the gRPC control plane and multi-node rendezvous when gRPC is found" ON)
+set(ZEROD_HAVE_GRPC OFF)
+if(ZEROD_GRPC)
+  find_package(Protobuf QUIET)
+  find_package(gRPC CONFIG QUIET)
+  find_program(ZEROD_GRPC_CPP_PLUGIN grpc_cpp_plugin)
+  if(Protobuf_FOUND AND gRPC_FOUND AND ZEROD_GRPC_CPP_PLUGIN)
+    set(ZEROD_HAVE_GRPC ON)
+  endif()
+endif()
+
 if(ZEROD_TESTS)
   find_package(GTest REQUIRED)
 endif()

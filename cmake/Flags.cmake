@@ -15,6 +15,9 @@ target_link_libraries(zerod_flags INTERFACE OpenMP::OpenMP_CXX Threads::Threads)
 if(ZEROD_HAVE_CUDA)
   target_compile_definitions(zerod_flags INTERFACE ZEROD_HAVE_CUDA=1)
 endif()
+if(ZEROD_HAVE_GRPC)
+  target_compile_definitions(zerod_flags INTERFACE ZEROD_HAVE_GRPC=1)
+endif()
 
 # zerod_library(NAME GLOBS... [DEPS ...]): a static library of the files matched by the globs
 # (an interface library while a folder is still empty), linked PUBLIC to DEPS.

@@ -1,0 +1,80 @@
+// Collectives between the ranks of a job (DESIGN.md section 4): one interface, one backend per
+// folder (comm/gloo/ for CPU ranks over TCP; comm/nccl/ for GPUs later).
+//
+// Every collective exists in two forms: `*_async` returns a Work handle at once (the backend
+// runs collectives in issue order on its own communication thread/stream, so they overlap
+// compute), and the plain form waits for it. Buffers must stay valid until the Work is done.
+// Each collective gets the next sequence number of this communicator; all ranks must issue the
+// same collectives in the same order.
+//
+// Errors (thrown by Work::wait or the plain form) are zerod::Error with kind kPeerLost (exit
+// code 3) and name the operation, its sequence number, its size, and the ranks that had not
+// arrived (from the PeerMonitor): a collective that does not finish within the timeout, or a
+// peer whose connection broke.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace zerod {
+
+enum class CommType : uint8_t { kF32, kF64, kI32, kI64, kU8 };
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+size_t comm_type_size(CommType t);
+const char* comm_type_name(CommType t);
+const char* reduce_op_name(ReduceOp op);
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective is done; rethrows its error.
+  virtual void wait() = 0;
+  // True once the collective finished (successfully or not); never blocks.
+  virtual bool done() const = 0;
+  virtual int64_t sequence() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;
+  // Collectives issued so far (the sequence number of the last one).
+  virtual int64_t sequence() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // data (count) = op over ranks of data (count); in place.
+  virtual WorkPtr all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) = 0;
+  // recv (count) = op over ranks of send[rank*count, (rank+1)*count); send has size*count
+  // elements. recv may alias send + rank*count (in place).
+  virtual WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t count, CommType type,
+                                       ReduceOp op) = 0;
+  // recv (size*count): recv[r*count, (r+1)*count) = send (count) of rank r. send may alias
+  // recv + rank*count (in place).
+  virtual WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) = 0;
+  // data (count) of root copied to every rank.
+  virtual WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  void all_reduce(void* data, int64_t count, CommType type, ReduceOp op) {
+    all_reduce_async(data, count, type, op)->wait();
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t count, CommType type, ReduceOp op) {
+    reduce_scatter_async(send, recv, count, type, op)->wait();
+  }
+  void all_gather(const void* send, void* recv, int64_t count, CommType type) {
+    all_gather_async(send, recv, count, type)->wait();
+  }
+  void broadcast(void* data, int64_t count, CommType type, int root) {
+    broadcast_async(data, count, type, root)->wait();
+  }
+  void barrier() { barrier_async()->wait(); }
+};
+
+}  // namespace zerod
