@@ -10,7 +10,9 @@
 // Errors (thrown by Work::wait or the plain form) are zerod::Error with kind kPeerLost (exit
 // code 3) and name the operation, its sequence number, its size, and the ranks that had not
 // arrived (from the PeerMonitor): a collective that does not finish within the timeout, or a
-// peer whose connection broke.
+// peer whose connection broke. After such an error the communicator is broken: every later
+// call throws at once. Bad arguments (negative count, null buffer, root out of range) throw
+// Error(kInternal) from the call itself and take no sequence number.
 #pragma once
 
 #include <chrono>

@@ -16,7 +16,7 @@ struct RankProgress {
   int64_t started = 0;    // sequence number of the last collective this rank started (0: none)
   int64_t completed = 0;  // sequence number of the last collective it completed
   bool alive = true;
-  std::string reason;     // why it is not alive ("killed", "rank thread failed: ...")
+  std::string reason;  // why it is not alive ("killed", "rank thread failed: ...")
 };
 
 class PeerMonitor {
@@ -45,8 +45,9 @@ class LocalPeerMonitor : public PeerMonitor {
   std::vector<RankProgress> ranks_;
 };
 
-// "rank 3 (started #181, completed #181); rank 5 (dead: killed)" for the ranks that have not
-// reached `seq` or are dead; "" when every rank has started it.
+// "rank 3 had not arrived (last started #180, completed #180); rank 5 is dead (killed)" for the
+// ranks other than `self` that have not started collective `seq` or are dead; "" when every
+// other rank is alive and has started it.
 std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self);
 
 }  // namespace zerod

@@ -31,8 +31,16 @@ class Store {
   // True when every key is set (no waiting).
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Atomically adds delta to the integer stored at key (0 when unset); returns the new value.
+  // The counter is stored as ASCII decimal ("42"), so get() of a counter key reads it as text.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
 };
+
+// Helpers shared by the Store implementations.
+// "store key 'a' was not set within 2000 ms" / "store keys 'a', 'b' were not set within ...".
+std::string store_missing_keys_message(const std::vector<std::string>& missing, Millis timeout);
+// The counter value of an add() key; throws Error(kInternal) when it does not hold a decimal.
+int64_t store_parse_counter(const std::string& key, const Bytes& value);
+Bytes store_format_counter(int64_t value);
 
 // In-process store for ranks that are threads of one process. Thread-safe.
 class MemoryStore : public Store {
@@ -54,11 +62,17 @@ class PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> inner)
       : prefix_(std::move(prefix) + "/"), inner_(std::move(inner)) {}
-  void set(const std::string& key, const Bytes& value) override { inner_->set(prefix_ + key, value); }
-  Bytes get(const std::string& key, Millis timeout) override { return inner_->get(prefix_ + key, timeout); }
+  void set(const std::string& key, const Bytes& value) override {
+    inner_->set(prefix_ + key, value);
+  }
+  Bytes get(const std::string& key, Millis timeout) override {
+    return inner_->get(prefix_ + key, timeout);
+  }
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
   bool check(const std::vector<std::string>& keys) override;
-  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(prefix_ + key, delta); }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return inner_->add(prefix_ + key, delta);
+  }
 
  private:
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const;

@@ -1,0 +1,49 @@
+#include "comm/communicator.h"
+
+#include "core/error.h"
+
+namespace zerod {
+
+size_t comm_type_size(CommType t) {
+  switch (t) {
+    case CommType::kF32:
+      return 4;
+    case CommType::kF64:
+      return 8;
+    case CommType::kI32:
+      return 4;
+    case CommType::kI64:
+      return 8;
+    case CommType::kU8:
+      return 1;
+  }
+  ZD_THROW("unknown CommType {}", static_cast<int>(t));
+}
+
+const char* comm_type_name(CommType t) {
+  switch (t) {
+    case CommType::kF32:
+      return "f32";
+    case CommType::kF64:
+      return "f64";
+    case CommType::kI32:
+      return "i32";
+    case CommType::kI64:
+      return "i64";
+    case CommType::kU8:
+      return "u8";
+  }
+  ZD_THROW("unknown CommType {}", static_cast<int>(t));
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+  }
+  ZD_THROW("unknown ReduceOp {}", static_cast<int>(op));
+}
+
+}  // namespace zerod

@@ -1,0 +1,247 @@
+#include "comm/gloo/executor.h"
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/context.h>
+#include <pthread.h>
+
+#include <optional>
+
+#include "core/log.h"
+
+namespace zerod::gloo_backend {
+
+// ---------------------------------------------------------------------------------------------
+// GlooWork
+// ---------------------------------------------------------------------------------------------
+
+class GlooWork : public Work {
+ public:
+  GlooWork(int64_t seq, std::weak_ptr<Executor> owner) : seq_(seq), owner_(std::move(owner)) {}
+
+  void wait() override {
+    if (auto owner = owner_.lock()) owner->run_if_next(this);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    if (error_) throw *error_;
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  int64_t sequence() const override { return seq_; }
+
+  void finish(std::optional<Error> error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      error_ = std::move(error);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const int64_t seq_;
+  const std::weak_ptr<Executor> owner_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::optional<Error> error_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Executor
+// ---------------------------------------------------------------------------------------------
+
+std::shared_ptr<Executor> Executor::start(std::shared_ptr<gloo::Context> context,
+                                          std::chrono::milliseconds timeout,
+                                          std::shared_ptr<PeerMonitor> monitor) {
+  std::shared_ptr<Executor> e(new Executor(std::move(context), timeout, std::move(monitor)));
+  e->thread_ = std::thread([raw = e.get()] { raw->thread_main(); });
+  return e;
+}
+
+Executor::Executor(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
+                   std::shared_ptr<PeerMonitor> monitor)
+    : context_(std::move(context)),
+      rank_(context_->rank),
+      size_(context_->size),
+      timeout_(timeout),
+      monitor_(std::move(monitor)) {}
+
+Executor::~Executor() {
+  shutdown();
+}
+
+int64_t Executor::sequence() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return seq_;
+}
+
+WorkPtr Executor::submit(const char* op, const std::string& detail,
+                         std::function<void(Link&)> run) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.empty()) {
+    ZD_THROW_KIND(ErrorKind::kPeerLost,
+                  "{} ({}) not started on rank {}: the communicator failed earlier: {}", op, detail,
+                  rank_, broken_);
+  }
+  ZD_CHECK(!stopping_, "{} issued while the communicator is being destroyed", op);
+  const int64_t seq = ++seq_;
+  auto work = std::make_shared<GlooWork>(seq, weak_from_this());
+  const auto signature = static_cast<uint16_t>(std::hash<std::string>{}(op + ("|" + detail)));
+  queue_.push_back(
+      Task{work, seq, signature, fmt::format("{} #{} ({})", op, seq, detail), std::move(run)});
+  cv_.notify_all();
+  return work;
+}
+
+void Executor::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (current_ != nullptr) {
+      current_->abort(fmt::format("the communicator of rank {} was destroyed", rank_));
+    }
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();  // it fails the queued tasks
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !running_; });  // a task running inline in a waiting caller
+}
+
+void Executor::thread_main() {
+  log::set_thread_rank(rank_);
+  pthread_setname_np(pthread_self(), fmt::format("zd-comm-{}", rank_).substr(0, 15).c_str());
+  for (;;) {
+    Task task;
+    std::optional<Error> refused;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || (!running_ && !queue_.empty()); });
+      if (stopping_) {
+        std::deque<Task> left = std::move(queue_);
+        queue_.clear();
+        lock.unlock();
+        for (auto& t : left) {
+          t.work->finish(Error(ErrorKind::kPeerLost,
+                               fmt::format("{} did not run on rank {}: the communicator was "
+                                           "destroyed",
+                                           t.what, rank_)));
+        }
+        return;
+      }
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      if (!broken_.empty()) {
+        refused.emplace(ErrorKind::kPeerLost,
+                        fmt::format("{} did not run on rank {}: an earlier collective failed: {}",
+                                    task.what, rank_, broken_));
+      } else {
+        running_ = true;
+      }
+    }
+    if (refused) {
+      task.work->finish(std::move(refused));
+    } else {
+      execute(task);
+    }
+  }
+}
+
+void Executor::run_if_next(const GlooWork* work) {
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || running_ || !broken_.empty() || queue_.empty() ||
+        queue_.front().work.get() != work) {
+      return;
+    }
+    task = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  execute(task);
+}
+
+void Executor::execute(Task& task) {
+  const auto start = Clock::now();
+  std::optional<Error> error;
+  try {
+    if (monitor_) monitor_->on_start(rank_, task.seq);
+    Link link(*context_, task.seq, task.signature, start + timeout_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current_ = &link;
+      if (stopping_) link.abort(fmt::format("the communicator of rank {} was destroyed", rank_));
+    }
+    struct Forget {  // runs before `link` is destroyed
+      Executor* self;
+      ~Forget() {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->current_ = nullptr;
+      }
+    } forget{this};
+    task.run(link);
+    if (monitor_) monitor_->on_complete(rank_, task.seq);
+  } catch (const std::exception& e) {
+    error = failure(task, e, start);
+  }
+  if (error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.empty()) broken_ = error->what();
+    }
+    // Peers blocked on this rank fail now rather than at their timeout.
+    try {
+      context_->closeConnections();
+    } catch (const std::exception& e) {
+      spdlog::warn("closing the connections of rank {} failed: {}", rank_, e.what());
+    }
+    spdlog::warn("{}", error->what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  task.work->finish(std::move(error));
+}
+
+Error Executor::failure(const Task& task, const std::exception& e, Clock::time_point start) {
+  const auto elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  const auto where = fmt::format("{} failed on rank {} of {} after {} ms (timeout {} ms)",
+                                 task.what, rank_, size_, elapsed, timeout_.count());
+  // Lost peers: our PeerError, Gloo's exceptions (its own collectives), or a kPeerLost of ours.
+  // Anything else (a bug, out of memory) keeps its kind or gets kInternal.
+  const auto* ours = dynamic_cast<const Error*>(&e);
+  const auto* peer = dynamic_cast<const PeerError*>(&e);
+  const bool lost = peer != nullptr || dynamic_cast<const gloo::Exception*>(&e) != nullptr ||
+                    dynamic_cast<const gloo::EnforceNotMet*>(&e) != nullptr ||
+                    (ours != nullptr && ours->kind() == ErrorKind::kPeerLost);
+  if (!lost) {
+    return Error(ours ? ours->kind() : ErrorKind::kInternal, fmt::format("{}: {}", where, e.what()),
+                 __FILE__, __LINE__);
+  }
+  std::string message = fmt::format("{}: {}", where, tidy_gloo_message(e.what()));
+  if (monitor_) {
+    std::string missing;
+    try {
+      missing = describe_missing_ranks(monitor_->snapshot(), task.seq, rank_);
+      if (missing.empty()) {
+        missing = peer != nullptr && peer->timed_out()
+                      ? "every other rank had started it (do the ranks issue the same "
+                        "collectives with the same sizes?)"
+                      : "every other rank had started it";
+      }
+    } catch (const std::exception& m) {
+      missing = fmt::format("(the peer monitor failed: {})", m.what());
+    }
+    message += "; " + missing;
+  }
+  return Error(ErrorKind::kPeerLost, message, __FILE__, __LINE__);
+}
+
+}  // namespace zerod::gloo_backend

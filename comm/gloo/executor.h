@@ -1,0 +1,92 @@
+// Runs the collectives of one Gloo communicator in issue order (comm/gloo/): a queue, the
+// communication thread, and the works callers wait on.
+//
+// A collective normally runs on the communication thread, so callers overlap it with compute.
+// A caller that waits for a collective which has not started yet, while nothing else runs, runs
+// it itself instead (saving two thread hand-offs for the synchronous forms); either way one
+// collective runs at a time, in sequence order.
+//
+// The first failure breaks the executor: the failed collective's error names the operation,
+// its sequence number and size, the world, the reason, and the ranks the PeerMonitor says had
+// not arrived; every connection is then closed so that peers blocked on this rank fail at once;
+// queued collectives fail without running, and later submissions throw at once. shutdown()
+// aborts a running collective and waits for it (never for peers).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "comm/gloo/link.h"
+#include "comm/peer_monitor.h"
+#include "core/error.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace zerod::gloo_backend {
+
+class GlooWork;
+
+class Executor : public std::enable_shared_from_this<Executor> {
+ public:
+  // Starts the communication thread. `context` is connected; `monitor` may be null.
+  static std::shared_ptr<Executor> start(std::shared_ptr<gloo::Context> context,
+                                         std::chrono::milliseconds timeout,
+                                         std::shared_ptr<PeerMonitor> monitor);
+  ~Executor();
+
+  // Numbers the collective and queues it. `op` and `detail` name it in errors ("all_reduce",
+  // "1001 x f32, sum") and, hashed, keep mismatched collectives of different ranks apart.
+  // Throws Error(kPeerLost) at once when an earlier collective failed.
+  WorkPtr submit(const char* op, const std::string& detail, std::function<void(Link&)> run);
+
+  int64_t sequence() const;
+  // Idempotent; after it, submit() throws and queued works have failed.
+  void shutdown();
+
+ private:
+  friend class GlooWork;
+  struct Task {
+    std::shared_ptr<GlooWork> work;
+    int64_t seq = 0;
+    uint16_t signature = 0;
+    std::string what;  // "all_reduce #5 (1001 x f32, sum)"
+    std::function<void(Link&)> run;
+  };
+
+  Executor(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
+           std::shared_ptr<PeerMonitor> monitor);
+  void thread_main();
+  // Runs `work`'s task in the calling thread if it is next and nothing runs.
+  void run_if_next(const GlooWork* work);
+  // Runs a task taken off the queue (running_ is set); clears running_ when done.
+  void execute(Task& task);
+  Error failure(const Task& task, const std::exception& e, Clock::time_point start);
+
+  const std::shared_ptr<gloo::Context> context_;
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<PeerMonitor> monitor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  int64_t seq_ = 0;
+  bool running_ = false;     // a task runs (on the thread or inline)
+  Link* current_ = nullptr;  // its Link, once it has one
+  bool stopping_ = false;
+  std::string broken_;  // the first failure; non-empty: submissions throw
+  std::thread thread_;
+};
+
+}  // namespace zerod::gloo_backend

@@ -1,0 +1,250 @@
+#include "comm/gloo/gloo_communicator.h"
+
+#include <gloo/rendezvous/context.h>
+
+#include <cstring>
+
+#include "comm/gloo/algorithms.h"
+#include "comm/gloo/connect.h"
+#include "comm/gloo/executor.h"
+#include "comm/gloo/link.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace zerod {
+
+// ---------------------------------------------------------------------------------------------
+// Algorithm choice (GlooAlgorithm::kAuto), from measurements on the 2-core development VM,
+// 2 processes on 127.0.0.1: tools/bench/comm_bench.cc for ours and Gloo's options API (busbw,
+// GB/s, median iteration), and a throw-away probe for Gloo's algorithm classes (each class and
+// size in a fresh pair of processes, so that no earlier small collective shrinks SO_SNDBUF, see
+// algorithms.h; mean of the best of 3 blocks). The VM is shared with other work: single numbers
+// move by +-20% between runs.
+//
+// clang-format off
+//               | all-reduce                    | reduce-scatter          | all-gather
+//   size   tcp2 | ring dir  opts cl-HD cl-Ring  | ring dir  opts* cl-HD   | ring dir  opts cl-Ring
+//   4K     0.11 | .028 .043 .022 .027 .048      | .020 .023 .011 .022     | .022 .023 .021 .027
+//   64K    1.22 | .404 .645 .351 .370 .553      | .324 .337 .150 .313     | .331 .337 .285 .346
+//   1M     2.54 | 1.65 1.15 1.74 1.58 0.89      | 1.27 1.14 0.56 0.99     | 1.42 1.30 1.47 1.98
+//   16M    1.65 | 1.15 1.15 1.17 1.35 0.92      | 0.96 1.02 0.48 0.72     | 1.46 1.16 1.53 1.18
+//   256M   1.69 | 1.31 1.41 1.27 1.27 1.11      | 1.16 1.30 0.53 0.95     | 1.45 1.39 1.15 1.34
+// clang-format on
+//
+//   tcp2: a plain TCP stream both ways at once, per direction (the bound for a collective whose
+//   ranks send and receive at once). ring, dir: ours (GlooAlgorithm::kRing, kDirect). opts:
+//   gloo::allreduce / gloo::allgather (options API); opts*: Gloo has no reduce-scatter there,
+//   so an all-reduce and a copy. cl-*: Gloo's classes AllreduceHalvingDoubling, AllreduceRing,
+//   ReduceScatterHalvingDoubling (plus the copy of the const input it reduces in place),
+//   AllgatherRing; constructed once, outside the timing (ours take any pointers per call).
+//
+// Reading: up to ~64 KB one round of messages wins (direct, and Gloo's AllreduceRing, which with
+// 2 ranks sends one message each way); rings pay a round per step. From 16 MB our ring and
+// direct paths, Gloo's options all-reduce and its all-reduce classes land within the noise of
+// each other for all-reduce (70-83% of tcp2 for ours); for reduce-scatter ours beat Gloo's
+// (58-77% of tcp2 against 44-56% for the halving-doubling class and ~30% for the options API);
+// the reduction's memory traffic is what keeps reduce-scatter under all-gather on 2 cores (with
+// the reduction switched off, the same transfers ran at 69-76% of tcp2). Between 512 KB and 8 MB
+// direct and ring are within the noise for 2 ranks; direct saves rounds, the ring saves scratch
+// memory (direct keeps n copies) and, with more ranks, bytes.
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+// Largest all-reduce (bytes) done with one round of direct sends rather than the ring. With 2
+// ranks both move the same bytes and direct saves a round; with more, direct moves n/2 times
+// the bytes of the ring, so only latency-bound sizes go direct.
+size_t direct_all_reduce_max(int n) {
+  return n == 2 ? (4 << 20) : (64 << 10);
+}
+// Largest reduce-scatter / all-gather (bytes per rank) done with direct sends: the same bytes as
+// the ring in one round instead of n-1, but (reduce-scatter) n times the bytes in scratch memory
+// and no overlap of reduction and transfer.
+size_t direct_scatter_gather_max(int n) {
+  return n == 2 ? (2 << 20) : (256 << 10);
+}
+
+using gloo_backend::Link;
+
+// The Communicator over an Executor: checks arguments, picks the algorithm, names the
+// collective. Scratch memory is touched by one collective at a time (the executor runs one at a
+// time), on whichever thread runs it.
+class GlooCommunicator final : public Communicator {
+ public:
+  explicit GlooCommunicator(const GlooOptions& options)
+      : rank_(options.rank),
+        size_(options.size),
+        timeout_(options.timeout),
+        algorithm_(options.algorithm) {
+    tuning_.segment_bytes = options.segment_bytes;
+    context_ = gloo_backend::connect_full_mesh(options);
+    executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor);
+    log::init();
+    spdlog::debug("gloo communicator: rank {} of {} connected on {} (timeout {} ms)", rank_, size_,
+                  options.bind_address, timeout_.count());
+  }
+
+  // Queued collectives fail, a running one is aborted; then the connections close (peers
+  // blocked on this rank see them close) and Gloo's event loop stops.
+  ~GlooCommunicator() override { executor_->shutdown(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "gloo"; }
+  int64_t sequence() const override { return executor_->sequence(); }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  WorkPtr all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t count, CommType type,
+                               ReduceOp op) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) override;
+  WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) override;
+  WorkPtr barrier_async() override;
+
+ private:
+  void check_args(const char* op, const void* a, const void* b, int64_t count, CommType type,
+                  int64_t ranks) const;
+  GlooAlgorithm choose(size_t bytes, size_t direct_max) const;
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  const GlooAlgorithm algorithm_;
+  gloo_backend::Tuning tuning_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  gloo_backend::Scratch scratch_;
+  std::shared_ptr<gloo_backend::Executor> executor_;
+};
+
+void GlooCommunicator::check_args(const char* op, const void* a, const void* b, int64_t count,
+                                  CommType type, int64_t ranks) const {
+  ZD_CHECK(count >= 0, "{}: negative count {}", op, count);
+  ZD_CHECK(count == 0 || (a != nullptr && b != nullptr), "{}: null buffer for {} elements", op,
+           count);
+  const auto limit = static_cast<uint64_t>(INT64_MAX) / comm_type_size(type) / ranks;
+  ZD_CHECK(static_cast<uint64_t>(count) <= limit, "{}: {} elements of {} overflow", op, count,
+           comm_type_name(type));
+}
+
+GlooAlgorithm GlooCommunicator::choose(size_t bytes, size_t direct_max) const {
+  if (algorithm_ != GlooAlgorithm::kAuto) return algorithm_;
+  return bytes <= direct_max ? GlooAlgorithm::kDirect : GlooAlgorithm::kRing;
+}
+
+WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) {
+  check_args("all_reduce", data, data, count, type, 1);
+  reduce_op_name(op);
+  const auto n = static_cast<size_t>(count);
+  return executor_->submit(
+      "all_reduce", fmt::format("{} x {}, {}", count, comm_type_name(type), reduce_op_name(op)),
+      [this, data, n, type, op](Link& link) {
+        switch (choose(n * comm_type_size(type), direct_all_reduce_max(size_))) {
+          case GlooAlgorithm::kDirect:
+            gloo_backend::direct_all_reduce(link, scratch_, data, n, type, op);
+            break;
+          case GlooAlgorithm::kGloo:
+            gloo_backend::gloo_all_reduce(context_, data, n, type, op, link.tag(),
+                                          link.remaining());
+            break;
+          default:
+            gloo_backend::ring_all_reduce(link, scratch_, data, n, type, op, tuning_);
+        }
+      });
+}
+
+WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
+                                               CommType type, ReduceOp op) {
+  check_args("reduce_scatter", send, recv, count, type, size_);
+  reduce_op_name(op);
+  const auto n = static_cast<size_t>(count);
+  return executor_->submit(
+      "reduce_scatter",
+      fmt::format("{} x {} per rank, {}", count, comm_type_name(type), reduce_op_name(op)),
+      [this, send, recv, n, type, op](Link& link) {
+        const size_t elem = comm_type_size(type);
+        switch (choose(n * elem, direct_scatter_gather_max(size_))) {
+          case GlooAlgorithm::kDirect:
+            gloo_backend::direct_reduce_scatter(link, scratch_, send, recv, n, type, op);
+            break;
+          case GlooAlgorithm::kGloo: {
+            // Gloo's options API has no reduce-scatter: all-reduce a copy, keep our slice.
+            if (n == 0) break;
+            uint8_t* copy = scratch_.get(n * elem * size_);
+            std::memcpy(copy, send, n * elem * size_);
+            gloo_backend::gloo_all_reduce(context_, copy, n * size_, type, op, link.tag(),
+                                          link.remaining());
+            std::memmove(recv, copy + rank_ * n * elem, n * elem);
+            break;
+          }
+          default:
+            gloo_backend::ring_reduce_scatter(link, scratch_, send, recv, n, type, op, tuning_);
+        }
+      });
+}
+
+WorkPtr GlooCommunicator::all_gather_async(const void* send, void* recv, int64_t count,
+                                           CommType type) {
+  check_args("all_gather", send, recv, count, type, size_);
+  const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
+  return executor_->submit("all_gather",
+                           fmt::format("{} x {} per rank", count, comm_type_name(type)),
+                           [this, send, recv, bytes](Link& link) {
+                             switch (choose(bytes, direct_scatter_gather_max(size_))) {
+                               case GlooAlgorithm::kDirect:
+                                 gloo_backend::direct_all_gather(link, send, recv, bytes);
+                                 break;
+                               case GlooAlgorithm::kGloo:
+                                 gloo_backend::gloo_all_gather(context_, send, recv, bytes,
+                                                               link.tag(), link.remaining());
+                                 break;
+                               default:
+                                 gloo_backend::ring_all_gather(link, send, recv, bytes, tuning_);
+                             }
+                           });
+}
+
+WorkPtr GlooCommunicator::broadcast_async(void* data, int64_t count, CommType type, int root) {
+  check_args("broadcast", data, data, count, type, 1);
+  ZD_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a world of {} ranks", root,
+           size_);
+  const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
+  return executor_->submit("broadcast",
+                           fmt::format("{} x {}, root {}", count, comm_type_name(type), root),
+                           [this, data, bytes, root](Link& link) {
+                             gloo_backend::tree_broadcast(link, data, bytes, root, tuning_);
+                           });
+}
+
+WorkPtr GlooCommunicator::barrier_async() {
+  return executor_->submit("barrier", fmt::format("{} ranks", size_),
+                           [](Link& link) { gloo_backend::barrier(link); });
+}
+
+}  // namespace
+
+const char* gloo_algorithm_name(GlooAlgorithm a) {
+  switch (a) {
+    case GlooAlgorithm::kAuto:
+      return "auto";
+    case GlooAlgorithm::kRing:
+      return "ring";
+    case GlooAlgorithm::kDirect:
+      return "direct";
+    case GlooAlgorithm::kGloo:
+      return "gloo";
+  }
+  ZD_THROW("unknown GlooAlgorithm {}", static_cast<int>(a));
+}
+
+GlooAlgorithm parse_gloo_algorithm(const std::string& name) {
+  for (auto a :
+       {GlooAlgorithm::kAuto, GlooAlgorithm::kRing, GlooAlgorithm::kDirect, GlooAlgorithm::kGloo}) {
+    if (name == gloo_algorithm_name(a)) return a;
+  }
+  ZD_THROW_INPUT("unknown Gloo algorithm '{}': expected auto, ring, direct or gloo", name);
+}
+
+std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {
+  return std::make_unique<GlooCommunicator>(options);
+}
+
+}  // namespace zerod

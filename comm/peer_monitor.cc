@@ -1,0 +1,62 @@
+#include "comm/peer_monitor.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace zerod {
+
+namespace {
+
+RankProgress& at(std::vector<RankProgress>& ranks, int rank) {
+  ZD_CHECK(rank >= 0 && static_cast<size_t>(rank) < ranks.size(),
+           "rank {} outside the monitored world of {} ranks", rank, ranks.size());
+  return ranks[static_cast<size_t>(rank)];
+}
+
+}  // namespace
+
+void LocalPeerMonitor::on_start(int rank, int64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at(ranks_, rank).started = seq;
+}
+
+void LocalPeerMonitor::on_complete(int rank, int64_t seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  at(ranks_, rank).completed = seq;
+}
+
+void LocalPeerMonitor::mark_dead(int rank, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& r = at(ranks_, rank);
+  if (!r.alive) return;  // keep the first reason: it is the cause, later ones are consequences
+  r.alive = false;
+  r.reason = reason;
+}
+
+std::vector<RankProgress> LocalPeerMonitor::snapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ranks_;
+}
+
+std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self) {
+  std::string out;
+  auto append = [&](const std::string& part) {
+    if (!out.empty()) out += "; ";
+    out += part;
+  };
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (static_cast<int>(r) == self) continue;
+    const auto& p = ranks[r];
+    if (!p.alive) {
+      append(
+          fmt::format("rank {} is dead ({})", r, p.reason.empty() ? "no reason given" : p.reason));
+    } else if (p.started < seq) {
+      append(fmt::format("rank {} had not arrived (last started #{}, completed #{})", r, p.started,
+                         p.completed));
+    }
+  }
+  return out;
+}
+
+}  // namespace zerod

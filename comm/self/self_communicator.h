@@ -1,0 +1,43 @@
+// The communicator of a world of one rank (comm/self/): every collective completes at once in
+// the calling thread (a copy when the output is not the input), and still takes the next
+// sequence number, so code and logs look the same at any world size. Works on host memory;
+// a GPU world of one goes through the NCCL backend.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "comm/peer_monitor.h"
+
+namespace zerod {
+
+class SelfCommunicator : public Communicator {
+ public:
+  // `monitor` (may be null) gets on_start/on_complete for rank 0.
+  explicit SelfCommunicator(std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                            std::shared_ptr<PeerMonitor> monitor = nullptr);
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* backend() const override { return "self"; }
+  int64_t sequence() const override { return seq_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  WorkPtr all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) override;
+  WorkPtr reduce_scatter_async(const void* send, void* recv, int64_t count, CommType type,
+                               ReduceOp op) override;
+  WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) override;
+  WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) override;
+  WorkPtr barrier_async() override;
+
+ private:
+  // Numbers the collective, reports it, copies `bytes` from src to dst when they differ, and
+  // returns a done Work.
+  WorkPtr complete(const void* src, void* dst, size_t bytes);
+
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<PeerMonitor> monitor_;
+  int64_t seq_ = 0;
+};
+
+}  // namespace zerod

@@ -1,0 +1,206 @@
+// Gloo communicators in two real processes bootstrapped through a FileStore: collectives work,
+// and when one process is killed (kill -9) the other fails promptly with an error naming the
+// lost rank, and nothing is left running.
+//
+// The processes are this test binary started again (posix_spawn) to run the disabled test
+// GlooProcessHelper.DISABLED_Rank, configured by ZEROD_COMM_HELPER_* environment variables; it
+// writes its outcome to the store under "result/<rank>".
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "comm/file_store.h"
+#include "tests/unit/comm/comm_test_util.h"
+
+extern char** environ;
+
+namespace zerod::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string text(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+
+// A few collectives with checked values; throws on a wrong value.
+void run_checked_collectives(Communicator& c) {
+  const int n = c.size();
+  const int r = c.rank();
+  for (size_t count : {size_t(1), size_t(1001), size_t(300000)}) {
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = value<float>(r, i);
+    c.all_reduce(v.data(), int64_t(count), CommType::kF32, ReduceOp::kSum);
+    for (size_t i = 0; i < count; ++i) {
+      ZD_CHECK(v[i] == expected<float>(n, i, ReduceOp::kSum), "all_reduce element {}", i);
+    }
+    std::vector<int64_t> send(count * n), recv(count);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = value<int64_t>(r, i);
+    c.reduce_scatter(send.data(), recv.data(), int64_t(count), CommType::kI64, ReduceOp::kMax);
+    for (size_t i = 0; i < count; ++i) {
+      ZD_CHECK(recv[i] == expected<int64_t>(n, r * count + i, ReduceOp::kMax), "reduce_scatter {}",
+               i);
+    }
+    std::vector<uint8_t> mine(count), all(count * n);
+    for (size_t i = 0; i < count; ++i) mine[i] = value<uint8_t>(r, i);
+    c.all_gather(mine.data(), all.data(), int64_t(count), CommType::kU8);
+    for (size_t i = 0; i < all.size(); ++i) {
+      ZD_CHECK(all[i] == value<uint8_t>(int(i / count), i % count), "all_gather element {}", i);
+    }
+  }
+  c.barrier();
+}
+
+// The helper process (see the file comment). Skipped unless started by the tests below.
+TEST(GlooProcessHelper, DISABLED_Rank) {
+  if (env("ZEROD_COMM_HELPER_RANK").empty()) GTEST_SKIP() << "only run by GlooProcesses tests";
+  const int rank = std::stoi(env("ZEROD_COMM_HELPER_RANK"));
+  const std::string mode = env("ZEROD_COMM_HELPER_MODE");
+  auto store = std::make_shared<FileStore>(env("ZEROD_COMM_HELPER_DIR"));
+  std::string result = "ok";
+  try {
+    GlooOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.store = std::make_shared<PrefixStore>("comm", store);
+    o.timeout = Ms(std::stoi(env("ZEROD_COMM_HELPER_TIMEOUT_MS")));
+    auto comm = make_gloo_communicator(o);
+    if (mode == "collectives") {
+      run_checked_collectives(*comm);
+    } else {  // "loop": all-reduce until something fails (or a minute passes)
+      std::vector<float> v(4096, 1.0f);
+      const auto t0 = Clock::now();
+      for (int64_t k = 0; ms_since(t0) < 60000; ++k) {
+        comm->all_reduce(v.data(), int64_t(v.size()), CommType::kF32, ReduceOp::kSum);
+        if (k == 10) store->set("ready/" + std::to_string(rank), {});
+      }
+    }
+  } catch (const Error& e) {
+    result = fmt::format("error {} {}", e.exit_code(), e.what());
+  }
+  store->set("result/" + std::to_string(rank), Bytes(result.begin(), result.end()));
+}
+
+class Helpers {
+ public:
+  Helpers() {
+    char tmpl[] = "/tmp/zerod-comm-test-XXXXXX";
+    EXPECT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    store_ = std::make_shared<FileStore>(dir_);
+  }
+  ~Helpers() {
+    for (pid_t p : pids_) {
+      if (p > 0) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, nullptr, 0);
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  FileStore& store() { return *store_; }
+
+  pid_t spawn(int rank, const std::string& mode, int timeout_ms) {
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+    envs.push_back("ZEROD_COMM_HELPER_RANK=" + std::to_string(rank));
+    envs.push_back("ZEROD_COMM_HELPER_MODE=" + mode);
+    envs.push_back("ZEROD_COMM_HELPER_DIR=" + dir_);
+    envs.push_back("ZEROD_COMM_HELPER_TIMEOUT_MS=" + std::to_string(timeout_ms));
+    std::vector<std::string> args = {"/proc/self/exe",
+                                     "--gtest_filter=GlooProcessHelper.DISABLED_Rank",
+                                     "--gtest_also_run_disabled_tests"};
+    std::vector<char*> cenv, cargs;
+    for (auto& s : envs) cenv.push_back(s.data());
+    cenv.push_back(nullptr);
+    for (auto& s : args) cargs.push_back(s.data());
+    cargs.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = dir_ + "/.log-" + std::to_string(rank);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    pid_t pid = -1;
+    const int rc =
+        ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, cargs.data(), cenv.data());
+    posix_spawn_file_actions_destroy(&actions);
+    EXPECT_EQ(rc, 0) << std::strerror(rc);
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  // Waits for `pid` up to `limit`; returns its wait status, or -1 if it is still running.
+  int wait(pid_t pid, Ms limit) {
+    const auto t0 = Clock::now();
+    for (;;) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        for (auto& p : pids_) {
+          if (p == pid) p = -1;
+        }
+        return status;
+      }
+      if (ms_since(t0) > limit.count()) return -1;
+      std::this_thread::sleep_for(Ms(5));
+    }
+  }
+
+  std::string result(int rank) {
+    return text(store_->get("result/" + std::to_string(rank), Ms(1000)));
+  }
+
+ private:
+  std::string dir_;
+  std::shared_ptr<FileStore> store_;
+  std::vector<pid_t> pids_;
+};
+
+TEST(GlooProcesses, CollectivesBetweenTwoProcessesOverAFileStore) {
+  Helpers h;
+  const pid_t a = h.spawn(0, "collectives", 20000);
+  const pid_t b = h.spawn(1, "collectives", 20000);
+  const int sa = h.wait(a, Ms(30000));
+  const int sb = h.wait(b, Ms(30000));
+  ASSERT_TRUE(sa != -1 && sb != -1) << "a helper process hung";
+  EXPECT_TRUE(WIFEXITED(sa) && WEXITSTATUS(sa) == 0) << "status " << sa;
+  EXPECT_TRUE(WIFEXITED(sb) && WEXITSTATUS(sb) == 0) << "status " << sb;
+  EXPECT_EQ(h.result(0), "ok");
+  EXPECT_EQ(h.result(1), "ok");
+}
+
+TEST(GlooProcesses, KillingOneProcessFailsTheOtherPromptlyNamingIt) {
+  const int timeout_ms = 10000;
+  Helpers h;
+  const pid_t a = h.spawn(0, "loop", timeout_ms);
+  const pid_t b = h.spawn(1, "loop", timeout_ms);
+  h.store().wait({"ready/0", "ready/1"}, Ms(30000));
+  std::this_thread::sleep_for(Ms(100));  // mid-training: collectives keep running
+  ASSERT_EQ(::kill(b, SIGKILL), 0);
+  const auto t0 = Clock::now();
+  const int sa = h.wait(a, Ms(2 * timeout_ms));
+  const double ms = ms_since(t0);
+  ASSERT_NE(sa, -1) << "the surviving process is still running after 2x the timeout";
+  EXPECT_TRUE(WIFEXITED(sa) && WEXITSTATUS(sa) == 0) << "status " << sa;
+  // Prompt: the closed connection is noticed, not the timeout.
+  EXPECT_LT(ms, 3000.0);
+  const std::string result = h.result(0);
+  EXPECT_EQ(result.rfind("error 3 all_reduce #", 0), 0u) << result;
+  EXPECT_NE(result.find("rank 1"), std::string::npos) << result;
+  const int sb = h.wait(b, Ms(1000));
+  EXPECT_TRUE(WIFSIGNALED(sb) && WTERMSIG(sb) == SIGKILL) << "status " << sb;
+}
+
+}  // namespace
+}  // namespace zerod::test

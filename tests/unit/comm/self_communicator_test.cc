@@ -1,0 +1,50 @@
+// SelfCommunicator: a world of one; collectives complete at once, copy when not in place, and
+// are numbered and reported like any other.
+#include <gtest/gtest.h>
+
+#include "comm/peer_monitor.h"
+#include "comm/self/self_communicator.h"
+#include "core/error.h"
+
+namespace zerod {
+namespace {
+
+TEST(SelfCommunicator, CollectivesCompleteAtOnceAndCopy) {
+  auto monitor = std::make_shared<LocalPeerMonitor>(1);
+  SelfCommunicator c(std::chrono::seconds(3), monitor);
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+  EXPECT_STREQ(c.backend(), "self");
+  EXPECT_EQ(c.timeout(), std::chrono::seconds(3));
+
+  std::vector<float> data = {1.5f, -2.0f, 3.0f};
+  auto w = c.all_reduce_async(data.data(), 3, CommType::kF32, ReduceOp::kSum);
+  EXPECT_TRUE(w->done());
+  EXPECT_EQ(w->sequence(), 1);
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.0f}));
+
+  std::vector<int64_t> send = {7, 8, 9}, recv(3, 0);
+  c.reduce_scatter(send.data(), recv.data(), 3, CommType::kI64, ReduceOp::kMax);
+  EXPECT_EQ(recv, send);
+  std::vector<uint8_t> mine = {1, 2}, all(2, 0);
+  c.all_gather(mine.data(), all.data(), 2, CommType::kU8);
+  EXPECT_EQ(all, mine);
+  c.all_gather(all.data(), all.data(), 2, CommType::kU8);  // in place
+  EXPECT_EQ(all, mine);
+  double d = 4.0;
+  c.broadcast(&d, 1, CommType::kF64, 0);
+  EXPECT_EQ(d, 4.0);
+  c.barrier();
+  c.all_reduce(nullptr, 0, CommType::kF32, ReduceOp::kSum);  // size 0
+  EXPECT_EQ(c.sequence(), 7);
+  EXPECT_EQ(monitor->snapshot()[0].started, 7);
+  EXPECT_EQ(monitor->snapshot()[0].completed, 7);
+
+  EXPECT_THROW(c.broadcast(&d, 1, CommType::kF64, 1), Error);
+  EXPECT_THROW(c.all_reduce(&d, -1, CommType::kF64, ReduceOp::kSum), Error);
+  EXPECT_THROW(c.all_gather(nullptr, &d, 1, CommType::kF64), Error);
+  EXPECT_EQ(c.sequence(), 7) << "rejected calls take no sequence number";
+}
+
+}  // namespace
+}  // namespace zerod
