@@ -1,22 +1,31 @@
 // zerod: the per-node training engine.
 //
 //   zerod train [JOB.json] [--steps N] [--demo-dir DIR] [--nproc-per-node N]
-//               [--nnodes N --node-rank R --master HOST:PORT] [--resume latest|TAG] [--listen
-//               ADDR:PORT]
+//               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
+//               [--listen ADDR:PORT]
 //   zerod check JOB.json [--world-size N]
 //
 // Exit codes: 0 ok, 1 internal error, 2 bad input (job file, data, flags), 3 lost peer.
 #include <omp.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/config/parse.h"
+#include "engine/runtime/launch.h"
+#include "engine/runtime/local_session.h"
 #include "engine/train/demo.h"
-#include "engine/train/trainer.h"
+#include "engine/train/run_job.h"
+#ifdef ZEROD_HAVE_GRPC
+#include "engine/runtime/grpc/node_session_grpc.h"
+#endif
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -25,10 +34,7 @@ constexpr const char* kVersion = "0.1.0";
 
 struct TrainFlags {
   std::string job;
-  int nproc_per_node = 1;
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string master;
+  zerod::LaunchFlags launch;
   std::string resume;
   std::string listen;
   std::string demo_dir = "zerod-demo";
@@ -41,33 +47,66 @@ void print_warnings(const zerod::ParsedJob& job) {
 
 // Flags of features later work builds: recognised, refused with a clear message.
 void refuse_unbuilt(const TrainFlags& f) {
-  if (f.nproc_per_node != 1)
-    ZD_THROW_INPUT("--nproc-per-node {}: multiple ranks are not implemented yet in zerod",
-                   f.nproc_per_node);
-  if (f.nnodes != 1 || f.node_rank != 0 || !f.master.empty())
-    ZD_THROW_INPUT(
-        "--nnodes/--node-rank/--master: multi-node training is not implemented yet in zerod");
   if (!f.resume.empty())
     ZD_THROW_INPUT("--resume {}: checkpoints are not implemented yet in zerod", f.resume);
   if (!f.listen.empty())
     ZD_THROW_INPUT("--listen {}: the control plane is not implemented yet in zerod", f.listen);
 }
 
+// The node's membership: a local session for one node, the gRPC rendezvous for several.
+std::unique_ptr<zerod::NodeSession> start_session(const zerod::LaunchSpec& spec,
+                                                  const zerod::JobConfig& cfg) {
+  if (spec.nnodes == 1) return zerod::start_local_session(spec);
+#ifdef ZEROD_HAVE_GRPC
+  zerod::SessionOptions so;
+  so.job_hash = zerod::job_hash(cfg);
+  so.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(cfg.train.rendezvous_timeout * 1000));
+  spdlog::info("rendezvous: node {} of {} joining {} (timeout {:g} s)",
+               spec.node_rank < 0 ? std::string("?") : std::to_string(spec.node_rank), spec.nnodes,
+               spec.master_address(), cfg.train.rendezvous_timeout);
+  return zerod::start_node_session(spec, so);
+#else
+  ZD_THROW_INPUT("--nnodes {}: this zerod was built without gRPC, which multi-node training needs",
+                 spec.nnodes);
+#endif
+}
+
 int run_train(const TrainFlags& f) {
   refuse_unbuilt(f);
+  const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::from_process_env());
   zerod::ParsedJob job =
       f.job.empty() ? zerod::prepare_demo_job(f.demo_dir) : zerod::load_job_file(f.job);
   print_warnings(job);
   if (f.steps > 0) job.config.train.steps = f.steps;
-  zerod::resolve_job(job.config, 1);
+  zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
   if (f.job.empty())
     spdlog::info("no job file: training the built-in demo job (data and metrics in ./{}/)",
                  f.demo_dir);
-  spdlog::info("zerod {}: {} threads, matmul engine {}", kVersion, omp_get_max_threads(),
-               zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
-  zerod::Trainer trainer(std::move(job.config));
-  trainer.run();
+  auto session = start_session(spec, job.config);
+  const zerod::NodeInfo& info = session->info();
+  const int threads = std::max(1, zerod::cpu_info().cores / info.nproc_per_node);
+  spdlog::info(
+      "zerod {}: node {} of {}, ranks {}..{} of {} (topology from {}), {} threads per rank, "
+      "matmul engine {}",
+      kVersion, info.node_rank, info.nnodes, info.first_rank,
+      info.first_rank + info.nproc_per_node - 1, info.world_size, spec.source, threads,
+      zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+  try {
+    zerod::run_job(job.config, *session);
+  } catch (const zerod::Error& e) {
+    if (e.kind() != zerod::ErrorKind::kPeerLost) throw;
+    // A broken connection is often seen a moment before the rendezvous learns which node died:
+    // give it a second, then say both.
+    for (int i = 0; i < 100 && !session->world_failed(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!session->world_failed()) throw;
+    throw zerod::Error(zerod::ErrorKind::kPeerLost,
+                       fmt::format("{}\n  cause: {}", e.what(), session->failure_reason()));
+  }
+  session->leave("");
   return 0;
 }
 
@@ -84,6 +123,9 @@ int run_check(const std::string& path, int world_size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that dies closes sockets we may be writing to: that must be an error to handle
+  // (exit code 3 naming the peer), not a silent death by SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   zerod::log::init();
   CLI::App app{"zerod: a per-node training engine (DeepSpeed-style ZeRO, no Python in the loop)"};
   app.set_version_flag("--version", kVersion);
@@ -95,11 +137,17 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "Train a job; with no job file, the built-in demo job");
   train->add_option("job", tf.job, "job file (DeepSpeed ds_config JSON + model/data/train)")
       ->check(CLI::ExistingFile);
-  train->add_option("--nproc-per-node", tf.nproc_per_node, "local ranks")
-      ->check(CLI::PositiveNumber);
-  train->add_option("--nnodes", tf.nnodes, "nodes in the job")->check(CLI::PositiveNumber);
-  train->add_option("--node-rank", tf.node_rank, "this node's rank")->check(CLI::NonNegativeNumber);
-  train->add_option("--master", tf.master, "HOST:PORT of the rendezvous");
+  int nproc = 1, nnodes = 1, node_rank = 0;
+  std::string master;
+  auto* nproc_opt = train->add_option("--nproc-per-node", nproc, "local ranks (threads)")
+                        ->check(CLI::PositiveNumber);
+  auto* nnodes_opt = train->add_option("--nnodes", nnodes, "nodes (zerod processes) in the job")
+                         ->check(CLI::PositiveNumber);
+  auto* node_rank_opt =
+      train->add_option("--node-rank", node_rank, "this node's rank (default: assigned at join)")
+          ->check(CLI::NonNegativeNumber);
+  auto* master_opt =
+      train->add_option("--master", master, "HOST:PORT of the rendezvous (node 0 serves it)");
   train->add_option("--resume", tf.resume, "latest or a checkpoint tag");
   train->add_option("--listen", tf.listen, "ADDR:PORT for the control plane");
   train->add_option("--steps", tf.steps, "override train.steps")->check(CLI::PositiveNumber);
@@ -136,6 +184,13 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);  // prints help/version (code 0) or the error
     return code == 0 ? 0 : 2;
   }
+
+  // Launch flags not given stay unset: the launcher's environment (torchrun, Slurm, Open MPI)
+  // fills them in.
+  if (nproc_opt->count()) tf.launch.nproc_per_node = nproc;
+  if (nnodes_opt->count()) tf.launch.nnodes = nnodes;
+  if (node_rank_opt->count()) tf.launch.node_rank = node_rank;
+  if (master_opt->count()) tf.launch.master = master;
 
   try {
     zerod::log::set_level(log_level);

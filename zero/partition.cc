@@ -18,6 +18,8 @@ Partition::Partition(const ParamLayout& layout, int world_size, int64_t align_el
   for (int u = 0; u < layout.num_units(); ++u) {
     const UnitLayout& ul = layout.unit(u);
     UnitPartition p;
+    padded_offsets_.push_back(padded_elems_total());
+    shard_offsets_.push_back(shard_elems_total());
     p.numel = ul.numel;
     p.padded = (ul.numel + quantum - 1) / quantum * quantum;
     p.shard = p.padded / world_size;
@@ -37,6 +39,12 @@ Partition::Partition(const ParamLayout& layout, int world_size, int64_t align_el
 int64_t Partition::shard_elems_total() const {
   int64_t n = 0;
   for (const auto& u : units_) n += u.shard;
+  return n;
+}
+
+int64_t Partition::padded_elems_total() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u.padded;
   return n;
 }
 

@@ -36,11 +36,18 @@ class Partition {
   const std::vector<DecayRange>& decay_ranges(int u) const {
     return ranges_.at(static_cast<size_t>(u));
   }
-  int64_t shard_elems_total() const;  // sum over units of the shard size
+  int64_t shard_elems_total() const;   // sum over units of the shard size
+  int64_t padded_elems_total() const;  // sum over units of the padded size
+
+  // Offsets of unit u in a buffer holding every unit's padded buffer back to back (unit order),
+  // and in one holding every unit's shard back to back.
+  int64_t padded_offset(int u) const { return padded_offsets_.at(static_cast<size_t>(u)); }
+  int64_t shard_offset(int u) const { return shard_offsets_.at(static_cast<size_t>(u)); }
 
  private:
   int world_;
   std::vector<UnitPartition> units_;
+  std::vector<int64_t> padded_offsets_, shard_offsets_;
   std::vector<std::vector<DecayRange>> ranges_;
 };
 

@@ -2,72 +2,176 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 
+#include "comm/self/self_communicator.h"
 #include "core/error.h"
+#include "core/timer.h"
 
 namespace zerod {
 
+namespace {
+char* at(void* base, int64_t elems, size_t esz) {
+  return static_cast<char*>(base) + elems * static_cast<int64_t>(esz);
+}
+double mib(int64_t b) {
+  return static_cast<double>(b) / (1 << 20);
+}
+}  // namespace
+
 ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOptions& options,
                        MemoryTracker* tracker)
-    : layout_(layout), be_(backend), opt_(options), partition_(layout, options.world_size) {
-  ZD_CHECK(options.world_size == 1 && options.rank == 0 && options.stage == 0,
-           "this build's ZeroEngine holds a single rank at stage 0 (got stage {}, world {})",
-           options.stage, options.world_size);
-  const size_t esz = be_.compute_elem_size();
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitPartition& p = partition_.unit(u);
-    weights_.push_back(
-        be_.allocate(static_cast<size_t>(p.padded) * esz, MemCategory::kWeights, tracker));
-    grads_.push_back(
-        be_.allocate(static_cast<size_t>(p.padded) * esz, MemCategory::kGradients, tracker));
-    master_.push_back(host_alloc(static_cast<size_t>(p.shard) * 4, MemCategory::kMaster, tracker));
-    m_.push_back(host_alloc(static_cast<size_t>(p.shard) * 4, MemCategory::kMoments, tracker));
-    v_.push_back(host_alloc(static_cast<size_t>(p.shard) * 4, MemCategory::kMoments, tracker));
+    : layout_(layout),
+      be_(backend),
+      opt_(options),
+      tracker_(tracker),
+      partition_(layout, options.stage >= 1 ? options.world_size : 1),
+      esz_(backend.compute_elem_size()) {
+  ZD_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "ZeRO stage {}", opt_.stage);
+  ZD_CHECK(opt_.world_size >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world_size,
+           "rank {} of world {}", opt_.rank, opt_.world_size);
+  if (opt_.comm == nullptr) {
+    ZD_CHECK(opt_.world_size == 1, "world size {} needs a communicator", opt_.world_size);
+    self_comm_ = std::make_unique<SelfCommunicator>();
+    opt_.comm = self_comm_.get();
   }
+  ZD_CHECK(opt_.comm->size() == opt_.world_size && opt_.comm->rank() == opt_.rank,
+           "communicator is rank {} of {}, engine rank {} of {}", opt_.comm->rank(),
+           opt_.comm->size(), opt_.rank, opt_.world_size);
+  const int64_t shard_total = partition_.shard_elems_total();
+  const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
+  weights_ = be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
+  if (!fp32_alias()) {
+    master_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMaster, tracker);
+  }
+  m_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMoments, tracker);
+  v_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMoments, tracker);
+  ReducerOptions ro;
+  ro.stage = opt_.stage;
+  ro.rank = owner_rank();
+  ro.comm = opt_.comm;
+  ro.reduce_bucket_size = opt_.reduce_bucket_size;
+  ro.overlap_comm = opt_.overlap_comm;
+  reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
+  if (opt_.stage >= 3) {
+    GathererOptions go;
+    go.comm = opt_.comm;
+    go.prefetch_bucket_size = opt_.prefetch_bucket_size;
+    go.param_persistence_threshold = opt_.param_persistence_threshold;
+    go.max_live_parameters = opt_.max_live_parameters;
+    gatherer_ = std::make_unique<ParamGatherer>(partition_, be_, go, weights_.data(), tracker);
+  }
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+void* ZeroEngine::weight_region(int u) {
+  const UnitPartition& up = partition_.unit(u);
+  if (opt_.stage >= 3) return at(weights_.data(), partition_.shard_offset(u), esz_);
+  return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank()), esz_);
+}
+
+float* ZeroEngine::master(int u) {
+  if (fp32_alias()) return static_cast<float*>(weight_region(u));
+  return master_.as<float>() + partition_.shard_offset(u);
+}
+float* ZeroEngine::exp_avg(int u) {
+  return m_.as<float>() + partition_.shard_offset(u);
+}
+float* ZeroEngine::exp_avg_sq(int u) {
+  return v_.as<float>() + partition_.shard_offset(u);
 }
 
 void ZeroEngine::init_weights(uint64_t seed) {
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitPartition& p = partition_.unit(u);
-    const int64_t begin = p.begin(opt_.rank), valid = p.valid(opt_.rank);
+    const UnitPartition& up = partition_.unit(u);
+    const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
+    std::fill(master(u), master(u) + up.shard, 0.0f);
     if (valid > 0) layout_.init_range(u, master(u), begin, begin + valid, seed);
   }
   refresh_weights();
 }
 
 void ZeroEngine::refresh_weights() {
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitPartition& p = partition_.unit(u);
-    be_.cast_to_compute(weights(u), master(u), p.shard);
+  if (!fp32_alias()) {
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      be_.cast_to_compute(weight_region(u), master(u), partition_.unit(u).shard);
+    }
   }
+  if (opt_.stage == 1 || opt_.stage == 2) gather_weights();
+  if (gatherer_) gatherer_->shards_changed();
+}
+
+void ZeroEngine::gather_weights() {
+  if (opt_.comm->size() == 1) return;
+  // Every unit's shard is gathered in place; at most allgather_bucket_size elements in flight.
+  std::deque<std::pair<WorkPtr, int64_t>> in_flight;
+  int64_t elems = 0;
+  Stopwatch sw;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    const UnitPartition& up = partition_.unit(u);
+    void* full = at(weights_.data(), partition_.padded_offset(u), esz_);
+    in_flight.emplace_back(
+        opt_.comm->all_gather_async(weight_region(u), full, up.shard, CommType::kF32), up.padded);
+    elems += up.padded;
+    while (in_flight.size() > 1 && elems > opt_.allgather_bucket_size) {
+      in_flight.front().first->wait();
+      elems -= in_flight.front().second;
+      in_flight.pop_front();
+    }
+  }
+  for (auto& w : in_flight) w.first->wait();
+  gather_wait_seconds_ += sw.seconds();
+}
+
+void ZeroEngine::gather_unit(int u, void* out) {
+  const UnitPartition& up = partition_.unit(u);
+  if (opt_.stage < 3) {
+    be_.copy(out, at(weights_.data(), partition_.padded_offset(u), esz_),
+             static_cast<size_t>(up.padded) * esz_);
+    return;
+  }
+  opt_.comm->all_gather(weight_region(u), out, up.shard, CommType::kF32);
 }
 
 void ZeroEngine::zero_grad() {
-  for (auto& g : grads_) be_.memset_zero(g.data(), g.bytes());
+  reducer_->zero_grad();
+}
+void ZeroEngine::begin_micro_batch(bool last) {
+  reducer_->begin_micro_batch(last);
 }
 
 const void* ZeroEngine::acquire(int unit) {
-  return weights(unit);
+  if (gatherer_) return gatherer_->acquire(unit);
+  return at(weights_.data(), partition_.padded_offset(unit), esz_);
 }
-void ZeroEngine::release(int) {}
-void* ZeroEngine::grad_buffer(int unit) {
-  return grads(unit);
+void ZeroEngine::release(int unit) {
+  if (gatherer_) gatherer_->release(unit);
 }
-void ZeroEngine::unit_done(int) {}
+void ZeroEngine::prefetch(int unit) {
+  if (gatherer_) gatherer_->prefetch(unit);
+}
 
 StepResult ZeroEngine::step(const OptimStep& s) {
+  reducer_->finish();
   StepResult r;
   double sumsq = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    sumsq += be_.sum_squares(grads(u), partition_.unit(u).shard);
+    sumsq += be_.sum_squares(reducer_->shard(u), partition_.unit(u).shard);
   }
+  const bool distributed = opt_.comm->size() > 1;
+  // Stage 0 ranks hold identical reduced gradients; the others hold disjoint shards.
+  if (distributed && opt_.stage >= 1)
+    opt_.comm->all_reduce(&sumsq, 1, CommType::kF64, ReduceOp::kSum);
   if (!std::isfinite(sumsq)) {
     r.overflow = true;
     r.grad_norm = std::numeric_limits<double>::infinity();
     return r;
   }
-  r.grad_norm = std::sqrt(sumsq) / s.loss_scale;
+  // Reduced gradients are sums over the ranks: the mean divides by the world size.
+  const double divisor = s.loss_scale * (distributed ? opt_.world_size : 1);
+  r.grad_norm = std::sqrt(sumsq) / divisor;
   // DeepSpeed / torch clip_grad_norm_: coef = max_norm / (norm + 1e-6) when below 1.
   if (s.max_grad_norm > 0) {
     const double coef = s.max_grad_norm / (r.grad_norm + 1e-6);
@@ -82,24 +186,77 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   p.adam_w_mode = s.adam_w_mode;
   p.bias_correction = s.bias_correction;
   p.step = adam_steps_;
-  p.grad_scale = static_cast<float>(r.clip_coef / s.loss_scale);
-  const size_t esz = be_.compute_elem_size();
+  p.grad_scale = static_cast<float>(r.clip_coef / divisor);
   for (int u = 0; u < layout_.num_units(); ++u) {
     const UnitPartition& up = partition_.unit(u);
-    const int64_t sb = up.begin(opt_.rank), se = sb + up.shard;
-    char* g = static_cast<char*>(grads(u));
-    char* w = static_cast<char*>(weights(u));
+    const int64_t sb = up.begin(owner_rank()), se = sb + up.shard;
+    void* grads = reducer_->shard(u);
+    void* weights = fp32_alias() ? nullptr : weight_region(u);
     for (const DecayRange& d : partition_.decay_ranges(u)) {
       const int64_t lo = std::max(d.begin, sb), hi = std::min(d.end, se);
       if (lo >= hi) continue;
       p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
       const int64_t off = lo - sb;
-      be_.adamw_update(master(u) + off, exp_avg(u) + off, exp_avg_sq(u) + off,
-                       g + static_cast<size_t>(lo) * esz, w + static_cast<size_t>(lo) * esz,
-                       hi - lo, p);
+      be_.adamw_update(master(u) + off, exp_avg(u) + off, exp_avg_sq(u) + off, at(grads, off, esz_),
+                       weights ? at(weights, off, esz_) : nullptr, hi - lo, p);
     }
   }
+  if (opt_.stage == 1 || opt_.stage == 2) gather_weights();
+  if (gatherer_) gatherer_->shards_changed();
   return r;
+}
+
+double ZeroEngine::comm_wait_seconds() const {
+  return reducer_->wait_seconds() + gather_wait_seconds_ +
+         (gatherer_ ? gatherer_->wait_seconds() : 0);
+}
+
+ModelStateBytes ZeroEngine::measured_bytes() const {
+  ModelStateBytes b;
+  if (tracker_ == nullptr) return b;
+  b.weights = tracker_->current(MemCategory::kWeights);
+  b.gradients = tracker_->current(MemCategory::kGradients);
+  b.master = tracker_->current(MemCategory::kMaster);
+  b.moments = tracker_->current(MemCategory::kMoments);
+  b.buckets = tracker_->peak(MemCategory::kBuckets);
+  b.gathered = tracker_->peak(MemCategory::kGathered);
+  return b;
+}
+
+ModelStateBytes ZeroEngine::formula_bytes() const {
+  // Psi: the parameters as laid out (units with their aligned tensors, vocabulary padded),
+  // before padding units to a multiple of the world size.
+  double psi = 0;
+  for (int u = 0; u < layout_.num_units(); ++u) psi += static_cast<double>(layout_.unit(u).numel);
+  const double n = opt_.world_size, e = static_cast<double>(esz_);
+  const int st = opt_.stage;
+  ModelStateBytes b;
+  b.weights = static_cast<int64_t>(e * (st >= 3 ? psi / n : psi));
+  b.gradients = static_cast<int64_t>(e * (st >= 2 ? psi / n : psi));
+  const double opt_psi = st >= 1 ? psi / n : psi;
+  b.master = fp32_alias() ? 0 : static_cast<int64_t>(4 * opt_psi);
+  b.moments = static_cast<int64_t>(8 * opt_psi);
+  return b;
+}
+
+std::string ZeroEngine::memory_report() const {
+  const ModelStateBytes m = measured_bytes(), f = formula_bytes();
+  const int st = opt_.stage;
+  const int e = static_cast<int>(esz_), k = fp32_alias() ? 8 : 12;
+  const std::string per_n = "/N";
+  std::string formula = fmt::format("{}Psi{} + {}Psi{} + {}Psi{}", e, st >= 3 ? per_n : "", e,
+                                    st >= 2 ? per_n : "", k, st >= 1 ? per_n : "");
+  return fmt::format(
+      "model states (ZeRO-{}, N={}): weights {:.2f} + gradients {:.2f} + master {:.2f} + moments "
+      "{:.2f} = {:.2f} MiB; formula {} = {:.2f} MiB ({:+.1f}%); buckets {:.2f} MiB, gathered "
+      "{:.2f} "
+      "MiB",
+      st, opt_.world_size, mib(m.weights), mib(m.gradients), mib(m.master), mib(m.moments),
+      mib(m.states()), formula, mib(f.states()),
+      f.states() > 0
+          ? 100.0 * (static_cast<double>(m.states()) / static_cast<double>(f.states()) - 1)
+          : 0.0,
+      mib(m.buckets), mib(m.gathered));
 }
 
 }  // namespace zerod

@@ -1,18 +1,32 @@
-// ZeRO model states of one rank: compute-dtype weights, gradients, fp32 master weights and Adam
-// moments for every unit, laid out per Partition, and the optimizer step over them.
+// ZeRO model states of one rank (DESIGN.md section 3) and the optimizer step over them.
 //
-// It is the model's ParamSource (weights per unit) and GradSink (gradients per unit). This
-// version holds one rank (world size 1, stage 0: everything resident); the distributed stages
-// keep this interface and change what stays resident.
+// One partitioning for every stage (zero/partition.h); the stages differ in what stays resident:
+//
+//   stage | compute weights        | gradients            | fp32 master, Adam m and v
+//   0     | full                   | full, all-reduced    | full (every rank updates all)
+//   1     | full                   | full, reduced to the owner of each shard | shard
+//   2     | full                   | shard (reduce-scattered during backward) | shard
+//   3     | shard (gathered per unit around its use, zero/param_gatherer.h) | shard | shard
+//
+// The engine is the model's ParamSource and GradSink. After the optimizer updates a shard,
+// stages 1-2 all-gather the compute weights; stage 3 keeps the shard. In fp32 the master is the
+// compute weight itself (no second copy, as in DeepSpeed's fp32 training); with bf16/fp16 it is
+// a separate fp32 array. The global gradient norm and the overflow check are all-reduced, so
+// every rank clips, skips and scales identically.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/memory.h"
 #include "kernels/backend.h"
 #include "model/layout.h"
 #include "model/param_source.h"
+#include "zero/grad_reducer.h"
+#include "zero/param_gatherer.h"
 #include "zero/partition.h"
 
 namespace zerod {
@@ -21,6 +35,13 @@ struct ZeroOptions {
   int stage = 0;
   int world_size = 1;
   int rank = 0;
+  Communicator* comm = nullptr;  // required when world_size > 1 or stage 3
+  int64_t reduce_bucket_size = 500000000;
+  int64_t allgather_bucket_size = 500000000;
+  bool overlap_comm = false;
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t param_persistence_threshold = 100000;
+  int64_t max_live_parameters = 1000000000;
 };
 
 // Hyper-parameters of one optimizer step.
@@ -35,50 +56,88 @@ struct OptimStep {
 };
 
 struct StepResult {
-  bool overflow = false;   // inf/NaN in the gradients: step skipped
-  double grad_norm = 0.0;  // global L2 norm of the unscaled gradients, before clipping
+  bool overflow = false;   // inf/NaN in the gradients of any rank: step skipped
+  double grad_norm = 0.0;  // global L2 norm of the unscaled, averaged gradients, before clipping
   double clip_coef = 1.0;  // factor applied by clipping (1: none)
+};
+
+// Model-state bytes of a rank: measured, and what the ZeRO formula predicts.
+struct ModelStateBytes {
+  int64_t weights = 0, gradients = 0, master = 0, moments = 0;  // resident model states
+  int64_t buckets = 0, gathered = 0;                            // communication buffers (peak)
+  int64_t states() const { return weights + gradients + master + moments; }
 };
 
 class ZeroEngine : public ParamSource, public GradSink {
  public:
   ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOptions& options,
              MemoryTracker* tracker);
+  ~ZeroEngine() override;
 
-  // Master weights from the GPT-2 initialisation for seed; compute weights from the master.
+  // Master weights from the GPT-2 initialisation for seed (each rank its own shard, every value
+  // a function of the seed only), then the compute weights.
   void init_weights(uint64_t seed);
-  // Zeroes the gradient buffers (start of a gradient-accumulation window).
+  // Zeroes the gradients (start of a gradient-accumulation window).
   void zero_grad();
-  // Unscale, overflow check, global norm, clip, AdamW on this rank's shard, refresh the compute
-  // weights. On overflow nothing is updated and the Adam step count does not advance.
+  // Before each micro-batch; `last`: the last micro-batch of the step (stages 0-1 reduce then).
+  void begin_micro_batch(bool last);
+  // Finish reductions, unscale, global overflow check and norm, clip, AdamW on this rank's
+  // shard, refresh (and gather) the compute weights. On overflow nothing is updated and the
+  // Adam step count does not advance.
   StepResult step(const OptimStep& s);
   int64_t adam_steps() const { return adam_steps_; }
 
   // ParamSource
   const void* acquire(int unit) override;
   void release(int unit) override;
+  void prefetch(int unit) override;
   // GradSink
-  void* grad_buffer(int unit) override;
-  void unit_done(int unit) override;
+  void* grad_buffer(int unit) override { return reducer_->grad_buffer(unit); }
+  void unit_done(int unit) override { reducer_->unit_done(unit); }
 
-  const Partition& partition() const { return partition_; }
   const ParamLayout& layout() const { return layout_; }
-  // This rank's fp32 master shard of unit u, and its Adam moments.
-  float* master(int u) { return master_.at(static_cast<size_t>(u)).as<float>(); }
-  float* exp_avg(int u) { return m_.at(static_cast<size_t>(u)).as<float>(); }
-  float* exp_avg_sq(int u) { return v_.at(static_cast<size_t>(u)).as<float>(); }
-  void* weights(int u) { return weights_.at(static_cast<size_t>(u)).data(); }
-  void* grads(int u) { return grads_.at(static_cast<size_t>(u)).data(); }
-  // Refreshes the compute weights from the master (after loading a checkpoint).
+  const Partition& partition() const { return partition_; }
+  const ZeroOptions& options() const { return opt_; }
+  // The rank that owns optimizer shards: the rank (stages 1-3) or 0 (stage 0: all of it).
+  int owner_rank() const { return opt_.stage >= 1 ? opt_.rank : 0; }
+  // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements).
+  float* master(int u);
+  float* exp_avg(int u);
+  float* exp_avg_sq(int u);
+  // This rank's reduced gradient shard of unit u (sum over ranks; valid after the reductions).
+  void* grad_shard(int u) { return reducer_->shard(u); }
+  // Refreshes the compute weights from the master (after loading a checkpoint) and gathers them.
   void refresh_weights();
+  // The full compute weights of unit u gathered into `out` (padded elements), any stage.
+  void gather_unit(int u, void* out);
+
+  // Seconds spent waiting for communication (gradient reductions, weight gathers).
+  double comm_wait_seconds() const;
+  ModelStateBytes measured_bytes() const;
+  // The ZeRO formula for this stage, world size and element sizes, over the padded parameters.
+  ModelStateBytes formula_bytes() const;
+  // A few lines comparing the two, for the start-of-run log.
+  std::string memory_report() const;
 
  private:
+  bool fp32_alias() const { return be_.compute_dtype() == DType::kF32; }
+  void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u
+  void gather_weights();       // stages 1-2: all-gather every unit's updated shard
+
   const ParamLayout& layout_;
   Backend& be_;
   ZeroOptions opt_;
-  Partition partition_;
-  std::vector<Buffer> weights_, grads_, master_, m_, v_;
+  MemoryTracker* tracker_;
+  Partition partition_;  // the optimizer partition: world 1 at stage 0, the world otherwise
+  size_t esz_;
+  Buffer weights_;  // stages 0-2: every unit's padded weights; stage 3: every unit's shard
+  Buffer master_;   // fp32 shards (bf16/fp16 only; fp32 aliases weights_)
+  Buffer m_, v_;    // fp32 shards
+  std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   int64_t adam_steps_ = 0;
+  double gather_wait_seconds_ = 0;
 };
 
 }  // namespace zerod

@@ -211,14 +211,16 @@ struct DataConfig {
 };
 
 struct TrainConfig {
-  int64_t steps = 0;           // optimizer steps to run (required)
-  std::string checkpoint_dir;  // "" -> no checkpoints
-  int64_t save_interval = 0;   // steps; 0: off
-  int64_t keep_last = 0;       // 0: keep all
-  int64_t eval_interval = 0;   // steps; 0: off
-  int64_t eval_batches = 20;   // micro-batches per validation pass
-  uint64_t seed = 1337;        // weight initialisation
-  double peak_flops = 0.0;     // per rank, for MFU; 0: measure at start
+  int64_t steps = 0;                  // optimizer steps to run (required)
+  std::string checkpoint_dir;         // "" -> no checkpoints
+  int64_t save_interval = 0;          // steps; 0: off
+  int64_t keep_last = 0;              // 0: keep all
+  int64_t eval_interval = 0;          // steps; 0: off
+  int64_t eval_batches = 20;          // micro-batches per validation pass
+  uint64_t seed = 1337;               // weight initialisation
+  double peak_flops = 0.0;            // per rank, for MFU; 0: measure at start
+  double collective_timeout = 300.0;  // seconds a collective may take before the job fails
+  double rendezvous_timeout = 300.0;  // seconds to wait for every node/rank to join
 
   bool operator==(const TrainConfig&) const = default;
 };

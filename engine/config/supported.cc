@@ -15,13 +15,6 @@ struct NotBuiltYet {
 };
 
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) { return c.zero.stage >= 1; },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "zero_optimization.stage: ZeRO stage {} is not implemented yet in zerod "
-           "(stage 0 is)",
-           c.zero.stage);
-     }},
     {[](const JobConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
      [](const JobConfig& c) {
        return fmt::format(

@@ -43,10 +43,16 @@ std::string human_count(double x) {
 }
 }  // namespace
 
-Trainer::Trainer(JobConfig cfg, TrainerOptions options)
-    : cfg_(std::move(cfg)), options_(std::move(options)), data_(std::make_unique<Data>()) {
-  ZD_CHECK(cfg_.world_size == 1, "the trainer runs one rank (config resolved for world {})",
-           cfg_.world_size);
+Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
+    : cfg_(std::move(cfg)),
+      ctx_(ctx),
+      options_(std::move(options)),
+      data_(std::make_unique<Data>()) {
+  ZD_CHECK(cfg_.world_size == ctx_.world_size,
+           "the job was resolved for world size {} but this rank is one of {}", cfg_.world_size,
+           ctx_.world_size);
+  ZD_CHECK(ctx_.world_size == 1 || ctx_.comm != nullptr, "rank {} of {} has no communicator",
+           ctx_.rank, ctx_.world_size);
   const GptSpec spec = spec_from(cfg_.model);
   const int B = static_cast<int>(cfg_.micro_batch());
   const int T = cfg_.model.seq_len;
@@ -54,8 +60,9 @@ Trainer::Trainer(JobConfig cfg, TrainerOptions options)
   // Data first: bad data files are the most common error and cost nothing to find.
   TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
                                    cfg_.model.vocab_size);
-  data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.global_batch(), B, 1, 0);
-  if (tv.val) data_->val.emplace(std::move(*tv.val), B, 1, 0);
+  data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.global_batch(), B, ctx_.world_size,
+                       ctx_.rank);
+  if (tv.val) data_->val.emplace(std::move(*tv.val), B, ctx_.world_size, ctx_.rank);
   data_->inputs.resize(static_cast<size_t>(B) * T);
   data_->targets.resize(static_cast<size_t>(B) * T);
   data_->schedule.emplace(cfg_.scheduler, cfg_.optimizer);
@@ -64,31 +71,44 @@ Trainer::Trainer(JobConfig cfg, TrainerOptions options)
   backend_ = make_cpu_backend(cfg_.compute_dtype());
   model_ =
       std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
-  engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_,
-                                         ZeroOptions{cfg_.zero.stage, 1, 0}, &memory_);
+  ZeroOptions zo;
+  zo.stage = cfg_.zero.stage;
+  zo.world_size = ctx_.world_size;
+  zo.rank = ctx_.rank;
+  zo.comm = ctx_.comm;
+  zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
+  zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
+  zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
+  zo.prefetch_bucket_size = cfg_.zero.stage3_prefetch_bucket_size;
+  zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
+  zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
+  engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   engine_->init_weights(cfg_.train.seed);
   model_->set_timing(cfg_.wall_clock_breakdown);
-  if (cfg_.csv_monitor.enabled) csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor);
+  if (cfg_.csv_monitor.enabled && leader()) csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor);
   peak_flops_ = cfg_.train.peak_flops > 0 ? cfg_.train.peak_flops : measure_cpu_peak_flops();
 
   if (options_.log_steps) {
-    spdlog::info(
-        "model: GPT-2 {} layers, {} heads, {} wide, vocab {} (padded {}), seq {}: {} parameters",
-        spec.n_layer, spec.n_head, spec.n_embd, spec.vocab_size, spec.vp(), spec.seq_len,
-        human_count(static_cast<double>(spec.num_parameters())));
-    spdlog::info(
-        "batch: {} sequences/step = micro-batch {} x accumulation {} x world 1; {} tokens/step; {}",
-        cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(), cfg_.global_batch() * T,
-        dtype_name(cfg_.compute_dtype()));
-    spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
-                 data_->val
-                     ? fmt::format(", {} validation micro-batches", data_->val->num_micro_batches())
-                     : std::string());
-    spdlog::info(
-        "memory: {:.1f} MiB (weights, gradients, master, moments, activations); MFU against {:.1f} "
-        "GFLOP/s{}",
-        static_cast<double>(memory_.total()) / (1 << 20), peak_flops_ / 1e9,
-        cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (sgemm measured now)");
+    if (leader()) {
+      spdlog::info(
+          "model: GPT-2 {} layers, {} heads, {} wide, vocab {} (padded {}), seq {}: {} parameters",
+          spec.n_layer, spec.n_head, spec.n_embd, spec.vocab_size, spec.vp(), spec.seq_len,
+          human_count(static_cast<double>(spec.num_parameters())));
+      spdlog::info(
+          "batch: {} sequences/step = micro-batch {} x accumulation {} x world {}; {} tokens/step; "
+          "{}; ZeRO stage {}{}",
+          cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(), ctx_.world_size,
+          cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
+          zo.overlap_comm ? " (overlap_comm)" : "");
+      spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
+                   data_->val ? fmt::format(", {} validation micro-batches per rank",
+                                            data_->val->num_micro_batches())
+                              : std::string());
+    }
+    spdlog::info("{}", engine_->memory_report());
+    spdlog::info("memory: {:.1f} MiB in all; MFU against {:.1f} GFLOP/s per rank{}",
+                 static_cast<double>(memory_.total()) / (1 << 20), peak_flops_ / 1e9,
+                 cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (sgemm measured now)");
   }
 }
 
@@ -104,15 +124,20 @@ StepMetrics Trainer::train_step(int64_t step) {
   engine_->zero_grad();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
+    engine_->begin_micro_batch(micro + 1 == accum);
     Stopwatch sw;
     data_->train->next_micro_batch(data_->inputs.data(), data_->targets.data());
     phases_.data += sw.seconds();
     sw.restart();
+    const double comm_before = engine_->comm_wait_seconds();
     const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
     loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
                                          *engine_, weight);
-    phases_.fwd_bwd += sw.seconds();
+    const double comm = engine_->comm_wait_seconds() - comm_before;
+    phases_.fwd_bwd += sw.seconds() - comm;
+    phases_.comm += comm;
   }
+  const double comm_before = engine_->comm_wait_seconds();
   Stopwatch opt_sw;
   const LrSchedule& sched = *data_->schedule;
   OptimStep os;
@@ -126,23 +151,32 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);
-  phases_.optim += opt_sw.seconds();
+  const double step_comm = engine_->comm_wait_seconds() - comm_before;
+  phases_.optim += opt_sw.seconds() - step_comm;
+  phases_.comm += step_comm;
   m.skipped = scaler.update(r.overflow);
   if (m.skipped) {
     ++skipped_;
   } else {
     ++steps_taken_;
   }
-  m.loss = loss_sum / static_cast<double>(accum);
+  m.loss = mean_over_ranks(loss_sum / static_cast<double>(accum));
   m.lr = os.lr;
   m.grad_norm = r.grad_norm;
   m.loss_scale = loss_scale;
   m.seconds = step_sw.seconds();
   const double tokens = static_cast<double>(cfg_.global_batch()) * cfg_.model.seq_len;
   m.tokens_per_s = tokens / m.seconds;
-  m.mfu = model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s / peak_flops_;
+  m.mfu = model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s /
+          (peak_flops_ * ctx_.world_size);
   ++breakdown_steps_;
   return m;
+}
+
+double Trainer::mean_over_ranks(double local) {
+  if (ctx_.world_size == 1) return local;
+  ctx_.comm->all_reduce(&local, 1, CommType::kF64, ReduceOp::kSum);
+  return local / ctx_.world_size;
 }
 
 std::optional<double> Trainer::evaluate() {
@@ -155,7 +189,8 @@ std::optional<double> Trainer::evaluate() {
     if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
     sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
   }
-  return batches > 0 ? std::optional<double>(sum / static_cast<double>(batches)) : std::nullopt;
+  if (batches == 0) return std::nullopt;
+  return mean_over_ranks(sum / static_cast<double>(batches));
 }
 
 void Trainer::log_step(const StepMetrics& m) {
@@ -175,11 +210,13 @@ void Trainer::log_breakdown() {
   const double n = static_cast<double>(breakdown_steps_);
   const OpTimes& t = model_->times();
   spdlog::info(
-      "time/step: data {:.1f} ms | forward+backward {:.1f} ms | optimizer {:.1f} ms || "
+      "time/step: data {:.1f} ms | forward+backward {:.1f} ms | comm wait {:.1f} ms | optimizer "
+      "{:.1f} ms || "
       "matmul fwd {:.1f} bwd {:.1f} | attention fwd {:.1f} bwd {:.1f} | layernorm {:.1f} | "
       "gelu {:.1f} | residual {:.1f} | classifier {:.1f} | encoder {:.1f} | rounding {:.1f} ms",
       (phases_.data - printed_phases_.data) / n * 1e3,
       (phases_.fwd_bwd - printed_phases_.fwd_bwd) / n * 1e3,
+      (phases_.comm - printed_phases_.comm) / n * 1e3,
       (phases_.optim - printed_phases_.optim) / n * 1e3, t.matmul_fwd / n * 1e3,
       t.matmul_bwd / n * 1e3, t.attention_fwd / n * 1e3, t.attention_bwd / n * 1e3,
       t.layernorm / n * 1e3, t.gelu / n * 1e3, t.residual / n * 1e3, t.classifier / n * 1e3,
@@ -187,6 +224,18 @@ void Trainer::log_breakdown() {
   printed_phases_ = phases_;
   breakdown_steps_ = 0;
   model_->reset_times();
+}
+
+void Trainer::log_memory_peaks() {
+  const MemoryTracker::Snapshot snap = memory_.snapshot();
+  std::string line = "memory peaks (MiB):";
+  for (size_t i = 0; i < snap.peak.size(); ++i) {
+    if (snap.peak[i] == 0) continue;
+    line += fmt::format(" {} {:.2f}", mem_category_name(static_cast<MemCategory>(i)),
+                        static_cast<double>(snap.peak[i]) / (1 << 20));
+  }
+  line += fmt::format("; total {:.2f}", static_cast<double>(snap.total_peak) / (1 << 20));
+  spdlog::info("{}", line);
 }
 
 TrainResult Trainer::run() {
@@ -200,7 +249,7 @@ TrainResult Trainer::run() {
     const bool eval_now =
         cfg_.train.eval_interval > 0 && (step % cfg_.train.eval_interval == 0 || step == steps);
     if (eval_now) m.val_loss = evaluate();
-    if (options_.log_steps &&
+    if (options_.log_steps && leader() &&
         (step % print_every == 0 || step == 1 || step == steps || m.val_loss)) {
       log_step(m);
       if (cfg_.wall_clock_breakdown) log_breakdown();
@@ -213,10 +262,12 @@ TrainResult Trainer::run() {
   result.skipped_steps = skipped_;
   result.data_seconds = phases_.data;
   result.fwd_bwd_seconds = phases_.fwd_bwd;
+  result.comm_wait_seconds = phases_.comm;
   result.optimizer_seconds = phases_.optim;
   result.tokens = steps * cfg_.global_batch() * cfg_.model.seq_len;
   if (!result.steps.empty()) result.final_val_loss = result.steps.back().val_loss;
-  if (options_.log_steps && !result.steps.empty()) {
+  if (options_.log_steps) log_memory_peaks();
+  if (options_.log_steps && leader() && !result.steps.empty()) {
     const StepMetrics& first = result.steps.front();
     const StepMetrics& last = result.steps.back();
     spdlog::info(

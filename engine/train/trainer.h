@@ -1,6 +1,8 @@
 // The training loop of one rank (DESIGN.md section 3): micro-batches with gradient
 // accumulation, mixed precision with fp32 master weights, loss scaling, clipping, the LR
 // schedule, periodic validation, the step line every steps_per_print and the CSV monitor.
+// With several ranks every rank runs a Trainer over its share of each global batch; the ZeRO
+// engine reduces gradients through the communicator; rank 0 alone prints and writes metrics.
 #pragma once
 
 #include <functional>
@@ -8,9 +10,11 @@
 #include <optional>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/memory.h"
 #include "engine/config/job_config.h"
 #include "engine/metrics/csv_monitor.h"
+#include "engine/runtime/rank_context.h"
 #include "model/gpt.h"
 #include "zero/zero_engine.h"
 
@@ -22,28 +26,31 @@ struct TrainResult {
   int64_t tokens = 0;  // tokens trained on (all steps, all ranks)
   int64_t skipped_steps = 0;
   double seconds = 0;
-  double peak_flops = 0;  // what MFU was measured against
-  double data_seconds = 0, fwd_bwd_seconds = 0, optimizer_seconds = 0;  // whole run
+  double peak_flops = 0;  // what MFU was measured against (per rank)
+  double data_seconds = 0, fwd_bwd_seconds = 0, comm_wait_seconds = 0, optimizer_seconds = 0;
 };
 
 struct TrainerOptions {
-  bool log_steps = true;                            // the per-step line and summaries
+  bool log_steps = true;                            // the per-step line and summaries (rank 0)
   std::function<void(const StepMetrics&)> on_step;  // called after every step
 };
 
 class Trainer {
  public:
-  // cfg must be resolved (resolve_job) for world size 1.
-  explicit Trainer(JobConfig cfg, TrainerOptions options = {});
+  // cfg must be resolved (resolve_job) for ctx.world_size.
+  Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options = {});
+  explicit Trainer(JobConfig cfg, TrainerOptions options = {})
+      : Trainer(std::move(cfg), RankContext{}, std::move(options)) {}
   ~Trainer();
 
   TrainResult run();
 
-  // Mean validation loss over train.eval_batches micro-batches of the validation set (nullopt
-  // when there is none).
+  // Mean validation loss over train.eval_batches micro-batches per rank of the validation set,
+  // averaged over ranks (nullopt when there is none).
   std::optional<double> evaluate();
 
   const JobConfig& config() const { return cfg_; }
+  const RankContext& rank_context() const { return ctx_; }
   Gpt& model() { return *model_; }
   ZeroEngine& engine() { return *engine_; }
   MemoryTracker& memory() { return memory_; }
@@ -51,10 +58,14 @@ class Trainer {
  private:
   struct Data;
   StepMetrics train_step(int64_t step);
+  double mean_over_ranks(double local);
+  bool leader() const { return ctx_.rank == 0; }
   void log_step(const StepMetrics& m);
   void log_breakdown();
+  void log_memory_peaks();
 
   JobConfig cfg_;
+  RankContext ctx_;
   TrainerOptions options_;
   MemoryTracker memory_;
   std::unique_ptr<Backend> backend_;
@@ -67,7 +78,7 @@ class Trainer {
   int64_t skipped_ = 0;
   // Seconds in each phase over the whole run, and their values at the last breakdown print.
   struct PhaseTimes {
-    double data = 0, fwd_bwd = 0, optim = 0;
+    double data = 0, fwd_bwd = 0, comm = 0, optim = 0;
   };
   PhaseTimes phases_, printed_phases_;
   int64_t breakdown_steps_ = 0;

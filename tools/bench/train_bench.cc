@@ -13,12 +13,11 @@
 #include <filesystem>
 #include <vector>
 
+#include "bench_job.h"
 #include "core/cpu_info.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "engine/config/parse.h"
-#include "engine/data/shard.h"
 #include "engine/train/trainer.h"
 #include "kernels/cpu/gemm.h"
 
@@ -49,47 +48,24 @@ double sgemm_rate(cpu::GemmImpl impl, bool ta, bool tb, int M, int N, int K) {
 int main(int argc, char** argv) {
   log::init();
   CLI::App app{"zerod CPU training benchmark"};
-  int steps = 10, warmup = 2, layers = 4, embd = 256, heads = 4, seq = 256, batch = 4,
-      vocab = 50257;
-  std::string dtype = "fp32";
+  int steps = 10, warmup = 2;
+  bench::BenchShape shape;
   bool json = false;
   app.add_option("--steps", steps, "measured steps")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
-  app.add_option("--layers", layers)->capture_default_str();
-  app.add_option("--embd", embd)->capture_default_str();
-  app.add_option("--heads", heads)->capture_default_str();
-  app.add_option("--seq", seq)->capture_default_str();
-  app.add_option("--batch", batch)->capture_default_str();
-  app.add_option("--vocab", vocab)->capture_default_str();
-  app.add_option("--dtype", dtype)->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  shape.add_options(app);
   app.add_flag("--json", json, "end with one JSON line of the results (for train_bench.sh)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
-  // Synthetic data: uniform random tokens, enough for every step without repeating.
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("zerod_bench_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const int64_t ntok = int64_t{batch} * (seq + 1) * (steps + warmup + 2) + seq + 1;
-  std::vector<uint16_t> tokens(static_cast<size_t>(ntok));
-  Rng rng(7);
-  for (auto& t : tokens) t = static_cast<uint16_t>(rng.uniform(static_cast<uint64_t>(vocab)));
-  write_shard((dir / "bench_train_000000.bin").string(), tokens);
-
-  const std::string text = fmt::format(R"({{
-    "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": 1,
-    "optimizer": {{"type": "AdamW", "params": {{"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}},
-    "gradient_clipping": 1.0, "bf16": {{"enabled": {}}}, "wall_clock_breakdown": true,
-    "model": {{"n_layer": {}, "n_head": {}, "n_embd": {}, "vocab_size": {}, "seq_len": {}}},
-    "data": {{"train": "{}/bench_train_*.bin"}},
-    "train": {{"steps": {}}}}})",
-                                       batch, dtype == "bf16" ? "true" : "false", layers, heads,
-                                       embd, vocab, seq, dir.string(), steps + warmup);
-  ParsedJob job = parse_job_text(text, "<bench job>");
-  resolve_job(job.config, 1);
+  const int layers = shape.layers, embd = shape.embd, heads = shape.heads, seq = shape.seq,
+            batch = shape.batch, vocab = shape.vocab;
+  const std::string& dtype = shape.dtype;
+  const bench::SyntheticData data(shape, int64_t{batch} * (steps + warmup + 2));
+  const JobConfig job = bench::bench_job(shape, data, steps + warmup, 1);
   TrainerOptions opts;
   opts.log_steps = false;
-  Trainer trainer(job.config, opts);
+  Trainer trainer(job, opts);
   const TrainResult r = trainer.run();
   std::vector<double> step_seconds;
   for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
@@ -110,7 +86,6 @@ int main(int argc, char** argv) {
   const double ours_head =
       have512 ? sgemm_rate(cpu::GemmImpl::kAvx512, false, true, N, Vp, embd) : 0;
   const double blas_head = sgemm_rate(cpu::GemmImpl::kBlas, false, true, N, Vp, embd);
-  fs::remove_all(dir);
 
   const double total_steps = static_cast<double>(r.steps.size());
   const double t_model = times.total() / total_steps;

@@ -65,7 +65,7 @@ struct EngineFixture {
   void set_grads(uint64_t seed, float scale) {
     for (int u = 0; u < layout.num_units(); ++u) {
       const int64_t n = layout.unit(u).numel;
-      float* g = static_cast<float*>(engine.grads(u));
+      float* g = static_cast<float*>(engine.grad_buffer(u));
       fill_normal(g, n, 0, scale, seed, u);
     }
   }
@@ -85,7 +85,7 @@ TEST(ZeroEngine, AdamWStepMatchesAReferenceWithDecayOnlyOn2DWeights) {
   os.loss_scale = 4.0;
   for (int step = 1; step <= 3; ++step) {
     f.set_grads(step, 4.0f);  // scaled by the loss scale 4
-    const float* g = static_cast<const float*>(f.engine.grads(u));
+    const float* g = static_cast<const float*>(f.engine.grad_buffer(u));
     std::vector<double> gd(g, g + unit.numel);
     const StepResult r = f.engine.step(os);
     EXPECT_FALSE(r.overflow);
@@ -98,7 +98,7 @@ TEST(ZeroEngine, AdamWStepMatchesAReferenceWithDecayOnlyOn2DWeights) {
     }
   }
   const float* master = f.engine.master(u);
-  const float* w = static_cast<const float*>(f.engine.weights(u));
+  const float* w = static_cast<const float*>(f.engine.acquire(u));
   for (const TensorInfo& t : unit.tensors) {
     for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
       ASSERT_NEAR(master[i], p[i], 1e-6 + 1e-5 * std::abs(p[i]))
@@ -114,7 +114,7 @@ TEST(ZeroEngine, NormIsUnscaledAndClippingFollowsDeepSpeed) {
   f.set_grads(9, 8.0f);
   double sq = 0;
   for (int u = 0; u < f.layout.num_units(); ++u) {
-    const float* g = static_cast<const float*>(f.engine.grads(u));
+    const float* g = static_cast<const float*>(f.engine.grad_buffer(u));
     for (int64_t i = 0; i < f.layout.unit(u).numel; ++i) sq += double{g[i]} * g[i];
   }
   const double norm = std::sqrt(sq) / 8.0;
@@ -131,25 +131,39 @@ TEST(ZeroEngine, NormIsUnscaledAndClippingFollowsDeepSpeed) {
 TEST(ZeroEngine, OverflowSkipsTheStepAndLeavesEverythingUntouched) {
   EngineFixture f;
   f.set_grads(1, 1.0f);
-  static_cast<float*>(f.engine.grads(2))[5] = std::numeric_limits<float>::infinity();
+  static_cast<float*>(f.engine.grad_buffer(2))[5] = std::numeric_limits<float>::infinity();
   const std::vector<float> before(f.engine.master(2), f.engine.master(2) + f.layout.unit(2).numel);
   const StepResult r = f.engine.step(OptimStep{});
   EXPECT_TRUE(r.overflow);
   EXPECT_EQ(f.engine.adam_steps(), 0);
   EXPECT_EQ(std::vector<float>(f.engine.master(2), f.engine.master(2) + f.layout.unit(2).numel),
             before);
-  static_cast<float*>(f.engine.grads(2))[5] = std::numeric_limits<float>::quiet_NaN();
+  static_cast<float*>(f.engine.grad_buffer(2))[5] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(f.engine.step(OptimStep{}).overflow);
 }
 
 TEST(ZeroEngine, MemoryIsChargedPerCategory) {
-  EngineFixture f;
-  int64_t padded = 0;
-  for (int u = 0; u < f.layout.num_units(); ++u) padded += f.engine.partition().unit(u).padded;
-  EXPECT_EQ(f.memory.current(MemCategory::kWeights), padded * 4);
-  EXPECT_EQ(f.memory.current(MemCategory::kGradients), padded * 4);
-  EXPECT_EQ(f.memory.current(MemCategory::kMaster), padded * 4);
-  EXPECT_EQ(f.memory.current(MemCategory::kMoments), padded * 8);
+  {
+    EngineFixture f;  // fp32: the master is the compute weight itself
+    int64_t padded = 0;
+    for (int u = 0; u < f.layout.num_units(); ++u) padded += f.engine.partition().unit(u).padded;
+    EXPECT_EQ(f.memory.current(MemCategory::kWeights), padded * 4);
+    EXPECT_EQ(f.memory.current(MemCategory::kGradients), padded * 4);
+    EXPECT_EQ(f.memory.current(MemCategory::kMaster), 0);
+    EXPECT_EQ(f.memory.current(MemCategory::kMoments), padded * 8);
+    EXPECT_EQ(f.engine.measured_bytes().states(),
+              f.engine.formula_bytes().states() + (padded - f.layout.total_numel()) * 16);
+  }
+  {
+    // bf16 (emulated in 4-byte storage): a separate fp32 master.
+    const ParamLayout layout{small_spec()};
+    auto backend = make_cpu_backend(DType::kBF16);
+    MemoryTracker memory;
+    ZeroEngine engine{layout, *backend, ZeroOptions{}, &memory};
+    const int64_t padded = engine.partition().padded_elems_total();
+    EXPECT_EQ(memory.current(MemCategory::kMaster), padded * 4);
+    EXPECT_EQ(memory.current(MemCategory::kWeights), padded * 4);
+  }
 }
 
 }  // namespace

@@ -409,6 +409,8 @@ TEST(ConfigSections, ModelDataTrain) {
          {"keep_last", 2},
          {"checkpoint_dir", "ckpt"},
          {"peak_flops", 1e12},
+         {"collective_timeout", 30},
+         {"rendezvous_timeout", 60.5},
          {"seed", 42}}}}));
   const JobConfig& c = j.config;
   EXPECT_EQ(c.model.n_layer, 2);
@@ -423,6 +425,8 @@ TEST(ConfigSections, ModelDataTrain) {
   EXPECT_EQ(c.train.eval_interval, 10);
   EXPECT_EQ(c.train.keep_last, 2);
   EXPECT_EQ(c.train.peak_flops, 1e12);
+  EXPECT_EQ(c.train.collective_timeout, 30.0);
+  EXPECT_EQ(c.train.rendezvous_timeout, 60.5);
   EXPECT_EQ(c.train.seed, 42u);
 
   // padded_vocab_size: up to a multiple of 128.

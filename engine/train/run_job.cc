@@ -1,0 +1,58 @@
+#include "engine/train/run_job.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "core/error.h"
+#include "engine/config/parse.h"
+#include "engine/runtime/local_ranks.h"
+
+namespace zerod {
+
+std::string job_hash(const JobConfig& cfg) {
+  const std::string text = job_to_json(cfg).dump();
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
+                                   const RunJobOptions& options) {
+  const NodeInfo& info = session.info();
+  ZD_CHECK(cfg.world_size == info.world_size, "job resolved for world {} but the session has {}",
+           cfg.world_size, info.world_size);
+  LocalRanksOptions o;
+  o.world_size = info.world_size;
+  o.first_rank = info.first_rank;
+  o.local_world_size = info.nproc_per_node;
+  o.store = session.store();
+  o.monitor = session.monitor();
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.train.collective_timeout * 1000));
+  if (!options.bind_address.empty()) {
+    o.bind_address = options.bind_address;
+  } else if (static_cast<size_t>(info.node_rank) < info.nodes.size() &&
+             !info.nodes[static_cast<size_t>(info.node_rank)].address.empty()) {
+    o.bind_address = info.nodes[static_cast<size_t>(info.node_rank)].address;
+  }
+  std::mutex mu;
+  std::optional<TrainResult> result;
+  run_local_ranks(o, [&](const RankContext& ctx) {
+    TrainerOptions topts;
+    topts.log_steps = options.log_steps;
+    // Between steps every rank asks whether a peer node died, so a failure elsewhere stops
+    // this node even when none of its collectives is waiting on the dead peer.
+    topts.on_step = [&session](const StepMetrics&) { session.check_world(); };
+    Trainer trainer(cfg, ctx, topts);
+    TrainResult r = trainer.run();
+    if (ctx.rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      result = std::move(r);
+    }
+  });
+  return result;
+}
+
+}  // namespace zerod

@@ -1,0 +1,29 @@
+// Runs this node's part of a job: its local ranks as threads (engine/runtime/local_ranks.h),
+// each with a communicator bootstrapped through the node session's store and a Trainer. A peer
+// that dies or fails makes every rank stop with Error(kPeerLost) naming it, at the latest at the
+// next step boundary (sooner when a collective sees the broken connection).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "engine/config/job_config.h"
+#include "engine/runtime/node_session.h"
+#include "engine/train/trainer.h"
+
+namespace zerod {
+
+struct RunJobOptions {
+  bool log_steps = true;
+  std::string bind_address;  // where this node's ranks listen; empty: the session's address
+};
+
+// The resolved job's hash, compared between nodes at join (FNV-1a 64 of its resolved JSON).
+std::string job_hash(const JobConfig& cfg);
+
+// Trains cfg (resolved for session.info().world_size) on this node's ranks. Returns the result
+// of global rank 0 when this node runs it.
+std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
+                                   const RunJobOptions& options = {});
+
+}  // namespace zerod

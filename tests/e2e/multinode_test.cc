@@ -1,0 +1,183 @@
+// Real zerod processes on 127.0.0.1: two nodes reproduce one process of the same world size,
+// a killed node makes the survivor exit 3 naming the lost rank, a node that never joins fails
+// the rendezvous after its timeout, and bad launches end with a clear error, never a hang.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/data/corpus.h"
+#include "process_util.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::free_port;
+using testing::Process;
+using testing::zerod_binary;
+using namespace std::chrono_literals;
+
+class MultiNode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("zerod_multinode_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string text;
+    while (text.size() < 40000) text += "two nodes train one model over loopback. ";
+    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                      (dir_ / "data").string(), 0.1, 1 << 20, "m");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write_job(const std::string& name, int steps, const std::string& extra = "",
+                 double lr = 3e-3) {
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "AdamW", "params": {"lr": )"
+                               << lr << R"(}},
+      "zero_optimization": {"stage": 2},
+      "steps_per_print": 1,
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
+                               << name << R"("},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/m_train_*.bin"},
+      "train": {"steps": )" << steps
+                               << extra << "}}";
+  }
+  std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {zerod_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string());
+    EXPECT_TRUE(p->started());
+    return p;
+  }
+  std::vector<std::string> losses(const std::string& job) {
+    std::ifstream in(dir_ / "runs" / job / "metrics.csv");
+    std::vector<std::string> out;
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line))
+      out.push_back(line.substr(0, line.find(',', line.find(',') + 1)));
+    return out;
+  }
+  static std::vector<std::string> node_args(const std::string& job, int nnodes, int node_rank,
+                                            int port) {
+    std::vector<std::string> a = {"train",    job,
+                                  "--nnodes", std::to_string(nnodes),
+                                  "--master", "127.0.0.1:" + std::to_string(port)};
+    if (node_rank >= 0) {
+      a.push_back("--node-rank");
+      a.push_back(std::to_string(node_rank));
+    }
+    return a;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(MultiNode, TwoProcessesReproduceOneProcessOfTheSameWorldSize) {
+  write_job("one.json", 12);
+  auto single = start({"train", "one.json", "--nproc-per-node", "2"}, "single.log");
+  ASSERT_EQ(single->wait_for(120s), 0) << single->output();
+  const auto want = losses("one.json");
+  ASSERT_EQ(want.size(), 12u);
+
+  for (int assigned : {0, 1}) {  // explicit node ranks, then ranks assigned at join
+    const std::string job = assigned ? "assigned.json" : "two.json";
+    write_job(job, 12);
+    const int port = free_port();
+    auto n0 = start(node_args(job, 2, assigned ? -1 : 0, port), job + ".n0.log");
+    auto n1 = start(node_args(job, 2, assigned ? -1 : 1, port), job + ".n1.log");
+    ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+    ASSERT_EQ(n1->wait_for(120s), 0) << n1->output();
+    // Rank 0 (whichever process runs it) writes the metrics, with the same losses bit for bit.
+    EXPECT_EQ(losses(job), want) << n0->output() << n1->output();
+    // Step lines come from rank 0 only.
+    const std::string out = n0->output() + n1->output();
+    EXPECT_EQ(out.find("[rank 1] step "), std::string::npos) << out;
+    EXPECT_NE(out.find("[rank 0] step 12/12"), std::string::npos) << out;
+  }
+}
+
+TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
+  write_job("long.json", 1000000, R"(, "collective_timeout": 5, "rendezvous_timeout": 60)");
+  for (int victim : {1, 0}) {  // a worker node, then the master node
+    const int port = free_port();
+    auto n0 = start(node_args("long.json", 2, 0, port), "k0.log");
+    auto n1 = start(node_args("long.json", 2, 1, port), "k1.log");
+    Process& dead = victim == 1 ? *n1 : *n0;
+    Process& survivor = victim == 1 ? *n0 : *n1;
+    ASSERT_TRUE(n0->wait_output("3/1000000 | loss", 60s)) << n0->output() << n1->output();
+    dead.kill9();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = survivor.wait_for(10s);  // 2 x the collective timeout
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_NE(code, Process::kTimedOut) << "survivor still running after 10 s\n"
+                                        << survivor.output();
+    EXPECT_EQ(code, 3) << survivor.output();
+    const std::string out = survivor.output();
+    EXPECT_NE(out.find("rank " + std::to_string(victim)), std::string::npos) << out;
+    EXPECT_LT(seconds, 10.0);
+  }
+}
+
+TEST_F(MultiNode, NodeThatNeverJoinsFailsTheRendezvousNamingIt) {
+  write_job("alone.json", 5, R"(, "rendezvous_timeout": 2)");
+  const int port = free_port();
+  auto n0 = start(node_args("alone.json", 2, 0, port), "alone.log");
+  const int code = n0->wait_for(15s);
+  ASSERT_NE(code, Process::kTimedOut) << n0->output();
+  EXPECT_EQ(code, 3) << n0->output();
+  EXPECT_NE(n0->output().find("missing node rank 1"), std::string::npos) << n0->output();
+}
+
+TEST_F(MultiNode, BadLaunchesEndWithAClearErrorNotAHang) {
+  write_job("a.json", 5, R"(, "rendezvous_timeout": 2)");
+  write_job("b.json", 5, R"(, "rendezvous_timeout": 2)", 1e-3);  // differs from a.json
+  {                                                              // node rank outside the world
+    auto p = start(node_args("a.json", 2, 2, free_port()), "bad_rank.log");
+    EXPECT_EQ(p->wait_for(15s), 2) << p->output();
+    EXPECT_NE(p->output().find("node"), std::string::npos) << p->output();
+  }
+  {  // nobody serves the master address
+    auto p = start(node_args("a.json", 2, 1, free_port()), "unreachable.log");
+    EXPECT_EQ(p->wait_for(15s), 3) << p->output();
+    EXPECT_NE(p->output().find("127.0.0.1"), std::string::npos) << p->output();
+  }
+  {  // the master port is taken by another process
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ::listen(fd, 1);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    auto p = start(node_args("a.json", 2, 0, ntohs(a.sin_port)), "occupied.log");
+    EXPECT_EQ(p->wait_for(15s), 2) << p->output();
+    EXPECT_NE(p->output().find("already in use"), std::string::npos) << p->output();
+    ::close(fd);
+  }
+  {  // the two nodes were given different jobs
+    const int port = free_port();
+    auto n0 = start(node_args("a.json", 2, 0, port), "mismatch0.log");
+    auto n1 = start(node_args("b.json", 2, 1, port), "mismatch1.log");
+    EXPECT_EQ(n0->wait_for(15s), 2) << n0->output();
+    EXPECT_EQ(n1->wait_for(15s), 2) << n1->output();
+    EXPECT_NE((n0->output() + n1->output()).find("hash"), std::string::npos)
+        << n0->output() << n1->output();
+  }
+  {  // a world size the batch does not divide: 8 sequences on 3 ranks
+    auto p = start({"train", "a.json", "--nproc-per-node", "3"}, "world.log");
+    EXPECT_EQ(p->wait_for(15s), 2) << p->output();
+    EXPECT_NE(p->output().find("world size 3"), std::string::npos) << p->output();
+  }
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,117 @@
+// Running zerod processes from tests: spawn with output to a file, wait with a deadline, kill.
+// Every process a test starts is killed and reaped by its Process destructor.
+#pragma once
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace zerod::testing {
+
+inline std::string zerod_binary() {
+  return std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
+}
+
+class Process {
+ public:
+  // Runs `args` (args[0] is the program) in `cwd` with stdout+stderr to `log`.
+  Process(const std::vector<std::string>& args, const std::string& cwd, const std::string& log)
+      : log_(log) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  // Exit code, -signal when killed by a signal, or nullopt-like -1000 on timeout.
+  int wait_for(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exited_) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return kTimedOut;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return code_;
+  }
+  void kill9() { ::kill(pid_, SIGKILL); }
+  std::string output() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // Waits until the output contains `text` (true) or the deadline passes / the process exits.
+  bool wait_output(const std::string& text, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (output().find(text) != std::string::npos) return true;
+      int status = 0;
+      if (!exited_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+      if (exited_) return output().find(text) != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static constexpr int kTimedOut = -1000;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+  bool exited_ = false;
+  int code_ = 0;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace zerod::testing
