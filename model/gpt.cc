@@ -11,6 +11,52 @@ double OpTimes::total() const {
 }
 
 namespace {
+// Decorators that add the time spent in the ZeRO seams to a counter (timing only).
+class TimedParams : public ParamSource {
+ public:
+  TimedParams(ParamSource& inner, double& seconds) : inner_(inner), seconds_(seconds) {}
+  const void* acquire(int u) override {
+    Stopwatch sw;
+    const void* p = inner_.acquire(u);
+    seconds_ += sw.seconds();
+    return p;
+  }
+  void release(int u) override {
+    Stopwatch sw;
+    inner_.release(u);
+    seconds_ += sw.seconds();
+  }
+  void prefetch(int u) override {
+    Stopwatch sw;
+    inner_.prefetch(u);
+    seconds_ += sw.seconds();
+  }
+
+ private:
+  ParamSource& inner_;
+  double& seconds_;
+};
+
+class TimedGrads : public GradSink {
+ public:
+  TimedGrads(GradSink& inner, double& seconds) : inner_(inner), seconds_(seconds) {}
+  void* grad_buffer(int u) override {
+    Stopwatch sw;
+    void* p = inner_.grad_buffer(u);
+    seconds_ += sw.seconds();
+    return p;
+  }
+  void unit_done(int u) override {
+    Stopwatch sw;
+    inner_.unit_done(u);
+    seconds_ += sw.seconds();
+  }
+
+ private:
+  GradSink& inner_;
+  double& seconds_;
+};
+
 // Runs f, adding its wall time to *slot when timing is on.
 template <class F>
 void timed(bool on, double& slot, F&& f) {
@@ -252,6 +298,26 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, ParamSource& p
 
 float Gpt::forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                             GradSink& grads, float loss_weight) {
+  if (!timing_) return forward_backward_impl(inputs, targets, params, grads, loss_weight);
+  double seam = 0;
+  TimedParams timed_params(params, seam);
+  TimedGrads timed_grads(grads, seam);
+  Stopwatch sw;
+  phase_seam_ = &seam;
+  phase_clock_ = &sw;
+  forward_seam_ = forward_wall_ = -1;
+  const float loss = forward_backward_impl(inputs, targets, timed_params, timed_grads, loss_weight);
+  const double wall = sw.seconds();
+  times_.forward += forward_wall_ - forward_seam_;
+  times_.backward += (wall - forward_wall_) - (seam - forward_seam_);
+  times_.zero_wait += seam;
+  phase_seam_ = nullptr;
+  phase_clock_ = nullptr;
+  return loss;
+}
+
+float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                                 GradSink& grads, float loss_weight) {
   const GptSpec& s = spec();
   const int C = s.n_embd, Vp = s.vp();
   const int64_t N = int64_t{B_} * T_;
@@ -266,6 +332,10 @@ float Gpt::forward_backward(const int32_t* inputs, const int32_t* targets, Param
         [&] { be_.crossentropy_fused(losses_, logits_, targets, N, s.vocab_size, Vp, dloss); });
   round(logits_, N * Vp);
   const float loss = mean_loss(targets);
+  if (phase_clock_ != nullptr) {  // the forward phase ends with the loss
+    forward_wall_ = phase_clock_->seconds();
+    forward_seam_ = *phase_seam_;
+  }
 
   // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
   void* dwe = grads.grad_buffer(layout_.embedding_unit());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "core/timer.h"
 #include "kernels/backend.h"
 #include "model/layout.h"
 #include "model/param_source.h"
@@ -21,7 +22,10 @@ namespace zerod {
 struct OpTimes {
   double encoder = 0, layernorm = 0, matmul_fwd = 0, matmul_bwd = 0, attention_fwd = 0,
          attention_bwd = 0, gelu = 0, residual = 0, classifier = 0, rounding = 0;
-  double total() const;
+  // Phases of forward_backward: forward (through the loss) and backward, each without the
+  // time spent inside the ParamSource/GradSink (ZeRO gathers and reductions), which is zero_wait.
+  double forward = 0, backward = 0, zero_wait = 0;
+  double total() const;  // the ops above
 };
 
 class Gpt {
@@ -64,6 +68,8 @@ class Gpt {
     void* fch_gelu;   // (B,T,4C)
   };
 
+  float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                              GradSink& grads, float loss_weight);
   void encoder(const int32_t* inputs, ParamSource& params);
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);
@@ -101,6 +107,10 @@ class Gpt {
 
   bool timing_ = false;
   OpTimes times_;
+  // While a timed forward_backward runs: its clock, its seam time, and both at the loss.
+  const Stopwatch* phase_clock_ = nullptr;
+  const double* phase_seam_ = nullptr;
+  double forward_wall_ = 0, forward_seam_ = 0;
 };
 
 }  // namespace zerod

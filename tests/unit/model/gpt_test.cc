@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/rng.h"
+#include "core/timer.h"
 
 namespace zerod {
 namespace {
@@ -189,6 +192,42 @@ TEST(Gpt, Bf16EmulationRoundsWeightsAndActivationsAndStaysClose) {
   EXPECT_NEAR(l16, l32, 2e-2 * l32);  // bf16 has ~3 significant digits
   const std::vector<float> g = bf16.grads(1);
   for (float x : g) ASSERT_EQ(x, round_bf16(x));  // gradients are stored as bf16 values
+}
+
+}  // namespace
+}  // namespace zerod
+
+namespace zerod {
+namespace {
+
+// A ParamSource/GradSink that sleeps in every call, like a ZeRO engine waiting on a gather.
+class SlowStates : public SimpleStates {
+ public:
+  using SimpleStates::SimpleStates;
+  const void* acquire(int u) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return SimpleStates::acquire(u);
+  }
+};
+
+TEST(Gpt, TimingSplitsForwardBackwardAndTimeInsideTheSeams) {
+  const GptSpec s = tiny_spec();
+  auto backend = make_cpu_backend(DType::kF32);
+  Gpt model(s, *backend, 2, 11, false, nullptr);
+  SlowStates states(model.layout(), *backend, 5);
+  const Batch b = random_batch(2, 11, s.vocab_size, 8);
+  model.set_timing(true);
+  Stopwatch sw;
+  model.forward_backward(b.inputs.data(), b.targets.data(), states, states, 1.0f);
+  const double wall = sw.seconds();
+  const OpTimes& t = model.times();
+  EXPECT_GT(t.forward, 0);
+  EXPECT_GT(t.backward, 0);
+  // acquire is called for the embedding (twice), every block (twice) and the final norm.
+  const int acquires = 2 + 2 * s.n_layer + 1;
+  EXPECT_GE(t.zero_wait, acquires * 0.002);
+  EXPECT_LE(t.forward + t.backward + t.zero_wait, wall + 1e-6);
+  EXPECT_GE(t.forward + t.backward + t.zero_wait, 0.9 * wall);
 }
 
 }  // namespace
