@@ -37,6 +37,11 @@ class InputError : public Error {
       : Error(ErrorKind::kBadInput, std::move(message), file, line) {}
 };
 
+// For main(): prints "PROGRAM: error: ..." (or "internal error (where)") to stderr for the
+// exception being handled and returns the exit code (1 for anything not a zerod::Error).
+// Call only inside a catch block.
+int report_current_exception(const char* program);
+
 }  // namespace zerod
 
 #define ZD_THROW_KIND(kind, ...) \

@@ -29,6 +29,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "pinned";
     case MemCategory::kWorkspace:
       return "workspace";
+    case MemCategory::kCheckpoint:
+      return "checkpoint";
     case MemCategory::kOther:
       return "other";
     case MemCategory::kCount:

@@ -21,6 +21,7 @@ enum class MemCategory : uint8_t {
   kActivations,  // forward activations and backward scratch
   kPinned,       // pinned host staging buffers
   kWorkspace,    // kernel scratch
+  kCheckpoint,   // snapshots of model states for background checkpoint writes
   kOther,
   kCount
 };

@@ -21,6 +21,7 @@
 #include "engine/config/parse.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/local_session.h"
+#include "engine/runtime/signals.h"
 #include "engine/train/demo.h"
 #include "engine/train/run_job.h"
 #ifdef ZEROD_HAVE_GRPC
@@ -47,8 +48,6 @@ void print_warnings(const zerod::ParsedJob& job) {
 
 // Flags of features later work builds: recognised, refused with a clear message.
 void refuse_unbuilt(const TrainFlags& f) {
-  if (!f.resume.empty())
-    ZD_THROW_INPUT("--resume {}: checkpoints are not implemented yet in zerod", f.resume);
   if (!f.listen.empty())
     ZD_THROW_INPUT("--listen {}: the control plane is not implemented yet in zerod", f.listen);
 }
@@ -93,8 +92,14 @@ int run_train(const TrainFlags& f) {
       kVersion, info.node_rank, info.nnodes, info.first_rank,
       info.first_rank + info.nproc_per_node - 1, info.world_size, spec.source, threads,
       zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+  zerod::RunJobOptions ro;
+  ro.resume = f.resume;
   try {
-    zerod::run_job(job.config, *session);
+    const zerod::JobOutcome outcome = zerod::run_job(job.config, *session, ro);
+    if (outcome.stopped) {
+      session->leave("");
+      return 0;
+    }
   } catch (const zerod::Error& e) {
     if (e.kind() != zerod::ErrorKind::kPeerLost) throw;
     // A broken connection is often seen a moment before the rendezvous learns which node died:
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
   // (exit code 3 naming the peer), not a silent death by SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   zerod::log::init();
+  zerod::install_stop_signals();
   CLI::App app{"zerod: a per-node training engine (DeepSpeed-style ZeRO, no Python in the loop)"};
   app.set_version_flag("--version", kVersion);
   app.require_subcommand(1);
@@ -148,7 +154,9 @@ int main(int argc, char** argv) {
           ->check(CLI::NonNegativeNumber);
   auto* master_opt =
       train->add_option("--master", master, "HOST:PORT of the rendezvous (node 0 serves it)");
-  train->add_option("--resume", tf.resume, "latest or a checkpoint tag");
+  train->add_option("--resume", tf.resume,
+                    "continue from a checkpoint of train.checkpoint_dir: latest, auto (latest if "
+                    "there is one, else start fresh) or a tag");
   train->add_option("--listen", tf.listen, "ADDR:PORT for the control plane");
   train->add_option("--steps", tf.steps, "override train.steps")->check(CLI::PositiveNumber);
   train->add_option("--demo-dir", tf.demo_dir, "where the demo job keeps its data and metrics")
@@ -196,16 +204,8 @@ int main(int argc, char** argv) {
     zerod::log::set_level(log_level);
     if (*train) return run_train(tf);
     if (*check) return run_check(check_path, world_size);
-  } catch (const zerod::Error& e) {
-    if (e.kind() == zerod::ErrorKind::kInternal) {
-      std::fprintf(stderr, "zerod: internal error (%s): %s\n", e.where().c_str(), e.what());
-    } else {
-      std::fprintf(stderr, "zerod: error: %s\n", e.what());
-    }
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "zerod: internal error: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    return zerod::report_current_exception("zerod");
   }
   return 0;
 }

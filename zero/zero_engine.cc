@@ -93,6 +93,14 @@ void ZeroEngine::init_weights(uint64_t seed) {
   refresh_weights();
 }
 
+void ZeroEngine::set_master_unit(int u, const float* unit_flat) {
+  const UnitPartition& up = partition_.unit(u);
+  const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
+  float* dst = master(u);
+  if (valid > 0) std::copy(unit_flat + begin, unit_flat + begin + valid, dst);
+  std::fill(dst + std::max<int64_t>(valid, 0), dst + up.shard, 0.0f);
+}
+
 void ZeroEngine::refresh_weights() {
   if (!fp32_alias()) {
     for (int u = 0; u < layout_.num_units(); ++u) {
@@ -192,6 +200,7 @@ StepResult ZeroEngine::step(const OptimStep& s) {
     const int64_t sb = up.begin(owner_rank()), se = sb + up.shard;
     void* grads = reducer_->shard(u);
     void* weights = fp32_alias() ? nullptr : weight_region(u);
+    if (guard_) guard_->before_update(u);
     for (const DecayRange& d : partition_.decay_ranges(u)) {
       const int64_t lo = std::max(d.begin, sb), hi = std::min(d.end, se);
       if (lo >= hi) continue;

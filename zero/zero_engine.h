@@ -28,6 +28,7 @@
 #include "zero/grad_reducer.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
+#include "zero/update_guard.h"
 
 namespace zerod {
 
@@ -77,6 +78,10 @@ class ZeroEngine : public ParamSource, public GradSink {
   // Master weights from the GPT-2 initialisation for seed (each rank its own shard, every value
   // a function of the seed only), then the compute weights.
   void init_weights(uint64_t seed);
+  // Master weights of unit u from the unit's whole flat buffer (layout().unit(u).numel floats,
+  // e.g. a model file being imported): this rank keeps its shard. After every unit has been
+  // set, refresh_weights() (collective) makes the compute weights.
+  void set_master_unit(int u, const float* unit_flat);
   // Zeroes the gradients (start of a gradient-accumulation window).
   void zero_grad();
   // Before each micro-batch; `last`: the last micro-batch of the step (stages 0-1 reduce then).
@@ -86,6 +91,9 @@ class ZeroEngine : public ParamSource, public GradSink {
   // Adam step count does not advance.
   StepResult step(const OptimStep& s);
   int64_t adam_steps() const { return adam_steps_; }
+  void set_adam_steps(int64_t steps) { adam_steps_ = steps; }  // (loading a checkpoint)
+  // Called before each unit's optimizer states change (nullptr: none). Not owned.
+  void set_update_guard(UpdateGuard* guard) { guard_ = guard; }
 
   // ParamSource
   const void* acquire(int unit) override;
@@ -137,6 +145,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   int64_t adam_steps_ = 0;
+  UpdateGuard* guard_ = nullptr;
   double gather_wait_seconds_ = 0;
 };
 

@@ -33,19 +33,6 @@ const NotBuiltYet kNotBuiltYet[] = {
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");
      }},
-    {[](const JobConfig& c) { return c.checkpoint.async; },
-     [](const JobConfig&) {
-       return std::string(
-           "checkpoint.async: background checkpoint saving is not implemented yet "
-           "in zerod");
-     }},
-    {[](const JobConfig& c) { return c.train.save_interval > 0; },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "train.save_interval: {} asks for checkpoints, and saving checkpoints is "
-           "not implemented yet in zerod (use 0)",
-           c.train.save_interval);
-     }},
     {[](const JobConfig& c) { return c.tensorboard.enabled; },
      [](const JobConfig&) {
        return std::string(
@@ -57,13 +44,6 @@ const NotBuiltYet kNotBuiltYet[] = {
        return std::string(
            "comms_logger.enabled: the communication logger is not implemented yet "
            "in zerod");
-     }},
-    {[](const JobConfig& c) { return c.model.init_from.has_value(); },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "model.init_from: loading weights (\"{}\") is not implemented yet in "
-           "zerod (use null)",
-           *c.model.init_from);
      }},
     {[](const JobConfig& c) { return c.activation_checkpointing.partition_activations; },
      [](const JobConfig&) {

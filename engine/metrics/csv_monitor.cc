@@ -1,14 +1,18 @@
 #include "engine/metrics/csv_monitor.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 
 namespace zerod {
 
-CsvMonitor::CsvMonitor(const MonitorConfig& config) {
+CsvMonitor::CsvMonitor(const MonitorConfig& config, int64_t resume_step) {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::path(config.output_path.empty() ? "." : config.output_path) / config.job_name;
@@ -19,11 +23,23 @@ CsvMonitor::CsvMonitor(const MonitorConfig& config) {
                    ec.message());
   }
   path_ = (dir / "metrics.csv").string();
+  std::vector<std::string> kept;  // rows of the steps before a resume
+  if (resume_step > 0) {
+    std::ifstream in(path_);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      const long long step = std::atoll(line.c_str());
+      if (step >= 1 && step <= resume_step) kept.push_back(line);
+    }
+  }
   file_ = std::fopen(path_.c_str(), "w");
   if (file_ == nullptr) {
     ZD_THROW_INPUT("csv_monitor: cannot open '{}' for writing: {}", path_, std::strerror(errno));
   }
   std::fputs("step,loss,lr,grad_norm,loss_scale,tokens_per_s,mfu,skipped,val_loss\n", file_);
+  for (const auto& line : kept) fmt::print(file_, "{}\n", line);
   std::fflush(file_);
 }
 

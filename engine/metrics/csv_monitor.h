@@ -26,8 +26,9 @@ struct StepMetrics {
 
 class CsvMonitor {
  public:
-  // Creates the directory and the file (truncating it) and writes the header.
-  explicit CsvMonitor(const MonitorConfig& config);
+  // Creates the directory and the file and writes the header. Resuming after `resume_step`
+  // steps keeps the rows of steps 1..resume_step of an existing file and appends after them.
+  explicit CsvMonitor(const MonitorConfig& config, int64_t resume_step = 0);
   ~CsvMonitor();
   CsvMonitor(const CsvMonitor&) = delete;
   CsvMonitor& operator=(const CsvMonitor&) = delete;

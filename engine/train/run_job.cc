@@ -19,8 +19,7 @@ std::string job_hash(const JobConfig& cfg) {
   return fmt::format("{:016x}", h);
 }
 
-std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
-                                   const RunJobOptions& options) {
+JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptions& options) {
   const NodeInfo& info = session.info();
   ZD_CHECK(cfg.world_size == info.world_size, "job resolved for world {} but the session has {}",
            cfg.world_size, info.world_size);
@@ -38,7 +37,7 @@ std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
     o.bind_address = info.nodes[static_cast<size_t>(info.node_rank)].address;
   }
   std::mutex mu;
-  std::optional<TrainResult> result;
+  JobOutcome outcome;
   run_local_ranks(o, [&](const RankContext& ctx) {
     TrainerOptions topts;
     topts.log_steps = options.log_steps;
@@ -46,13 +45,13 @@ std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
     // this node even when none of its collectives is waiting on the dead peer.
     topts.on_step = [&session](const StepMetrics&) { session.check_world(); };
     Trainer trainer(cfg, ctx, topts);
+    if (!options.resume.empty()) trainer.resume(options.resume);
     TrainResult r = trainer.run();
-    if (ctx.rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      result = std::move(r);
-    }
+    std::lock_guard<std::mutex> lock(mu);
+    outcome.stopped = outcome.stopped || r.stopped;
+    if (ctx.rank == 0) outcome.rank0 = std::move(r);
   });
-  return result;
+  return outcome;
 }
 
 }  // namespace zerod

@@ -16,14 +16,18 @@ namespace zerod {
 struct RunJobOptions {
   bool log_steps = true;
   std::string bind_address;  // where this node's ranks listen; empty: the session's address
+  std::string resume;        // "", "latest", "auto" or a checkpoint tag
+};
+
+struct JobOutcome {
+  std::optional<TrainResult> rank0;  // global rank 0's result when this node runs it
+  bool stopped = false;              // a stop request (SIGTERM/SIGUSR1) ended the job early
 };
 
 // The resolved job's hash, compared between nodes at join (FNV-1a 64 of its resolved JSON).
 std::string job_hash(const JobConfig& cfg);
 
-// Trains cfg (resolved for session.info().world_size) on this node's ranks. Returns the result
-// of global rank 0 when this node runs it.
-std::optional<TrainResult> run_job(const JobConfig& cfg, NodeSession& session,
-                                   const RunJobOptions& options = {});
+// Trains cfg (resolved for session.info().world_size) on this node's ranks.
+JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptions& options = {});
 
 }  // namespace zerod

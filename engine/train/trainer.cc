@@ -5,9 +5,12 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/hf_gpt2.h"
 #include "engine/data/eval_loader.h"
 #include "engine/data/loader.h"
 #include "engine/data/train_val.h"
+#include "engine/runtime/signals.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/peak_flops.h"
 #include "zero/loss_scaler.h"
@@ -83,9 +86,21 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
   zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
-  engine_->init_weights(cfg_.train.seed);
+  if (cfg_.model.init_from) {
+    // Fine-tuning: every rank reads the file and keeps its shard of each unit.
+    Stopwatch sw;
+    import_hf_gpt2(*cfg_.model.init_from, model_->layout(),
+                   [&](int u, const float* flat) { engine_->set_master_unit(u, flat); });
+    engine_->refresh_weights();
+    if (leader())
+      spdlog::info("init_from: weights from {} ({:.2f} s)", *cfg_.model.init_from, sw.seconds());
+  } else {
+    engine_->init_weights(cfg_.train.seed);
+  }
   model_->set_timing(cfg_.wall_clock_breakdown);
-  if (cfg_.csv_monitor.enabled && leader()) csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor);
+  if (!cfg_.train.checkpoint_dir.empty()) {
+    ckpt_ = std::make_unique<Checkpointer>(cfg_, ctx_, *engine_, &memory_);
+  }
   peak_flops_ = cfg_.train.peak_flops > 0 ? cfg_.train.peak_flops : measure_cpu_peak_flops();
 
   if (options_.log_steps) {
@@ -237,25 +252,125 @@ void Trainer::log_memory_peaks() {
   spdlog::info("{}", line);
 }
 
+TrainingProgress Trainer::progress() const {
+  TrainingProgress p;
+  p.global_step = global_step_;
+  p.skipped_steps = skipped_;
+  p.adam_steps = steps_taken_;
+  const LoaderState ls = data_->train->state();
+  p.samples_seen = ls.position;
+  p.data_seed = ls.seed;
+  p.data_num_samples = ls.num_samples;
+  p.init_seed = cfg_.train.seed;
+  const LossScaler::State ss = data_->scaler->state();
+  p.loss_scale = ss.scale;
+  p.loss_scale_hysteresis_left = ss.hysteresis_left;
+  p.loss_scale_iter = ss.iter;
+  p.loss_scale_last_overflow_iter = ss.last_overflow_iter;
+  return p;
+}
+
+void Trainer::resume(const std::string& which) {
+  ZD_CHECK_INPUT(ckpt_ != nullptr, "--resume {}: the job has no train.checkpoint_dir", which);
+  const std::optional<TrainingProgress> loaded = ckpt_->load(which);
+  if (!loaded) return;  // "auto" and nothing saved yet
+  const TrainingProgress& p = *loaded;
+  ZD_CHECK(p.adam_steps == engine_->adam_steps(), "adam steps {} vs {}", p.adam_steps,
+           engine_->adam_steps());
+  global_step_ = p.global_step;
+  skipped_ = p.skipped_steps;
+  steps_taken_ = p.adam_steps;
+  data_->train->restore({p.samples_seen, p.data_seed, p.data_num_samples});
+  LossScaler::State ss;
+  ss.scale = p.loss_scale;
+  ss.hysteresis_left = p.loss_scale_hysteresis_left;
+  ss.iter = p.loss_scale_iter;
+  ss.last_overflow_iter = p.loss_scale_last_overflow_iter;
+  data_->scaler->set_state(ss);
+}
+
+SaveReport Trainer::save_checkpoint(const std::string& tag) {
+  ZD_CHECK_INPUT(ckpt_ != nullptr, "saving a checkpoint needs train.checkpoint_dir");
+  const SaveReport r = ckpt_->save(tag.empty() ? default_tag(global_step_) : tag, progress());
+  if (leader() && options_.log_steps) {
+    spdlog::info("checkpoint {}{}: {:.1f} MB on rank 0, training blocked {:.3f} s", r.tag,
+                 r.committed ? " saved" : " writing in the background",
+                 static_cast<double>(r.bytes) / 1e6, r.blocked_seconds);
+  }
+  return r;
+}
+
+// Every rank learns whether any rank was asked to stop, so all stop at the same step.
+bool Trainer::stop_now() {
+  int32_t flag = stop_requested() ? 1 : 0;
+  if (ctx_.world_size > 1) ctx_.comm->all_reduce(&flag, 1, CommType::kI32, ReduceOp::kMax);
+  return flag != 0;
+}
+
 TrainResult Trainer::run() {
   TrainResult result;
   result.peak_flops = peak_flops_;
+  result.first_step = global_step_ + 1;
+  if (cfg_.csv_monitor.enabled && leader()) {
+    csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor, global_step_);
+  }
   Stopwatch total;
+  const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;
   const int64_t print_every = std::max<int64_t>(1, cfg_.steps_per_print);
-  for (int64_t step = 1; step <= steps; ++step) {
+  int64_t saved_at = -1;
+  auto save = [&]() {
+    const SaveReport r = save_checkpoint();
+    result.checkpoint_blocked_seconds += r.blocked_seconds;
+    if (r.committed) result.last_checkpoint = r.tag;
+    saved_at = global_step_;
+  };
+  for (int64_t step = global_step_ + 1; step <= steps; ++step) {
     StepMetrics m = train_step(step);
+    global_step_ = step;
     const bool eval_now =
         cfg_.train.eval_interval > 0 && (step % cfg_.train.eval_interval == 0 || step == steps);
     if (eval_now) m.val_loss = evaluate();
     if (options_.log_steps && leader() &&
-        (step % print_every == 0 || step == 1 || step == steps || m.val_loss)) {
+        (step % print_every == 0 || step == result.first_step || step == steps || m.val_loss)) {
       log_step(m);
       if (cfg_.wall_clock_breakdown) log_breakdown();
     }
     if (csv_) csv_->write(m);
     if (options_.on_step) options_.on_step(m);
     result.steps.push_back(m);
+    result.last_step = step;
+    if (ckpt_) {
+      if (auto committed = ckpt_->poll()) {
+        result.last_checkpoint = *committed;
+        if (leader() && options_.log_steps)
+          spdlog::info("checkpoint {} saved (background write done)", *committed);
+      }
+      if (cfg_.train.save_interval > 0 && step % cfg_.train.save_interval == 0) save();
+    }
+    if (step < steps && stop_now()) {
+      result.stopped = true;
+      if (ckpt_ && saved_at != step) save();
+      break;
+    }
+  }
+  // Never lose the end of a run: save the last step unless it was just saved.
+  if (ckpt_ && !result.stopped && cfg_.train.save_interval > 0 && saved_at != global_step_ &&
+      result.last_step > 0) {
+    save();
+  }
+  if (ckpt_) {
+    if (auto committed = ckpt_->finish()) result.last_checkpoint = *committed;
+    result.checkpoint_blocked_seconds += ckpt_->update_blocked_seconds() - update_blocked_before;
+  }
+  if (result.stopped && leader()) {
+    if (ckpt_) {
+      spdlog::info("stop requested (signal {}): checkpoint {} saved at step {}; exiting",
+                   stop_signal(), result.last_checkpoint.value_or("?"), global_step_);
+    } else {
+      spdlog::warn("stop requested (signal {}) at step {}: no train.checkpoint_dir, nothing saved",
+                   stop_signal(), global_step_);
+    }
   }
   result.seconds = total.seconds();
   result.skipped_steps = skipped_;
@@ -263,7 +378,8 @@ TrainResult Trainer::run() {
   result.fwd_bwd_seconds = phases_.fwd_bwd;
   result.comm_wait_seconds = phases_.comm;
   result.optimizer_seconds = phases_.optim;
-  result.tokens = steps * cfg_.global_batch() * cfg_.model.seq_len;
+  result.tokens =
+      static_cast<int64_t>(result.steps.size()) * cfg_.global_batch() * cfg_.model.seq_len;
   if (!result.steps.empty()) result.final_val_loss = result.steps.back().val_loss;
   if (options_.log_steps) log_memory_peaks();
   if (options_.log_steps && leader() && !result.steps.empty()) {
@@ -272,8 +388,8 @@ TrainResult Trainer::run() {
     spdlog::info(
         "done: {} steps ({} skipped), {} tokens in {:.1f} s ({:.0f} tok/s); loss {:.4f} -> "
         "{:.4f}{}",
-        steps, skipped_, human_count(static_cast<double>(result.tokens)), result.seconds,
-        static_cast<double>(result.tokens) / result.seconds, first.loss, last.loss,
+        result.steps.size(), skipped_, human_count(static_cast<double>(result.tokens)),
+        result.seconds, static_cast<double>(result.tokens) / result.seconds, first.loss, last.loss,
         result.final_val_loss ? fmt::format(", val {:.4f}", *result.final_val_loss) : "");
     if (csv_) spdlog::info("metrics: {}", csv_->path());
   }

@@ -15,6 +15,7 @@
 #include "engine/config/job_config.h"
 #include "engine/metrics/csv_monitor.h"
 #include "engine/runtime/rank_context.h"
+#include "engine/train/checkpointer.h"
 #include "model/gpt.h"
 #include "zero/zero_engine.h"
 
@@ -28,6 +29,12 @@ struct TrainResult {
   double seconds = 0;
   double peak_flops = 0;  // what MFU was measured against (per rank)
   double data_seconds = 0, fwd_bwd_seconds = 0, comm_wait_seconds = 0, optimizer_seconds = 0;
+  int64_t first_step = 1;  // > 1 after a resume
+  int64_t last_step = 0;   // the last step trained
+  bool stopped = false;    // SIGTERM/SIGUSR1 (or request_stop) ended the run early
+  std::optional<std::string> last_checkpoint;  // the last checkpoint this run committed
+  double checkpoint_blocked_seconds = 0;       // training time lost to saves (in save, and in
+                                               // optimizer steps waiting for async writes)
 };
 
 struct TrainerOptions {
@@ -44,6 +51,13 @@ class Trainer {
   ~Trainer();
 
   TrainResult run();
+
+  // Continues from a checkpoint of train.checkpoint_dir: "latest" or a tag (collective; call
+  // before run()). Any world size and ZeRO stage loads any checkpoint of the same model.
+  void resume(const std::string& which);
+  // Saves a checkpoint now (collective, between steps); empty tag: global_step<N>.
+  SaveReport save_checkpoint(const std::string& tag = "");
+  TrainingProgress progress() const;
 
   // Mean validation loss over train.eval_batches micro-batches per rank of the validation set,
   // averaged over ranks (nullopt when there is none).
@@ -73,6 +87,9 @@ class Trainer {
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;
+  std::unique_ptr<Checkpointer> ckpt_;  // when train.checkpoint_dir is set
+  int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
+  bool stop_now();
   double peak_flops_ = 0;
   int64_t steps_taken_ = 0;  // non-skipped optimizer steps (drives the LR schedule)
   int64_t skipped_ = 0;

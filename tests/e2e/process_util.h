@@ -25,6 +25,10 @@ inline std::string zerod_binary() {
   return std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
 }
 
+inline std::string zeroctl_binary() {
+  return std::string(ZEROD_BINARY_DIR) + "/tools/zeroctl/zeroctl";
+}
+
 class Process {
  public:
   // Runs `args` (args[0] is the program) in `cwd` with stdout+stderr to `log`.
@@ -52,6 +56,7 @@ class Process {
   Process& operator=(const Process&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   // Exit code, -signal when killed by a signal, or nullopt-like -1000 on timeout.
   int wait_for(std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;

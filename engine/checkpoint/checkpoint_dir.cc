@@ -1,0 +1,250 @@
+#include "engine/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <vector>
+
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace zerod {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) ZD_THROW("fsync {}: cannot open: {}", path, std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) ZD_THROW("fsync {}: {}", path, std::strerror(err));
+}
+
+// Writes text to path via path.tmp + fsync + rename + fsync of the directory.
+void write_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) ZD_THROW("cannot write {}: {}", tmp, std::strerror(errno));
+  }
+  fsync_path(tmp, false);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) ZD_THROW("cannot rename {} to {}: {}", tmp, path, ec.message());
+  fsync_path(fs::path(path).parent_path().string(), true);
+}
+
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void validate_tag(const std::string& tag) {
+  static const std::regex kTag("[A-Za-z0-9._-]{1,128}");
+  if (!std::regex_match(tag, kTag)) {
+    ZD_THROW_INPUT(
+        "checkpoint tag \"{}\" is invalid: allowed are 1-128 characters of A-Z a-z 0-9 . _ -", tag);
+  }
+  if (tag == "latest" || tag == "." || tag == ".." || tag[0] == '.' || has_suffix(tag, ".tmp") ||
+      has_suffix(tag, ".old")) {
+    ZD_THROW_INPUT(
+        "checkpoint tag \"{}\" is reserved (\"latest\", names starting with '.', or ending "
+        "in .tmp/.old)",
+        tag);
+  }
+}
+
+std::string default_tag(int64_t global_step) {
+  return fmt::format("global_step{}", global_step);
+}
+
+std::string prepare_save(const std::string& dir, const std::string& tag) {
+  validate_tag(tag);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) ZD_THROW_INPUT("train.checkpoint_dir: cannot create '{}': {}", dir, ec.message());
+  const std::string tmp = (fs::path(dir) / (tag + ".tmp")).string();
+  fs::remove_all(tmp, ec);
+  if (ec) ZD_THROW("cannot remove the stale {}: {}", tmp, ec.message());
+  fs::create_directory(tmp, ec);
+  if (ec) ZD_THROW_INPUT("train.checkpoint_dir: cannot create '{}': {}", tmp, ec.message());
+  return tmp;
+}
+
+void commit_save(const std::string& dir, const Manifest& manifest) {
+  const fs::path root(dir);
+  const fs::path tmp = root / (manifest.tag + ".tmp");
+  const fs::path final_dir = root / manifest.tag;
+  const fs::path aside = root / (manifest.tag + ".old");
+  {
+    const std::string path = (tmp / "manifest.json").string();
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << manifest.to_json().dump(2) << "\n";
+    out.flush();
+    if (!out) ZD_THROW("cannot write {}: {}", path, std::strerror(errno));
+  }
+  fsync_path((tmp / "manifest.json").string(), false);
+  fsync_path(tmp.string(), true);
+  std::error_code ec;
+  // Saving a tag again: move the old one aside first (a crash in between leaves `latest` on a
+  // missing tag, and loading falls back to the newest complete checkpoint).
+  fs::remove_all(aside, ec);
+  if (fs::exists(final_dir)) {
+    fs::rename(final_dir, aside, ec);
+    if (ec) ZD_THROW("cannot move {} aside: {}", final_dir.string(), ec.message());
+  }
+  fs::rename(tmp, final_dir, ec);
+  if (ec) ZD_THROW("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message());
+  fsync_path(root.string(), true);
+  write_atomic((root / "latest").string(), manifest.tag + "\n");
+  fs::remove_all(aside, ec);
+}
+
+std::optional<std::string> read_latest(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "latest");
+  if (!in) return std::nullopt;
+  std::string tag;
+  std::getline(in, tag);
+  while (!tag.empty() && (tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
+  return tag;
+}
+
+std::vector<std::pair<std::string, Manifest>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::string, Manifest>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_directory()) continue;
+    const std::string tag = entry.path().filename().string();
+    if (has_suffix(tag, ".tmp") || has_suffix(tag, ".old")) continue;
+    if (!fs::exists(entry.path() / "manifest.json")) continue;
+    try {
+      out.emplace_back(tag, read_manifest(entry.path().string()));
+    } catch (const Error&) {
+      // an unreadable manifest is not a complete checkpoint
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    if (a.second.progress.global_step != b.second.progress.global_step)
+      return a.second.progress.global_step > b.second.progress.global_step;
+    return a.first > b.first;
+  });
+  return out;
+}
+
+std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_last) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  const std::optional<std::string> latest = read_latest(dir);
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && has_suffix(name, ".tmp")) {
+      fs::remove_all(entry.path(), ec);
+      removed.push_back(name);
+    }
+  }
+  if (keep_last <= 0) return removed;
+  const auto all = list_checkpoints(dir);
+  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    if (latest && all[i].first == *latest) continue;
+    fs::remove_all(fs::path(dir) / all[i].first, ec);
+    if (!ec) removed.push_back(all[i].first);
+  }
+  return removed;
+}
+
+void verify_checkpoint(const std::string& path, const Manifest& manifest, bool checksums) {
+  std::vector<char> buf(size_t{4} << 20);
+  for (const CheckpointFile& f : manifest.files) {
+    const std::string file = (fs::path(path) / f.name).string();
+    std::error_code ec;
+    const auto size = fs::file_size(file, ec);
+    if (ec) ZD_THROW_INPUT("{}: missing ({})", file, ec.message());
+    if (static_cast<int64_t>(size) != f.bytes) {
+      ZD_THROW_INPUT("{}: {} bytes, the manifest says {} (torn or truncated)", file, size, f.bytes);
+    }
+    if (!checksums) continue;
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    if (fd < 0) ZD_THROW_INPUT("{}: cannot open: {}", file, std::strerror(errno));
+    uint32_t crc = 0;
+    for (;;) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        ZD_THROW_INPUT("{}: read error: {}", file, std::strerror(err));
+      }
+      if (n == 0) break;
+      crc = crc32c(buf.data(), static_cast<size_t>(n), crc);
+    }
+    ::close(fd);
+    if (crc != f.crc32c) {
+      ZD_THROW_INPUT("{}: CRC32C {:08x}, the manifest says {:08x} (corrupt)", file, crc, f.crc32c);
+    }
+  }
+}
+
+FoundCheckpoint find_checkpoint(const std::string& dir, const std::string& which,
+                                const FindOptions& options) {
+  if (dir.empty()) ZD_THROW_INPUT("checkpoint '{}': no checkpoint directory given", which);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    ZD_THROW_INPUT("checkpoint '{}': checkpoint directory '{}' does not exist", which, dir);
+  }
+  FoundCheckpoint found;
+  auto load = [&](const std::string& tag) {
+    const std::string path = (fs::path(dir) / tag).string();
+    Manifest m = read_manifest(path);
+    verify_checkpoint(path, m, options.checksums);
+    found.tag = tag;
+    found.path = path;
+    found.manifest = std::move(m);
+  };
+  if (which != "latest") {
+    validate_tag(which);
+    if (!fs::is_directory(fs::path(dir) / which)) {
+      std::string known;
+      for (const auto& [tag, m] : list_checkpoints(dir)) known += (known.empty() ? "" : ", ") + tag;
+      ZD_THROW_INPUT("checkpoint '{}': no checkpoint with that tag in '{}' (found: {})", which, dir,
+                     known.empty() ? "none" : known);
+    }
+    load(which);
+    return found;
+  }
+  std::vector<std::string> candidates;
+  if (const auto latest = read_latest(dir)) candidates.push_back(*latest);
+  for (const auto& [tag, m] : list_checkpoints(dir)) {
+    if (std::find(candidates.begin(), candidates.end(), tag) == candidates.end())
+      candidates.push_back(tag);
+  }
+  for (const std::string& tag : candidates) {
+    if (std::find(options.exclude.begin(), options.exclude.end(), tag) != options.exclude.end()) {
+      found.skipped.push_back(fmt::format("{}: corrupt (found while loading it)", tag));
+      continue;
+    }
+    try {
+      load(tag);
+      return found;
+    } catch (const Error& e) {
+      found.skipped.push_back(fmt::format("{}: {}", tag, e.what()));
+    }
+  }
+  std::string why;
+  for (const auto& s : found.skipped) why += "\n  " + s;
+  ZD_THROW_INPUT("checkpoint 'latest': no complete checkpoint in '{}'{}", dir, why);
+}
+
+}  // namespace zerod

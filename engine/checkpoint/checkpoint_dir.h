@@ -1,0 +1,66 @@
+// The checkpoint directory (DESIGN.md section 5):
+//
+//   CHECKPOINT_DIR/TAG/          a complete checkpoint: rank files + manifest.json
+//   CHECKPOINT_DIR/TAG.tmp/      a save in progress (never read)
+//   CHECKPOINT_DIR/latest        the tag of the newest complete checkpoint (one line)
+//
+// A save writes into TAG.tmp/, fsyncs every file and the directory, renames TAG.tmp to TAG,
+// fsyncs CHECKPOINT_DIR, then replaces `latest` by write-and-rename. A crash at any point leaves
+// `latest` on a complete checkpoint. Loading verifies sizes and checksums; a torn or corrupt
+// newest checkpoint is reported and the newest complete one is used instead.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/manifest.h"
+
+namespace zerod {
+
+// Tags are [A-Za-z0-9._-]{1,128}, not "latest", not ending in ".tmp"/".old", not starting with
+// '.'; InputError otherwise (they become directory names: no way out of the checkpoint dir).
+void validate_tag(const std::string& tag);
+std::string default_tag(int64_t global_step);  // "global_step<N>"
+
+// Rank 0, before the ranks write: creates dir and an empty dir/TAG.tmp (removing a stale one).
+std::string prepare_save(const std::string& dir, const std::string& tag);
+
+// Rank 0, after every rank's file is in dir/TAG.tmp: writes the manifest, fsyncs, renames to
+// dir/TAG (replacing an older checkpoint of the same tag), and points `latest` at it.
+void commit_save(const std::string& dir, const Manifest& manifest);
+
+// Removes the oldest complete checkpoints beyond the newest keep_last (never the one `latest`
+// names) and stale TAG.tmp directories. Returns the tags removed.
+std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_last);
+
+// The tag `latest` names (nullopt when there is no `latest` file).
+std::optional<std::string> read_latest(const std::string& dir);
+
+// Checks every file of the manifest: present, the recorded size, the recorded CRC32C.
+// InputError naming the file and what differs.
+// With checksums false, only presence and sizes (the loader checks the CRC32C as it reads).
+void verify_checkpoint(const std::string& path, const Manifest& manifest, bool checksums = true);
+
+struct FoundCheckpoint {
+  std::string tag;
+  std::string path;  // dir/TAG
+  Manifest manifest;
+  std::vector<std::string> skipped;  // newer checkpoints passed over, with why
+};
+
+// Finds the checkpoint to load: `which` = "latest" (the newest complete one: `latest`, or when
+// that one is torn or corrupt, the complete checkpoint with the highest global step) or a tag
+// (that one, verified). InputError when the directory is missing, the tag is unknown, or no
+// complete checkpoint exists.
+struct FindOptions {
+  bool checksums = true;             // verify every file's CRC32C (else sizes only)
+  std::vector<std::string> exclude;  // tags found corrupt while loading: skip them ("latest")
+};
+FoundCheckpoint find_checkpoint(const std::string& dir, const std::string& which,
+                                const FindOptions& options = {});
+
+// Complete checkpoints in dir (with a readable manifest), newest global step first.
+std::vector<std::pair<std::string, Manifest>> list_checkpoints(const std::string& dir);
+
+}  // namespace zerod

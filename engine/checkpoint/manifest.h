@@ -1,0 +1,79 @@
+// manifest.json of a checkpoint (DESIGN.md section 5): what was saved, by which job, on how
+// many ranks at which ZeRO stage, where training stood, and the size and CRC32C of every file.
+// A checkpoint directory is complete when its manifest parses, its format version is known and
+// every file it lists has the recorded size and checksum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zerod {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr const char* kCheckpointFormat = "zerod-checkpoint";
+
+// One unit's slice [begin, end) of the flat parameter buffer, held by one file.
+struct ShardSlice {
+  int unit = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+struct CheckpointFile {
+  std::string name;  // relative to the checkpoint directory, e.g. "rank_00003.safetensors"
+  int rank = 0;
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+  std::vector<ShardSlice> slices;
+};
+
+struct UnitShape {
+  std::string name;
+  int64_t numel = 0;
+};
+
+// Where training stood when the checkpoint was taken (everything exact resume needs).
+struct TrainingProgress {
+  int64_t global_step = 0;    // optimizer steps done, skipped ones included
+  int64_t skipped_steps = 0;  // fp16 overflow skips
+  int64_t adam_steps = 0;     // steps the optimizer took (bias correction, LR schedule)
+  int64_t samples_seen = 0;   // data-loader stream position (global samples consumed)
+  uint64_t data_seed = 0;
+  int64_t data_num_samples = 0;  // size of the training set the position refers to
+  uint64_t init_seed = 0;
+  // fp16 loss scaler (DeepSpeed's DynamicLossScaler state)
+  double loss_scale = 1.0;
+  int loss_scale_hysteresis_left = 1;
+  int64_t loss_scale_iter = 0;
+  int64_t loss_scale_last_overflow_iter = -1;
+};
+
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  std::string tag;
+  std::string created;  // UTC, ISO 8601
+  std::string zerod_version;
+  nlohmann::json job;  // the resolved job (job_to_json)
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string compute_dtype;
+  // model shape
+  int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, padded_vocab_size = 0, seq_len = 0;
+  std::vector<UnitShape> units;
+  TrainingProgress progress;
+  std::vector<CheckpointFile> files;
+
+  nlohmann::json to_json() const;
+  // Parses and validates (format name and version, required fields, slices inside their
+  // units). `where` names the manifest file in InputError messages.
+  static Manifest from_json(const nlohmann::json& j, const std::string& where);
+  int64_t total_bytes() const;
+};
+
+// Reads `dir`/manifest.json (InputError naming the file when missing or invalid).
+Manifest read_manifest(const std::string& dir);
+
+}  // namespace zerod

@@ -1,0 +1,352 @@
+#include "engine/train/checkpointer.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "comm/strings.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/config/parse.h"
+
+namespace zerod {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json file_to_json(const CheckpointFile& f) {
+  json slices = json::array();
+  for (const auto& s : f.slices) slices.push_back({s.unit, s.begin, s.end});
+  return {{"name", f.name},
+          {"rank", f.rank},
+          {"bytes", f.bytes},
+          {"crc32c", f.crc32c},
+          {"slices", slices}};
+}
+
+CheckpointFile file_from_json(const json& j) {
+  CheckpointFile f;
+  f.name = j.at("name").get<std::string>();
+  f.rank = j.at("rank").get<int>();
+  f.bytes = j.at("bytes").get<int64_t>();
+  f.crc32c = j.at("crc32c").get<uint32_t>();
+  for (const auto& s : j.at("slices"))
+    f.slices.push_back({s[0].get<int>(), s[1].get<int64_t>(), s[2].get<int64_t>()});
+  return f;
+}
+
+// Test hook: ZEROD_TEST_KILL_DURING_SAVE=TAG kills the process (SIGKILL, as a crash or an OOM
+// kill would) after this rank wrote its file of checkpoint TAG, before the commit.
+void crash_hook(const std::string& tag) {
+  const char* at = std::getenv("ZEROD_TEST_KILL_DURING_SAVE");
+  if (at != nullptr && tag == at) std::raise(SIGKILL);
+}
+
+}  // namespace
+
+// A save in progress: the manifest to write and (async) its writer thread.
+struct Checkpointer::Pending {
+  Manifest manifest;
+  std::future<CheckpointFile> written;
+};
+
+Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
+                           MemoryTracker* tracker)
+    : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
+  if (cfg_.checkpoint.async) {
+    snapshot_ = std::make_unique<StateSnapshot>(engine_.layout().num_units(), tracker_);
+    engine_.set_update_guard(snapshot_.get());
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  // A background write still running references our snapshot: let it end (errors are moot).
+  if (pending_ && pending_->written.valid()) pending_->written.wait();
+  if (snapshot_) engine_.set_update_guard(nullptr);
+}
+
+std::vector<std::string> Checkpointer::gather(const std::string& mine) {
+  if (ctx_.world_size == 1) return {mine};
+  return all_gather_strings(*ctx_.comm, mine);
+}
+
+void Checkpointer::barrier() {
+  if (ctx_.world_size > 1) ctx_.comm->barrier();
+}
+
+bool Checkpointer::all_true(bool mine) {
+  if (ctx_.world_size == 1) return mine;
+  int32_t v = mine ? 0 : 1;
+  ctx_.comm->all_reduce(&v, 1, CommType::kI32, ReduceOp::kMax);
+  return v == 0;
+}
+
+std::vector<ShardData> Checkpointer::my_shards() {
+  std::vector<ShardData> out;
+  // Stage 0: every rank holds all of it; rank 0 alone writes.
+  if (engine_.options().stage == 0 && ctx_.rank != 0) return out;
+  const Partition& part = engine_.partition();
+  for (int u = 0; u < part.num_units(); ++u) {
+    const UnitPartition& up = part.unit(u);
+    const int64_t valid = up.valid(engine_.owner_rank());
+    if (valid <= 0) continue;
+    ShardData s;
+    s.unit = u;
+    s.unit_name = engine_.layout().unit(u).name;
+    s.begin = up.begin(engine_.owner_rank());
+    s.end = s.begin + valid;
+    s.master = engine_.master(u);
+    s.exp_avg = engine_.exp_avg(u);
+    s.exp_avg_sq = engine_.exp_avg_sq(u);
+    out.push_back(s);
+  }
+  return out;
+}
+
+SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& progress) {
+  Stopwatch blocked;
+  finish();  // the previous background save first
+  validate_tag(tag);
+  const std::string& root = dir();
+  ZD_CHECK(!root.empty(), "save without train.checkpoint_dir");
+
+  // Rank 0 prepares TAG.tmp; everyone learns whether that worked.
+  std::string err;
+  if (ctx_.rank == 0) {
+    try {
+      prepare_save(root, tag);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  if (ctx_.world_size > 1) err = broadcast_string(*ctx_.comm, err, 0);
+  if (!err.empty()) ZD_THROW_INPUT("checkpoint {}: {}", tag, err);
+
+  auto p = std::make_unique<Pending>();
+  Manifest& m = p->manifest;
+  const GptSpec& spec = engine_.layout().spec();
+  m.tag = tag;
+  m.created = utc_now();
+  m.zerod_version = "0.1.0";
+  m.job = job_to_json(cfg_);
+  m.world_size = ctx_.world_size;
+  m.zero_stage = engine_.options().stage;
+  m.compute_dtype = std::string(dtype_name(cfg_.compute_dtype()));
+  m.n_layer = spec.n_layer;
+  m.n_head = spec.n_head;
+  m.n_embd = spec.n_embd;
+  m.vocab_size = spec.vocab_size;
+  m.padded_vocab_size = spec.vp();
+  m.seq_len = spec.seq_len;
+  for (int u = 0; u < engine_.layout().num_units(); ++u) {
+    m.units.push_back({engine_.layout().unit(u).name, engine_.layout().unit(u).numel});
+  }
+  m.progress = progress;
+  const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
+  std::vector<ShardData> shards = my_shards();
+
+  SaveReport report;
+  report.tag = tag;
+  for (const auto& s : shards) report.bytes += 12 * (s.end - s.begin);
+  if (!cfg_.checkpoint.async) {
+    CheckpointFile f;
+    std::string werr;
+    try {
+      f = write_rank_file(tmp, ctx_.rank, shards);
+    } catch (const Error& e) {
+      werr = e.what();
+    }
+    crash_hook(tag);
+    std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : "!" + werr);
+    commit(*p, files);
+    report.committed = true;
+    report.blocked_seconds = blocked.seconds();
+    return report;
+  }
+  // Async: write the live states on a background thread; the optimizer copies what it must
+  // update before the writer got there.
+  StateSnapshot* snap = snapshot_.get();
+  snap->begin(shards);
+  const int rank = ctx_.rank;
+  p->written = std::async(std::launch::async, [tmp, rank, shards, snap]() {
+    try {
+      return write_rank_file(tmp, rank, shards, snap);
+    } catch (...) {
+      snap->abandon();  // the optimizer must not wait for a write that will not come
+      throw;
+    }
+  });
+  pending_ = std::move(p);
+  report.blocked_seconds = blocked.seconds();
+  return report;
+}
+
+void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json) {
+  std::string failures;
+  for (size_t r = 0; r < files_json.size(); ++r) {
+    if (!files_json[r].empty() && files_json[r][0] == '!') {
+      failures +=
+          fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, files_json[r].substr(1));
+      continue;
+    }
+    CheckpointFile f = file_from_json(json::parse(files_json[r]));
+    if (!f.name.empty()) p.manifest.files.push_back(std::move(f));
+  }
+  std::string err = failures.empty() ? "" : "writing the rank files failed: " + failures;
+  if (err.empty() && ctx_.rank == 0) {
+    try {
+      commit_save(dir(), p.manifest);
+      const auto removed = apply_retention(dir(), cfg_.train.keep_last);
+      for (const auto& tag : removed) spdlog::info("checkpoint retention: removed {}", tag);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  if (ctx_.world_size > 1) err = broadcast_string(*ctx_.comm, err, 0);
+  if (!err.empty()) ZD_THROW("checkpoint {}: {}", p.manifest.tag, err);
+}
+
+std::optional<std::string> Checkpointer::poll() {
+  if (!pending_) return std::nullopt;  // every rank agrees: saves are collective
+  const bool mine =
+      pending_->written.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!all_true(mine)) return std::nullopt;
+  return finish();
+}
+
+std::optional<std::string> Checkpointer::finish() {
+  if (!pending_) return std::nullopt;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  std::string mine;
+  try {
+    mine = file_to_json(p->written.get()).dump();
+  } catch (const Error& e) {
+    mine = std::string("!") + e.what();
+  }
+  commit(*p, gather(mine));
+  return p->manifest.tag;
+}
+
+std::optional<TrainingProgress> Checkpointer::load(const std::string& which) {
+  // Rank 0 chooses (manifest and file sizes checked); every rank then reads what it needs and
+  // checks those files' checksums as it reads. A checkpoint found corrupt that way is passed
+  // over for the next complete one when loading "latest"/"auto"; a named tag fails. A failure
+  // is everyone's (the same message, exit code 2).
+  std::vector<std::string> corrupt;
+  for (;;) {
+    std::string chosen, err;
+    if (ctx_.rank == 0) {
+      try {
+        const bool nothing_yet =
+            which == "auto" && (!fs::is_directory(dir()) || list_checkpoints(dir()).empty());
+        if (nothing_yet) {
+          spdlog::info("--resume auto: no checkpoint in '{}' yet, starting from step 0", dir());
+        } else {
+          FindOptions fo;
+          fo.checksums = false;
+          fo.exclude = corrupt;
+          FoundCheckpoint f = find_checkpoint(dir(), which == "auto" ? "latest" : which, fo);
+          for (const auto& s : f.skipped)
+            spdlog::warn("checkpoint skipped (torn or corrupt): {}", s);
+          if (!f.skipped.empty()) {
+            spdlog::warn("falling back to the newest complete checkpoint: {}", f.tag);
+          }
+          chosen = f.tag;
+        }
+      } catch (const Error& e) {
+        err = fmt::format("--resume {}: {}", which, e.what());
+      }
+    }
+    if (ctx_.world_size > 1) {
+      err = broadcast_string(*ctx_.comm, err, 0);
+      chosen = broadcast_string(*ctx_.comm, chosen, 0);
+    }
+    if (!err.empty()) ZD_THROW_INPUT("{}", err);
+    if (chosen.empty()) return std::nullopt;
+    std::string why;
+    std::optional<TrainingProgress> p = load_tag(chosen, &why);
+    if (p) return p;
+    if (which != "latest" && which != "auto") ZD_THROW_INPUT("--resume {}: {}", which, why);
+    if (ctx_.rank == 0) spdlog::warn("checkpoint {} is corrupt: {}", chosen, why);
+    corrupt.push_back(chosen);
+  }
+}
+
+std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen,
+                                                       std::string* why) {
+  const std::string path = (fs::path(dir()) / chosen).string();
+  const Manifest m = read_manifest(path);
+
+  // The model must be the same shape; the world size, ZeRO stage and dtype may differ.
+  const ParamLayout& layout = engine_.layout();
+  const GptSpec& spec = layout.spec();
+  std::string saved, ours;
+  auto compare = [&](const std::string& what, int64_t have, int64_t want) {
+    if (have == want) return;
+    saved += fmt::format("{}{} {}", saved.empty() ? "" : ", ", what, have);
+    ours += fmt::format("{}{} {}", ours.empty() ? "" : ", ", what, want);
+  };
+  compare("n_layer", m.n_layer, spec.n_layer);
+  compare("n_head", m.n_head, spec.n_head);
+  compare("n_embd", m.n_embd, spec.n_embd);
+  compare("vocab_size", m.vocab_size, spec.vocab_size);
+  compare("seq_len", m.seq_len, spec.seq_len);
+  if (saved.empty()) {
+    compare("units", static_cast<int64_t>(m.units.size()), layout.num_units());
+    for (int u = 0; saved.empty() && u < layout.num_units(); ++u) {
+      compare("elements in unit " + layout.unit(u).name, m.units[static_cast<size_t>(u)].numel,
+              layout.unit(u).numel);
+    }
+  }
+  if (!saved.empty()) {
+    ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
+  }
+
+  ShardReader coverage(path, m);  // checks that the files hold every unit
+  const Partition& part = engine_.partition();
+  std::vector<ShardRequest> requests;
+  for (int u = 0; u < part.num_units(); ++u) {
+    const UnitPartition& up = part.unit(u);
+    const int64_t b = up.begin(engine_.owner_rank());
+    requests.push_back(
+        {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
+  }
+  std::string mine;
+  try {
+    load_shards(path, m, requests);
+  } catch (const InputError& e) {
+    mine = e.what();
+  }
+  // Every rank learns whether any rank found a file corrupt.
+  std::vector<std::string> all = gather(mine);
+  for (const std::string& w : all) {
+    if (w.empty()) continue;
+    *why = w;
+    return std::nullopt;
+  }
+  engine_.set_adam_steps(m.progress.adam_steps);
+  engine_.refresh_weights();
+  if (ctx_.rank == 0) {
+    spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {})", path,
+                 m.progress.global_step, m.world_size, m.world_size == 1 ? "" : "s", m.zero_stage);
+  }
+  return m.progress;
+}
+
+}  // namespace zerod

@@ -1,0 +1,197 @@
+// Checkpoints through the zerod binary: a save killed half-way leaves `latest` on the previous
+// checkpoint and resume works; SIGTERM saves at the next step boundary and exits 0 with a
+// loadable checkpoint at the step it reports; bad --resume requests exit 2 and touch nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/data/corpus.h"
+#include "process_util.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Process;
+using testing::zeroctl_binary;
+using testing::zerod_binary;
+using namespace std::chrono_literals;
+
+class CheckpointCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("zerod_ckpt_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string text;
+    while (text.size() < 40000) text += "checkpoints must never lose work. ";
+    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                      (dir_ / "data").string(), 0.1, 1 << 20, "c");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write_job(int steps, int save_interval) {
+    std::ofstream(dir_ / "job.json")
+        << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 3}, "steps_per_print": 1,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin"},
+      "train": {"steps": )"
+        << steps << R"(, "checkpoint_dir": "ckpt", "save_interval": )" << save_interval << "}}";
+  }
+  std::unique_ptr<Process> start(std::vector<std::string> args, const std::string& log,
+                                 const std::string& env = "",
+                                 const std::string& binary = zerod_binary()) {
+    std::vector<std::string> argv;
+    if (!env.empty()) {
+      argv = {"/usr/bin/env", env};
+    }
+    argv.push_back(binary);
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string());
+    EXPECT_TRUE(p->started());
+    return p;
+  }
+  // The loss printed for step `step` (steps_per_print 1), or -1.
+  static double loss_at(const std::string& out, int step) {
+    const std::regex re("step +" + std::to_string(step) + "/[0-9]+ \\| loss ([0-9.]+)");
+    std::smatch m;
+    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointCli, SaveKilledHalfWayLeavesLatestOnThePreviousCheckpoint) {
+  write_job(8, 3);
+  // Two ranks; the process dies (SIGKILL) after writing a rank file of global_step6.
+  auto p = start({"train", "job.json", "--nproc-per-node", "2"}, "killed.log",
+                 "ZEROD_TEST_KILL_DURING_SAVE=global_step6");
+  EXPECT_EQ(p->wait_for(120s), -9) << p->output();
+  EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step3");
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "global_step6.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "global_step6"));
+  // Resume works, from step 3.
+  auto r =
+      start({"train", "job.json", "--nproc-per-node", "2", "--resume", "latest"}, "resumed.log");
+  ASSERT_EQ(r->wait_for(120s), 0) << r->output();
+  EXPECT_NE(r->output().find("resumed from ckpt/global_step3 (step 3"), std::string::npos)
+      << r->output();
+  EXPECT_NE(r->output().find("step 4/8"), std::string::npos) << r->output();
+  EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step8");
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "global_step6.tmp"));  // the stale save was cleaned up
+}
+
+TEST_F(CheckpointCli, SigtermSavesAtTheNextStepAndTheCheckpointResumesExactly) {
+  write_job(1000000, 0);
+  auto p = start({"train", "job.json", "--nproc-per-node", "2"}, "term.log");
+  ASSERT_TRUE(p->wait_output("5/1000000 | loss", 60s)) << p->output();
+  ::kill(p->pid(), SIGTERM);
+  ASSERT_EQ(p->wait_for(60s), 0) << p->output();
+  const std::string out = p->output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex("checkpoint (global_step([0-9]+)) saved at step ([0-9]+)")))
+      << out;
+  const int step = std::stoi(m[3]);
+  EXPECT_EQ(m[1].str(), "global_step" + std::to_string(step));
+  EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), m[1].str());
+  // The checkpoint loads and training continues at step + 1 with the uninterrupted run's loss.
+  auto r = start({"train", "job.json", "--nproc-per-node", "2", "--resume", "latest", "--steps",
+                  std::to_string(step + 2)},
+                 "after.log");
+  ASSERT_EQ(r->wait_for(60s), 0) << r->output();
+  fs::remove_all(dir_ / "ckpt");
+  auto whole =
+      start({"train", "job.json", "--nproc-per-node", "2", "--steps", std::to_string(step + 2)},
+            "whole.log");
+  ASSERT_EQ(whole->wait_for(60s), 0) << whole->output();
+  EXPECT_GT(loss_at(r->output(), step + 1), 0) << r->output();
+  EXPECT_EQ(loss_at(r->output(), step + 1), loss_at(whole->output(), step + 1));
+  EXPECT_EQ(loss_at(r->output(), step + 2), loss_at(whole->output(), step + 2));
+}
+
+TEST_F(CheckpointCli, BadResumeRequestsExit2AndTouchNothing) {
+  write_job(4, 2);
+  {
+    auto p = start({"train", "job.json", "--resume", "latest"}, "missing.log");
+    EXPECT_EQ(p->wait_for(60s), 2) << p->output();
+    EXPECT_NE(p->output().find("does not exist"), std::string::npos) << p->output();
+  }
+  {
+    auto p = start({"train", "job.json", "--resume", "auto"}, "auto.log");  // nothing yet: fresh
+    EXPECT_EQ(p->wait_for(60s), 0) << p->output();
+    EXPECT_NE(p->output().find("starting from step 0"), std::string::npos) << p->output();
+  }
+  const auto before = fs::last_write_time(dir_ / "ckpt" / "latest");
+  for (const char* bad : {"nope", "../etc", "latest.tmp"}) {
+    auto p = start({"train", "job.json", "--resume", bad}, "bad.log");
+    EXPECT_EQ(p->wait_for(60s), 2) << bad << ": " << p->output();
+    EXPECT_EQ(p->output().find("internal error"), std::string::npos) << p->output();
+  }
+  EXPECT_EQ(fs::last_write_time(dir_ / "ckpt" / "latest"), before);
+  EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step4");
+}
+
+TEST_F(CheckpointCli, ZeroctlExportAndInitFrom) {
+  write_job(4, 2);
+  auto t = start({"train", "job.json", "--nproc-per-node", "2"}, "train.log");
+  ASSERT_EQ(t->wait_for(60s), 0) << t->output();
+  auto ctl = [&](std::vector<std::string> args, const std::string& log) {
+    auto p = start(std::move(args), log, "", zeroctl_binary());
+    const int rc = p->wait_for(60s);
+    return std::make_pair(rc, p->output());
+  };
+  auto [rc, out] = ctl({"export", "ckpt", "--out", "model.safetensors"}, "export.log");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("exported ckpt/global_step4 (global step 4"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir_ / "model.safetensors"));
+  const auto written = fs::last_write_time(dir_ / "model.safetensors");
+  // Bad requests: exit 2, the existing file untouched.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"export", "ckpt", "--out", "model.safetensors"},
+        std::vector<std::string>{"export", "ckpt", "--tag", "nope", "--out", "m2.safetensors"},
+        std::vector<std::string>{"export", "missing", "--out", "m3.safetensors"},
+        std::vector<std::string>{"export", "ckpt", "--out", "m4.safetensors", "--dtype", "fp16"},
+        std::vector<std::string>{"export", "ckpt"}}) {
+    auto [brc, bout] = ctl(bad, "bad.log");
+    EXPECT_EQ(brc, 2) << bout;
+    EXPECT_EQ(bout.find("internal error"), std::string::npos) << bout;
+  }
+  EXPECT_EQ(fs::last_write_time(dir_ / "model.safetensors"), written);
+  for (const char* f : {"m2.safetensors", "m3.safetensors", "m4.safetensors"})
+    EXPECT_FALSE(fs::exists(dir_ / f)) << f;
+  std::tie(rc, out) = ctl({"export", "ckpt", "--tag", "global_step2", "--out", "model.safetensors",
+                           "--dtype", "bf16", "--force"},
+                          "bf16.log");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("bf16"), std::string::npos) << out;
+
+  // Fine-tuning from the export, and a clear exit 2 for a missing file.
+  std::string job;
+  {
+    std::ifstream in(dir_ / "job.json");
+    job.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string shape = R"("seq_len": 16})";
+  std::ofstream(dir_ / "tune.json") << std::string(job).replace(
+      job.find(shape), shape.size(), R"("seq_len": 16, "init_from": "model.safetensors"})");
+  std::ofstream(dir_ / "nofile.json") << std::string(job).replace(
+      job.find(shape), shape.size(), R"("seq_len": 16, "init_from": "absent.safetensors"})");
+  auto tune = start({"train", "tune.json", "--steps", "1"}, "tune.log");
+  EXPECT_EQ(tune->wait_for(60s), 0) << tune->output();
+  EXPECT_NE(tune->output().find("init_from: weights from model.safetensors"), std::string::npos)
+      << tune->output();
+  auto missing = start({"train", "nofile.json", "--steps", "1"}, "nofile.log");
+  EXPECT_EQ(missing->wait_for(60s), 2) << missing->output();
+  EXPECT_NE(missing->output().find("absent.safetensors"), std::string::npos) << missing->output();
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,413 @@
+#include "engine/checkpoint/hf_gpt2.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/crc32c.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "engine/checkpoint/safetensors.h"
+#include "tests/unit/engine/checkpoint/raw_safetensors.h"
+
+namespace zerod {
+namespace {
+
+using testing::le_bytes;
+using testing::safetensors_bytes;
+using testing::write_file;
+
+GptSpec tiny_spec() {
+  GptSpec s;
+  s.n_layer = 2;
+  s.n_head = 2;
+  s.n_embd = 8;
+  s.vocab_size = 50;  // padded to 128
+  s.seq_len = 6;
+  return s;
+}
+
+using Units = std::vector<std::vector<float>>;
+
+// Every real element a distinct random value; padding rows and alignment gaps 0.
+Units random_units(const ParamLayout& layout, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Units units;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    std::vector<float> flat(static_cast<size_t>(layout.unit(u).numel), 0.0f);
+    for (const TensorInfo& t : layout.unit(u).tensors) {
+      const int64_t real = t.real_rows >= 0 ? t.real_rows * t.shape.back() : t.numel;
+      for (int64_t i = 0; i < real; ++i) flat[t.offset + i] = normal(gen);
+    }
+    units.push_back(std::move(flat));
+  }
+  return units;
+}
+
+FileChecksum export_units(const ParamLayout& layout, const Units& units, const std::string& path,
+                          DType dtype) {
+  return export_hf_gpt2(
+      layout, [&](int u, float* out) { std::copy(units[u].begin(), units[u].end(), out); }, path,
+      dtype);
+}
+
+Units import_units(const std::string& path, const ParamLayout& layout) {
+  Units got;
+  import_hf_gpt2(path, layout, [&](int u, const float* flat) {
+    EXPECT_EQ(u, static_cast<int>(got.size())) << "units out of order";
+    got.emplace_back(flat, flat + layout.unit(u).numel);
+  });
+  return got;
+}
+
+template <class F>
+std::string input_error_message(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+class HfGpt2 : public testing::TempDirTest {
+ protected:
+  ParamLayout layout_{tiny_spec(), 16};
+  Units units_ = random_units(layout_, 7);
+};
+
+TEST_F(HfGpt2, Fp32ExportThenImportIsBitwiseIdentical) {
+  const std::string file = path("model.safetensors");
+  int calls = 0;
+  export_hf_gpt2(
+      layout_,
+      [&](int u, float* out) {
+        EXPECT_EQ(u, calls++) << "read_unit called out of order or twice";
+        std::copy(units_[u].begin(), units_[u].end(), out);
+      },
+      file, DType::kF32);
+  EXPECT_EQ(calls, layout_.num_units());
+  const Units got = import_units(file, layout_);
+  ASSERT_EQ(got.size(), units_.size());
+  for (size_t u = 0; u < got.size(); ++u)
+    EXPECT_EQ(std::memcmp(got[u].data(), units_[u].data(), got[u].size() * 4), 0) << "unit " << u;
+}
+
+TEST_F(HfGpt2, Bf16ExportThenImportGivesTheRoundedWeights) {
+  const std::string file = path("model.safetensors");
+  export_units(layout_, units_, file, DType::kBF16);
+  const Units got = import_units(file, layout_);
+  ASSERT_EQ(got.size(), units_.size());
+  for (size_t u = 0; u < got.size(); ++u)
+    for (size_t i = 0; i < got[u].size(); ++i)
+      ASSERT_EQ(got[u][i], round_bf16(units_[u][i])) << "unit " << u << " element " << i;
+}
+
+TEST_F(HfGpt2, ExportedFileHasHuggingFaceNamesShapesAndOrientation) {
+  const std::string file = path("model.safetensors");
+  const FileChecksum sum = export_units(layout_, units_, file, DType::kF32);
+  EXPECT_FALSE(std::filesystem::exists(file + ".tmp"));
+  EXPECT_EQ(sum.bytes, std::filesystem::file_size(file));
+  EXPECT_EQ(sum.crc32c, file_crc32c(file).crc32c);
+
+  SafetensorsReader r(file);
+  // Names and shapes as openai-community/gpt2's model.safetensors has them (C = 8, V = 50, T = 6).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want = {{"wte.weight", {50, 8}},
+                                                                    {"wpe.weight", {6, 8}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    want.push_back({p + "ln_1.weight", {8}});
+    want.push_back({p + "ln_1.bias", {8}});
+    want.push_back({p + "attn.c_attn.weight", {8, 24}});
+    want.push_back({p + "attn.c_attn.bias", {24}});
+    want.push_back({p + "attn.c_proj.weight", {8, 8}});
+    want.push_back({p + "attn.c_proj.bias", {8}});
+    want.push_back({p + "ln_2.weight", {8}});
+    want.push_back({p + "ln_2.bias", {8}});
+    want.push_back({p + "mlp.c_fc.weight", {8, 32}});
+    want.push_back({p + "mlp.c_fc.bias", {32}});
+    want.push_back({p + "mlp.c_proj.weight", {32, 8}});
+    want.push_back({p + "mlp.c_proj.bias", {8}});
+  }
+  want.push_back({"ln_f.weight", {8}});
+  want.push_back({"ln_f.bias", {8}});
+  ASSERT_EQ(r.tensors().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(r.tensors()[i].name, want[i].first);
+    EXPECT_EQ(r.tensors()[i].shape, want[i].second) << want[i].first;
+    EXPECT_EQ(r.tensors()[i].dtype, StDType::kF32) << want[i].first;
+  }
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  const auto meta = nlohmann::json::parse(r.metadata().at("zerod"));
+  EXPECT_EQ(meta["n_layer"], 2);
+  EXPECT_EQ(meta["n_head"], 2);
+  EXPECT_EQ(meta["n_embd"], 8);
+  EXPECT_EQ(meta["vocab_size"], 50);
+  EXPECT_EQ(meta["seq_len"], 6);
+
+  // Conv1D weights are ours transposed: HF c_attn.weight[i][j] == our qkv_w[j][i].
+  const std::vector<float>& h1 = units_[layout_.block_unit(1)];
+  const auto& bo = layout_.block();
+  std::vector<float> hf(8 * 24);
+  r.read("h.1.attn.c_attn.weight", 0, 8 * 24, hf.data());
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 24; ++j)
+      ASSERT_EQ(hf[i * 24 + j], h1[bo.qkv_w + j * 8 + i]) << i << "," << j;
+  // mlp.c_proj: ours (C, 4C) = (8, 32), HF (32, 8).
+  std::vector<float> proj(32 * 8);
+  r.read("h.1.mlp.c_proj.weight", 0, 32 * 8, proj.data());
+  EXPECT_EQ(proj[5 * 8 + 3], h1[bo.fcproj_w + 3 * 32 + 5]);
+  EXPECT_EQ(proj[31 * 8 + 7], h1[bo.fcproj_w + 7 * 32 + 31]);
+  // Biases and LayerNorm weights are copied as they are.
+  float b[24];
+  r.read("h.1.attn.c_attn.bias", 0, 24, b);
+  EXPECT_EQ(b[17], h1[bo.qkv_b + 17]);
+  // wte: the last real vocabulary row; wpe: the last position.
+  float row[8];
+  r.read("wte.weight", 49 * 8, 8, row);
+  EXPECT_EQ(row[5], units_[0][49 * 8 + 5]);
+  r.read("wpe.weight", 5 * 8, 8, row);
+  EXPECT_EQ(row[2], units_[0][layout_.wpe_offset() + 5 * 8 + 2]);
+}
+
+TEST_F(HfGpt2, Bf16ExportStoresRoundedBits) {
+  const std::string file = path("model.safetensors");
+  export_units(layout_, units_, file, DType::kBF16);
+  SafetensorsReader r(file);
+  for (const StTensor& t : r.tensors()) EXPECT_EQ(t.dtype, StDType::kBF16) << t.name;
+  const auto& bo = layout_.block();
+  std::vector<uint16_t> hf(8 * 24);
+  r.read("h.0.attn.c_attn.weight", 0, 8 * 24, hf.data());
+  const std::vector<float>& h0 = units_[layout_.block_unit(0)];
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 24; ++j)
+      ASSERT_EQ(hf[i * 24 + j], f32_to_bf16_bits(h0[bo.qkv_w + j * 8 + i]));
+}
+
+TEST_F(HfGpt2, ExportRefusesFp16AndCleansUpAfterAFailure) {
+  EXPECT_THROW(export_units(layout_, units_, path("m.safetensors"), DType::kF16), InputError);
+  const std::string file = path("model.safetensors");
+  write_file(file, "an older export");
+  EXPECT_THROW(export_hf_gpt2(
+                   layout_,
+                   [&](int u, float* out) {
+                     if (u == 2) throw std::runtime_error("rank died");
+                     std::copy(units_[u].begin(), units_[u].end(), out);
+                   },
+                   file, DType::kF32),
+               std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(file + ".tmp"));
+  EXPECT_EQ(testing::read_file(file), "an older export");  // untouched
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files assembled by hand, the way another tool would write them.
+
+struct HfTensor {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "F16", "I32"
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+std::string encode(const std::vector<float>& v, const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return le_bytes(v);
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = dtype == "BF16" ? f32_to_bf16_bits(v[i]) : f32_to_f16_bits(v[i]);
+  return le_bytes(h);
+}
+
+// The model of `units` in HF orientation, dtypes cycling F32, BF16, F16; wpe with `wpe_rows`
+// rows (extra rows random).
+std::vector<HfTensor> hf_tensors(const ParamLayout& layout, const Units& units, int wpe_rows) {
+  static const char* kDTypes[] = {"F32", "BF16", "F16"};
+  std::vector<HfTensor> out;
+  int k = 0;
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (const TensorInfo& t : layout.unit(u).tensors) {
+      const float* src = units[u].data() + t.offset;
+      std::vector<float> v;
+      std::vector<int64_t> shape;
+      if (t.hf_transposed) {
+        const int64_t o = t.shape[0], in = t.shape[1];
+        shape = {in, o};
+        for (int64_t i = 0; i < in; ++i)
+          for (int64_t j = 0; j < o; ++j) v.push_back(src[j * in + i]);
+      } else if (t.name == "wpe.weight") {
+        shape = {wpe_rows, t.shape[1]};
+        v.assign(src, src + t.numel);
+        for (int64_t i = t.numel; i < wpe_rows * t.shape[1]; ++i) v.push_back(100.0f + i);
+        v.resize(wpe_rows * t.shape[1]);
+      } else {
+        shape = t.shape;
+        if (t.real_rows >= 0) shape[0] = t.real_rows;
+        v.assign(src, src + shape[0] * (shape.size() > 1 ? shape[1] : 1));
+      }
+      const std::string dt = kDTypes[k++ % 3];
+      out.push_back({t.name, dt, shape, encode(v, dt)});
+    }
+  return out;
+}
+
+// Header built with nlohmann (keys in reverse order of the data), data concatenated.
+std::string hf_file(const std::vector<HfTensor>& tensors, const std::string& prefix,
+                    const nlohmann::json& metadata = nullptr) {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata.is_null()) h["__metadata__"] = metadata;
+  std::string data;
+  std::vector<std::pair<std::string, nlohmann::ordered_json>> entries;
+  for (const HfTensor& t : tensors) {
+    entries.push_back({prefix + t.name,
+                       {{"dtype", t.dtype},
+                        {"shape", t.shape},
+                        {"data_offsets", {data.size(), data.size() + t.bytes.size()}}}});
+    data += t.bytes;
+  }
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) h[it->first] = it->second;
+  return safetensors_bytes(h.dump(), data);
+}
+
+std::vector<HfTensor>::iterator find_tensor(std::vector<HfTensor>& v, const std::string& name) {
+  return std::find_if(v.begin(), v.end(), [&](const HfTensor& t) { return t.name == name; });
+}
+
+// The import of hf_tensors(layout, units, ...) must give the originals, rounded as stored.
+void expect_imported(const ParamLayout& layout, const Units& units, const Units& got) {
+  ASSERT_EQ(got.size(), units.size());
+  int k = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    ASSERT_EQ(got[u].size(), units[u].size());
+    for (const TensorInfo& ti : layout.unit(u).tensors) {
+      const int dt = k++ % 3;  // F32, BF16, F16 as hf_tensors assigned them
+      for (int64_t i = 0; i < ti.numel; ++i) {
+        const float orig = units[u][ti.offset + i];  // 0 in padded vocabulary rows
+        const float want = dt == 0 ? orig : dt == 1 ? round_bf16(orig) : round_f16(orig);
+        ASSERT_EQ(got[u][ti.offset + i], want) << ti.name << " element " << i;
+      }
+    }
+    // Alignment gaps between tensors are zero.
+    std::vector<bool> covered(got[u].size(), false);
+    for (const TensorInfo& ti : layout.unit(u).tensors)
+      std::fill(covered.begin() + ti.offset, covered.begin() + ti.offset + ti.numel, true);
+    for (size_t i = 0; i < covered.size(); ++i)
+      if (!covered[i]) {
+        ASSERT_EQ(got[u][i], 0.0f) << "gap element " << i << " of unit " << u;
+      }
+  }
+}
+
+TEST_F(HfGpt2, ImportsAHandWrittenTransformersFile) {
+  // "transformer." prefix, mixed dtypes, a longer wpe (9 rows of which the first 6 are used),
+  // the attention buffers and the tied head, which are ignored.
+  std::vector<HfTensor> t = hf_tensors(layout_, units_, 9);
+  for (auto& x : t) x.name = "transformer." + x.name;
+  t.push_back({"transformer.h.0.attn.bias",
+               "F32",
+               {1, 1, 6, 6},
+               encode(std::vector<float>(36, 1.0f), "F32")});
+  t.push_back({"transformer.h.1.attn.masked_bias", "F32", {}, encode({-1e4f}, "F32")});
+  t.push_back({"lm_head.weight", "F32", {50, 8}, std::string(50 * 8 * 4, '\0')});
+  const std::string file = path("hf.safetensors");
+  write_file(file, hf_file(t, "", {{"format", "pt"}}));
+  expect_imported(layout_, units_, import_units(file, layout_));
+}
+
+TEST_F(HfGpt2, ImportsAFileWithoutThePrefix) {
+  const std::string file = path("hub.safetensors");
+  write_file(file, hf_file(hf_tensors(layout_, units_, 6), ""));
+  expect_imported(layout_, units_, import_units(file, layout_));
+}
+
+struct BadModel {
+  const char* what;
+  std::function<void(std::vector<HfTensor>&)> change;
+  std::vector<std::string> expect;
+  nlohmann::json metadata = nullptr;
+};
+
+TEST_F(HfGpt2, EveryMismatchGivesAClearError) {
+  const std::vector<BadModel> cases = {
+      {"missing tensor",
+       [](auto& t) { t.erase(find_tensor(t, "h.1.ln_2.bias")); },
+       {"missing tensors: h.1.ln_2.bias"}},
+      {"not transposed",
+       [](auto& t) {
+         find_tensor(t, "h.0.attn.c_attn.weight")->shape = {24, 8};
+       },
+       {"tensor h.0.attn.c_attn.weight has shape [24, 8], expected [8, 24]"}},
+      {"extra tensor",
+       [](auto& t) {
+         t.push_back({"h.2.ln_1.weight", "F32", {8}, std::string(32, '\0')});
+       },
+       {"unknown tensors: h.2.ln_1.weight"}},
+      {"vocabulary rows",
+       [](auto& t) {
+         auto it = find_tensor(t, "wte.weight");
+         it->shape = {51, 8};
+         it->bytes += std::string(8 * (it->dtype == "F32" ? 4 : 2), '\0');
+       },
+       {"tensor wte.weight has shape [51, 8], expected [50, 8]"}},
+      {"too few positions",
+       [](auto& t) {
+         auto it = find_tensor(t, "wpe.weight");
+         it->shape = {5, 8};
+         it->bytes.resize(it->bytes.size() / 6 * 5);
+       },
+       {"tensor wpe.weight has shape [5, 8], expected [6, 8] (or more rows)"}},
+      {"integer dtype",
+       [](auto& t) {
+         auto it = find_tensor(t, "ln_f.bias");
+         it->dtype = "I32";
+         it->bytes = std::string(8 * 4, '\0');
+       },
+       {"tensor ln_f.bias has dtype I32"}},
+      {"several problems at once",
+       [](auto& t) {
+         t.erase(find_tensor(t, "ln_f.weight"));
+         t.push_back({"score.weight", "F32", {2, 8}, std::string(64, '\0')});
+       },
+       {"missing tensors: ln_f.weight", "unknown tensors: score.weight"}},
+      {"zerod metadata with another n_head",
+       [](auto&) {},
+       {"exported with n_head 4, the model has n_head 2"},
+       {{"format", "pt"}, {"zerod", R"({"n_layer":2,"n_head":4})"}}},
+  };
+  for (const BadModel& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::vector<HfTensor> t = hf_tensors(layout_, units_, 6);
+    c.change(t);
+    const std::string file = path("bad.safetensors");
+    write_file(file, hf_file(t, "", c.metadata));
+    const std::string msg = input_error_message([&] { import_units(file, layout_); });
+    EXPECT_NE(msg.find(file), std::string::npos) << msg;
+    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << msg;
+  }
+  // Both spellings of one tensor.
+  std::vector<HfTensor> t = hf_tensors(layout_, units_, 6);
+  std::vector<HfTensor> twice = t;
+  twice.push_back(*find_tensor(t, "ln_f.bias"));
+  twice.back().name = "transformer.ln_f.bias";
+  write_file(path("twice.safetensors"), hf_file(twice, ""));
+  EXPECT_NE(input_error_message([&] {
+              import_units(path("twice.safetensors"), layout_);
+            }).find("tensor ln_f.bias appears twice"),
+            std::string::npos);
+  // A truncated export is caught by the file validation.
+  const std::string file = path("model.safetensors");
+  export_units(layout_, units_, file, DType::kF32);
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
+  EXPECT_NE(input_error_message([&] { import_units(file, layout_); }).find("truncated"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zerod

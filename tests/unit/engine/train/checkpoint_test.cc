@@ -1,0 +1,386 @@
+// Checkpoints end to end on ranks as threads: round trips of every stage and world size, exact
+// (bitwise) resume, resharding to other world sizes and stages, async saves, retention, and
+// torn or corrupt checkpoints.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <numeric>
+
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/export.h"
+#include "engine/checkpoint/hf_gpt2.h"
+#include "engine/checkpoint/shard_io.h"
+#include "train_test_util.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::quiet_trainer;
+using testing::run_world;
+using testing::TempCorpus;
+using testing::tiny_job;
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { corpus_ = new TempCorpus("zerod_ckpt_corpus"); }
+  static void TearDownTestSuite() { delete corpus_; }
+  void SetUp() override {
+    ckpt_ = fs::temp_directory_path() /
+            ("zerod_ckpt_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(ckpt_);
+  }
+  void TearDown() override { fs::remove_all(ckpt_); }
+
+  std::string train_extra(int save_interval, const std::string& more = "") const {
+    return R"(, "checkpoint_dir": ")" + ckpt_.string() + R"(", "save_interval": )" +
+           std::to_string(save_interval) + more;
+  }
+
+  struct RunSpec {
+    int world = 1, stage = 0, accum = 1, steps = 10, save_interval = 0;
+    std::string extra = "";       // top-level JSON members
+    std::string resume = "";      // "", "latest" or a tag
+    std::string train_more = "";  // more train members
+  };
+  // Losses of the steps this run trained (rank 0's, identical on every rank).
+  std::vector<double> run(const RunSpec& r) {
+    const JobConfig cfg = tiny_job(*corpus_, r.world, r.stage, r.accum, r.steps, r.extra,
+                                   train_extra(r.save_interval, r.train_more));
+    std::vector<double> losses;
+    std::mutex mu;
+    run_world(r.world, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, quiet_trainer());
+      if (!r.resume.empty()) t.resume(r.resume);
+      const TrainResult res = t.run();
+      if (ctx.rank != 0) return;
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& s : res.steps) losses.push_back(s.loss);
+    });
+    return losses;
+  }
+
+  static TempCorpus* corpus_;
+  fs::path ckpt_;
+};
+
+TempCorpus* Checkpoints::corpus_ = nullptr;
+
+TEST_F(Checkpoints, RoundTripOfEveryStageWorldSizeAndDtype) {
+  for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
+    for (int world : {1, 2, 4}) {
+      for (int stage : {0, 1, 2, 3}) {
+        fs::remove_all(ckpt_);
+        const JobConfig cfg = tiny_job(*corpus_, world, stage, 1, 3, dtype, train_extra(0));
+        std::vector<std::vector<float>> saved(static_cast<size_t>(world)), loaded(saved.size());
+        auto states = [](ZeroEngine& e) {
+          std::vector<float> all;
+          for (int u = 0; u < e.partition().num_units(); ++u) {
+            const int64_t n = e.partition().unit(u).shard;
+            for (float* p : {e.master(u), e.exp_avg(u), e.exp_avg_sq(u)})
+              all.insert(all.end(), p, p + n);
+          }
+          return all;
+        };
+        TrainingProgress before;
+        run_world(world, [&](const RankContext& ctx) {
+          Trainer t(cfg, ctx, quiet_trainer());
+          t.run();
+          t.save_checkpoint("rt");
+          saved[static_cast<size_t>(ctx.rank)] = states(t.engine());
+          if (ctx.rank == 0) before = t.progress();
+        });
+        TrainingProgress after;
+        run_world(world, [&](const RankContext& ctx) {
+          Trainer t(cfg, ctx, quiet_trainer());
+          t.resume("rt");
+          loaded[static_cast<size_t>(ctx.rank)] = states(t.engine());
+          if (ctx.rank == 0) after = t.progress();
+        });
+        const std::string what = "world " + std::to_string(world) + " stage " +
+                                 std::to_string(stage) + (dtype.empty() ? " fp32" : " bf16");
+        EXPECT_EQ(saved, loaded) << what;
+        EXPECT_EQ(after.global_step, 3) << what;
+        EXPECT_EQ(after.adam_steps, before.adam_steps) << what;
+        EXPECT_EQ(after.samples_seen, before.samples_seen) << what;
+        const Manifest m = read_manifest((ckpt_ / "rt").string());
+        EXPECT_EQ(m.world_size, world) << what;
+        EXPECT_EQ(m.zero_stage, stage) << what;
+        // Stage 0 ranks hold identical states: rank 0 alone writes them.
+        EXPECT_EQ(m.files.size(), stage == 0 ? 1u : static_cast<size_t>(world)) << what;
+      }
+    }
+  }
+}
+
+TEST_F(Checkpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16) {
+  for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
+    for (int stage : {0, 1, 2, 3}) {
+      fs::remove_all(ckpt_);
+      const std::vector<double> whole = run({.world = 2,
+                                             .stage = stage,
+                                             .accum = 2,
+                                             .steps = 10,
+                                             .save_interval = 5,
+                                             .extra = dtype});
+      ASSERT_EQ(whole.size(), 10u);
+      // Stop after step 5 (its checkpoint is what the uninterrupted run saved), resume, finish.
+      const std::vector<double> rest = run({.world = 2,
+                                            .stage = stage,
+                                            .accum = 2,
+                                            .steps = 10,
+                                            .extra = dtype,
+                                            .resume = "global_step5"});
+      ASSERT_EQ(rest.size(), 5u);
+      for (size_t i = 0; i < 5; ++i) {
+        EXPECT_EQ(rest[i], whole[5 + i])
+            << "stage " << stage << (dtype.empty() ? " fp32" : " bf16") << " step " << 6 + i;
+      }
+    }
+  }
+}
+
+TEST_F(Checkpoints, ReshardingToOtherWorldSizesAndStagesContinuesTheLossCurve) {
+  struct Case {
+    int from_world, from_stage, to_world, to_stage;
+  };
+  for (const Case c : {Case{4, 3, 2, 2}, Case{2, 1, 4, 3}, Case{2, 3, 1, 2}}) {
+    fs::remove_all(ckpt_);
+    run({.world = c.from_world, .stage = c.from_stage, .steps = 5, .save_interval = 5});
+    const std::vector<double> resumed =
+        run({.world = c.to_world, .stage = c.to_stage, .steps = 10, .resume = "latest"});
+    fs::remove_all(ckpt_);
+    const std::vector<double> uninterrupted =
+        run({.world = c.to_world, .stage = c.to_stage, .steps = 10});
+    ASSERT_EQ(resumed.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NEAR(resumed[i], uninterrupted[5 + i], 1e-6 * uninterrupted[5 + i])
+          << c.from_world << "x stage " << c.from_stage << " -> " << c.to_world << "x stage "
+          << c.to_stage << ", step " << 6 + i;
+    }
+  }
+}
+
+TEST_F(Checkpoints, AsyncSavesAreExactAndCommittedAtAStepBoundary) {
+  const std::string async = R"(, "checkpoint": {"async": true})";
+  const std::vector<double> whole =
+      run({.world = 2, .stage = 2, .steps = 10, .save_interval = 5, .extra = async});
+  // Both saves were committed: step 5 at a later step boundary, step 10 at the end of the run.
+  EXPECT_EQ(read_latest(ckpt_.string()).value_or(""), "global_step10");
+  EXPECT_TRUE(fs::exists(ckpt_ / "global_step5" / "manifest.json"));
+  const std::vector<double> rest =
+      run({.world = 2, .stage = 2, .steps = 10, .resume = "global_step5"});
+  ASSERT_EQ(rest.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(rest[i], whole[5 + i]) << "step " << 6 + i;
+}
+
+TEST_F(Checkpoints, RetentionKeepsTheNewestAndTornNewestFallsBack) {
+  run({.world = 2,
+       .stage = 1,
+       .steps = 8,
+       .save_interval = 2,
+       .train_more = R"(, "keep_last": 2)"});
+  EXPECT_FALSE(fs::exists(ckpt_ / "global_step2"));
+  EXPECT_FALSE(fs::exists(ckpt_ / "global_step4"));
+  EXPECT_TRUE(fs::exists(ckpt_ / "global_step6"));
+  EXPECT_TRUE(fs::exists(ckpt_ / "global_step8"));
+  // Flip one byte of the newest checkpoint's rank-1 file: its checksum catches it.
+  const fs::path victim = ckpt_ / "global_step8" / "rank_00001.safetensors";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(2000);
+    char c;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(2000);
+    f.write(&c, 1);
+  }
+  try {
+    find_checkpoint(ckpt_.string(), "global_step8");
+    ADD_FAILURE() << "a corrupt checkpoint loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_00001.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CRC32C"), std::string::npos) << e.what();
+  }
+  const FoundCheckpoint f = find_checkpoint(ckpt_.string(), "latest");
+  EXPECT_EQ(f.tag, "global_step6");
+  ASSERT_EQ(f.skipped.size(), 1u);
+  EXPECT_NE(f.skipped[0].find("global_step8"), std::string::npos);
+  // Loading checks the checksums as it reads: resuming the corrupt tag by name fails, ...
+  try {
+    run({.world = 2, .stage = 1, .steps = 8, .resume = "global_step8"});
+    ADD_FAILURE() << "resumed from a corrupt checkpoint";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_00001.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CRC32C"), std::string::npos) << e.what();
+  }
+  // ... and resuming "latest" (which names global_step8) falls back and trains on from step 6,
+  // on two ranks and on one (which reads both files).
+  for (int world : {2, 1}) {
+    const std::vector<double> rest =
+        run({.world = world, .stage = 1, .steps = 8, .resume = "latest"});
+    EXPECT_EQ(rest.size(), 2u) << "world " << world;
+  }
+}
+
+TEST_F(Checkpoints, BadCheckpointsAreClearErrors) {
+  // Missing directory, unknown tag.
+  EXPECT_THROW(run({.steps = 2, .resume = "latest"}), InputError);
+  run({.steps = 2, .save_interval = 2});
+  try {
+    run({.steps = 4, .resume = "nope"});
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("global_step2"), std::string::npos) << e.what();
+  }
+  // A manifest from a future zerod.
+  const fs::path manifest = ckpt_ / "global_step2" / "manifest.json";
+  std::string text;
+  {
+    std::ifstream in(manifest);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string future = std::string(text).replace(text.find("\"format_version\": 1"),
+                                                       std::string("\"format_version\": 1").size(),
+                                                       "\"format_version\": 99");
+  std::ofstream(manifest) << future;
+  try {
+    run({.steps = 4, .resume = "global_step2"});
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("99"), std::string::npos) << e.what();
+  }
+  std::ofstream(manifest) << text;
+  // A different model shape.
+  JobConfig other = tiny_job(*corpus_, 1, 0, 1, 4, "", train_extra(0));
+  other.model.n_embd = 48;
+  other.model.n_head = 3;
+  try {
+    run_world(1, [&](const RankContext& ctx) {
+      Trainer t(other, ctx, quiet_trainer());
+      t.resume("global_step2");
+    });
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd"), std::string::npos) << e.what();
+  }
+  // Nothing was overwritten by the failed attempts.
+  EXPECT_EQ(read_latest(ckpt_.string()).value_or(""), "global_step2");
+  EXPECT_NO_THROW(find_checkpoint(ckpt_.string(), "latest"));
+}
+
+// The full fp32 master weights of every unit of a checkpoint (the unit's elements only).
+std::vector<std::vector<float>> checkpoint_weights(const fs::path& ckpt,
+                                                   const ParamLayout& layout) {
+  const Manifest m = read_manifest(ckpt.string());
+  ShardReader reader(ckpt.string(), m);
+  std::vector<std::vector<float>> units(static_cast<size_t>(layout.num_units()));
+  for (int u = 0; u < layout.num_units(); ++u) {
+    auto& w = units[static_cast<size_t>(u)];
+    w.resize(static_cast<size_t>(layout.unit(u).numel));
+    reader.read(u, 0, layout.unit(u).numel, w.data(), nullptr, nullptr);
+  }
+  return units;
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(Checkpoints, ExportThenInitFromGivesIdenticalWeights) {
+  // Train on 2 ranks at stage 3, save, export to a Hugging Face file.
+  run({.world = 2, .stage = 3, .steps = 3, .save_interval = 3});
+  const fs::path exported = ckpt_ / "exported.safetensors";
+  const ExportReport rep =
+      export_checkpoint(ckpt_.string(), "latest", exported.string(), DType::kF32, false);
+  EXPECT_EQ(rep.tag, "global_step3");
+  EXPECT_EQ(rep.file.bytes, fs::file_size(exported));
+  // Refuses to replace the file unless asked.
+  EXPECT_THROW(export_checkpoint(ckpt_.string(), "latest", exported.string(), DType::kF32, false),
+               InputError);
+
+  // Fine-tune from it on 4 ranks at stage 1: every rank's compute weights are the checkpoint's.
+  const fs::path ckpt_b = ckpt_ / "b";
+  JobConfig cfg =
+      tiny_job(*corpus_, 4, 1, 1, 2, "", R"(, "checkpoint_dir": ")" + ckpt_b.string() + R"(")");
+  cfg.model.init_from = exported.string();
+  std::vector<std::vector<float>> expected;
+  std::mutex mu;
+  int mismatched_units = 0;
+  run_world(4, [&](const RankContext& ctx) {
+    Trainer t(cfg, ctx, quiet_trainer());
+    const ParamLayout& layout = t.engine().layout();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (expected.empty()) expected = checkpoint_weights(ckpt_ / "global_step3", layout);
+    }
+    for (int u = 0; u < layout.num_units(); ++u) {
+      std::vector<float> full(static_cast<size_t>(t.engine().partition().unit(u).padded));
+      t.engine().gather_unit(u, full.data());
+      full.resize(static_cast<size_t>(layout.unit(u).numel));
+      if (full != expected[static_cast<size_t>(u)]) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++mismatched_units;
+      }
+    }
+    t.save_checkpoint("imported");  // before any step: the imported weights as they are
+  });
+  EXPECT_EQ(mismatched_units, 0);
+  // Exporting the fine-tuning run's first checkpoint gives the same file, byte for byte.
+  const fs::path again = ckpt_ / "again.safetensors";
+  export_checkpoint(ckpt_b.string(), "imported", again.string(), DType::kF32, false);
+  EXPECT_EQ(file_bytes(again), file_bytes(exported));
+
+  // bf16 export: the importer reads back the weights rounded to bf16.
+  const fs::path half = ckpt_ / "bf16.safetensors";
+  const ExportReport rep16 =
+      export_checkpoint(ckpt_.string(), "global_step3", half.string(), DType::kBF16, false);
+  EXPECT_LT(rep16.file.bytes, rep.file.bytes * 6 / 10);
+  const ParamLayout layout(
+      GptSpec{.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 256, .seq_len = 24});
+  int checked = 0;
+  import_hf_gpt2(half.string(), layout, [&](int u, const float* flat) {
+    const auto& w = expected[static_cast<size_t>(u)];
+    for (size_t i = 0; i < w.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &w[i], 4);
+      bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;  // round to nearest even
+      float r;
+      std::memcpy(&r, &bits, 4);
+      if (flat[i] != r) {
+        ADD_FAILURE() << "unit " << u << " element " << i << ": " << flat[i] << " vs " << r;
+        return;
+      }
+      ++checked;
+    }
+  });
+  EXPECT_EQ(checked, static_cast<int>(std::accumulate(
+                         expected.begin(), expected.end(), size_t{0},
+                         [](size_t a, const std::vector<float>& v) { return a + v.size(); })));
+
+  // A model of another shape cannot start from the file: the error names the tensors.
+  JobConfig wider = tiny_job(*corpus_, 1, 0, 1, 2);
+  wider.model.n_embd = 48;
+  wider.model.n_head = 3;
+  wider.model.init_from = exported.string();
+  try {
+    run_world(1, [&](const RankContext& ctx) { Trainer t(wider, ctx, quiet_trainer()); });
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("h.0.attn.c_attn.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(exported.string()), std::string::npos) << e.what();
+  }
+  // Exporting a missing checkpoint is a clear error.
+  EXPECT_THROW(export_checkpoint(ckpt_.string(), "nope", (ckpt_ / "x.safetensors").string(),
+                                 DType::kF32, false),
+               InputError);
+  EXPECT_FALSE(fs::exists(ckpt_ / "x.safetensors"));
+}
+
+}  // namespace
+}  // namespace zerod

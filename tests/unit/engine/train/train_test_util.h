@@ -1,0 +1,87 @@
+// Shared by the multi-rank training tests: a small byte corpus in a temporary directory, a
+// job file around it, and running a world of ranks as threads over Gloo on 127.0.0.1.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "comm/store.h"
+#include "core/rng.h"
+#include "engine/config/parse.h"
+#include "engine/data/corpus.h"
+#include "engine/runtime/local_ranks.h"
+#include "engine/train/trainer.h"
+
+namespace zerod::testing {
+
+// A directory with byte-level shards "p_train_*.bin" / "p_val_*.bin" of random words.
+class TempCorpus {
+ public:
+  explicit TempCorpus(const std::string& name) {
+    dir_ = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    const char* words[] = {"alpha ", "beta ", "gamma ", "delta ",
+                           "shard ", "rank ", "zero ",  "step "};
+    Rng rng(2);
+    std::string text;
+    while (text.size() < 50000) text += words[rng.uniform(8)];
+    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()}, dir_.string(),
+                      0.1, 1 << 20, "p");
+  }
+  ~TempCorpus() { std::filesystem::remove_all(dir_); }
+  const std::filesystem::path& dir() const { return dir_; }
+  std::string train_glob() const { return (dir_ / "p_train_*.bin").string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// A tiny GPT job over the corpus; `zero` and `extra` are spliced into the JSON.
+inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int accum, int steps,
+                          const std::string& extra = "", const std::string& train_extra = "",
+                          int global_batch = 8) {
+  const std::string text = R"({
+    "train_batch_size": )" +
+                           std::to_string(global_batch) + R"(,
+    "gradient_accumulation_steps": )" +
+                           std::to_string(accum) + R"(,
+    "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+    "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": )" +
+                           std::to_string(stage) + R"(},
+    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24},
+    "data": {"train": ")" + corpus.train_glob() +
+                           R"(", "seed": 9},
+    "train": {"steps": )" + std::to_string(steps) +
+                           R"(, "seed": 4, "peak_flops": 1e11,
+              "collective_timeout": 60)" +
+                           train_extra + R"(}
+    )" + extra + "}";
+  ParsedJob job = parse_job_text(text, "test job");
+  resolve_job(job.config, world);
+  return job.config;
+}
+
+// Runs `body` on `world` ranks (threads, Gloo on 127.0.0.1).
+inline void run_world(int world, const std::function<void(const RankContext&)>& body) {
+  LocalRanksOptions o;
+  o.world_size = world;
+  o.local_world_size = world;
+  o.store = std::make_shared<MemoryStore>();
+  o.timeout = std::chrono::seconds(60);
+  o.threads_per_rank = 1;
+  run_local_ranks(o, body);
+}
+
+inline TrainerOptions quiet_trainer() {
+  TrainerOptions o;
+  o.log_steps = false;
+  return o;
+}
+
+}  // namespace zerod::testing
