@@ -4,6 +4,8 @@
 //               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
 //               [--listen ADDR:PORT]
 //   zerod check JOB.json [--world-size N]
+//   zerod serve [--listen ADDR:PORT] [--token-file F] [--tls-cert C --tls-key K]
+//               [--nproc-per-node N]
 //
 // Exit codes: 0 ok, 1 internal error, 2 bad input (job file, data, flags), 3 lost peer.
 #include <omp.h>
@@ -25,6 +27,9 @@
 #include "engine/train/demo.h"
 #include "engine/train/run_job.h"
 #ifdef ZEROD_HAVE_GRPC
+#include "engine/control/daemon.h"
+#include "engine/control/grpc/control_server.h"
+#include "engine/runtime/grpc/auth.h"
 #include "engine/runtime/grpc/node_session_grpc.h"
 #endif
 #include "kernels/cpu/gemm.h"
@@ -115,6 +120,61 @@ int run_train(const TrainFlags& f) {
   return 0;
 }
 
+struct ServeFlags {
+  std::string listen = "127.0.0.1:50051";
+  std::string token_file, tls_cert, tls_key;
+  zerod::LaunchFlags launch;
+};
+
+int run_serve(const ServeFlags& f) {
+#ifdef ZEROD_HAVE_GRPC
+  zerod::install_stop_signals(/*sigint=*/true);
+  const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::EnvMap{});
+  if (spec.nnodes > 1) {
+    ZD_THROW_INPUT(
+        "zerod serve --nnodes {}: daemons spanning several nodes are not built yet "
+        "(use zerod train --nnodes for multi-node jobs)",
+        spec.nnodes);
+  }
+  zerod::ControlServerOptions so;
+  so.listen = f.listen;
+  so.security.tls_cert = f.tls_cert;
+  so.security.tls_key = f.tls_key;
+  if (!f.token_file.empty()) so.security.token = zerod::read_token_file(f.token_file);
+  zerod::set_client_token(so.security.token);
+  zerod::DaemonOptions dopt;
+  dopt.spec = spec;
+  dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& cfg) {
+    return start_session(s, cfg);
+  };
+  zerod::Daemon daemon(dopt);
+  zerod::ControlServer server(daemon, so);
+  spdlog::info("zerod {} serve: control plane listening on {} ({}{}), {} local rank{} per job",
+               kVersion, server.address(),
+               so.security.token.empty() ? "no token" : "token required",
+               so.security.tls_cert.empty() ? "" : ", TLS", spec.nproc_per_node,
+               spec.nproc_per_node == 1 ? "" : "s");
+  while (!zerod::stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The running job sees the same request at its next step boundary: it checkpoints (when it
+  // has a checkpoint dir) and stops.
+  spdlog::info("stop signal {}: {}", zerod::stop_signal(),
+               daemon.busy() ? "checkpointing the running job, then exiting" : "exiting");
+  daemon.wait_idle(std::chrono::hours(24));
+  server.shutdown();
+  const zerod::DaemonStatus st = daemon.status();
+  if (!st.job_id.empty()) {
+    spdlog::info("{}: {}{}", st.job_id, zerod::job_state_name(st.state),
+                 st.progress.last_checkpoint.empty()
+                     ? ""
+                     : ", last checkpoint " + st.progress.last_checkpoint);
+  }
+  return 0;
+#else
+  (void)f;
+  ZD_THROW_INPUT("zerod serve: this zerod was built without gRPC, which the control plane needs");
+#endif
+}
+
 int run_check(const std::string& path, int world_size) {
   zerod::ParsedJob job = zerod::load_job_file(path);
   for (const auto& w : job.warnings)
@@ -170,6 +230,23 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
+  ServeFlags sf;
+  auto* serve = app.add_subcommand(
+      "serve", "Run the daemon: jobs are submitted and controlled over gRPC (zeroctl)");
+  serve->add_option("--listen", sf.listen, "ADDR:PORT of the control plane")->capture_default_str();
+  serve->add_option("--token-file", sf.token_file,
+                    "file whose first line is the bearer token every RPC must carry (required "
+                    "to listen on a non-loopback address)");
+  serve->add_option("--tls-cert", sf.tls_cert, "PEM certificate (serve TLS)");
+  serve->add_option("--tls-key", sf.tls_key, "PEM private key of --tls-cert");
+  int serve_nproc = 1;
+  auto* serve_nproc_opt =
+      serve->add_option("--nproc-per-node", serve_nproc, "local ranks (threads) of every job")
+          ->check(CLI::PositiveNumber);
+  int serve_nnodes = 1;
+  auto* serve_nnodes_opt = serve->add_option("--nnodes", serve_nnodes, "nodes (not built yet)")
+                               ->check(CLI::PositiveNumber);
+
   // The first word that is not an option must name a command.
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
@@ -178,10 +255,10 @@ int main(int argc, char** argv) {
       continue;
     }
     if (word.rfind("-", 0) == 0) continue;
-    if (word != "train" && word != "check") {
-      std::fprintf(stderr,
-                   "zerod: unknown command '%s' (commands: train, check; see zerod --help)\n",
-                   word.c_str());
+    if (word != "train" && word != "check" && word != "serve") {
+      std::fprintf(
+          stderr, "zerod: unknown command '%s' (commands: train, check, serve; see zerod --help)\n",
+          word.c_str());
       return 2;
     }
     break;
@@ -199,11 +276,14 @@ int main(int argc, char** argv) {
   if (nnodes_opt->count()) tf.launch.nnodes = nnodes;
   if (node_rank_opt->count()) tf.launch.node_rank = node_rank;
   if (master_opt->count()) tf.launch.master = master;
+  if (serve_nproc_opt->count()) sf.launch.nproc_per_node = serve_nproc;
+  if (serve_nnodes_opt->count()) sf.launch.nnodes = serve_nnodes;
 
   try {
     zerod::log::set_level(log_level);
     if (*train) return run_train(tf);
     if (*check) return run_check(check_path, world_size);
+    if (*serve) return run_serve(sf);
   } catch (...) {
     return zerod::report_current_exception("zerod");
   }

@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libgloo-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  openssl  # the TLS test makes a self-signed certificate
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

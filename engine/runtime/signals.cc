@@ -13,24 +13,25 @@ std::atomic<int> g_terms{0};
 std::atomic<bool> g_requested{false};
 
 extern "C" void on_stop_signal(int sig) {
-  if (sig == SIGTERM && g_terms.fetch_add(1) >= 1) {
+  if ((sig == SIGTERM || sig == SIGINT) && g_terms.fetch_add(1) >= 1) {
     // The second SIGTERM: the user (or the scheduler) means it. Only async-signal-safe calls.
-    static const char kMsg[] = "zerod: second SIGTERM: exiting at once\n";
+    static const char kMsg[] = "zerod: second stop signal: exiting at once\n";
     (void)!::write(2, kMsg, sizeof(kMsg) - 1);
-    ::_exit(128 + SIGTERM);
+    ::_exit(128 + sig);
   }
   g_stop_signal.store(sig);
   g_requested.store(true);
 }
 }  // namespace
 
-void install_stop_signals() {
+void install_stop_signals(bool sigint) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  if (sigint) sigaction(SIGINT, &sa, nullptr);
 }
 
 bool stop_requested() {

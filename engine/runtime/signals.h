@@ -5,8 +5,9 @@
 
 namespace zerod {
 
-// Installs the handlers (idempotent). SIGINT is left alone (Ctrl-C stops at once).
-void install_stop_signals();
+// Installs the handlers (idempotent). SIGINT is left alone (Ctrl-C stops at once) unless
+// `sigint` (the daemon: SIGINT checkpoints and stops like SIGTERM; a second one exits at once).
+void install_stop_signals(bool sigint = false);
 // True once SIGTERM or SIGUSR1 arrived (or request_stop was called).
 bool stop_requested();
 // The signal that asked (0: none, or a programmatic request).

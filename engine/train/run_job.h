@@ -15,8 +15,9 @@ namespace zerod {
 
 struct RunJobOptions {
   bool log_steps = true;
-  std::string bind_address;  // where this node's ranks listen; empty: the session's address
-  std::string resume;        // "", "latest", "auto" or a checkpoint tag
+  std::string bind_address;       // where this node's ranks listen; empty: the session's address
+  std::string resume;             // "", "latest", "auto" or a checkpoint tag
+  JobControl* control = nullptr;  // the daemon's commands and progress (not owned)
 };
 
 struct JobOutcome {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "comm/strings.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -301,10 +302,21 @@ SaveReport Trainer::save_checkpoint(const std::string& tag) {
 }
 
 // Every rank learns whether any rank was asked to stop, so all stop at the same step.
-bool Trainer::stop_now() {
-  int32_t flag = stop_requested() ? 1 : 0;
-  if (ctx_.world_size > 1) ctx_.comm->all_reduce(&flag, 1, CommType::kI32, ReduceOp::kMax);
-  return flag != 0;
+JobControl::Command Trainer::control_point() {
+  JobControl::Command c;
+  if (options_.control && leader()) c = options_.control->take();
+  // A signal stops with a checkpoint; the controller's stop only when asked.
+  int32_t flags[3] = {c.save ? 1 : 0, (c.stop || stop_requested()) ? 1 : 0,
+                      (c.stop_checkpoint || stop_requested()) ? 1 : 0};
+  if (ctx_.world_size > 1) ctx_.comm->all_reduce(flags, 3, CommType::kI32, ReduceOp::kMax);
+  JobControl::Command agreed;
+  agreed.save = flags[0] != 0;
+  agreed.stop = flags[1] != 0;
+  agreed.stop_checkpoint = flags[2] != 0;
+  if (agreed.save) {
+    agreed.tag = ctx_.world_size > 1 ? broadcast_string(*ctx_.comm, c.tag, 0) : c.tag;
+  }
+  return agreed;
 }
 
 TrainResult Trainer::run() {
@@ -314,6 +326,7 @@ TrainResult Trainer::run() {
   if (cfg_.csv_monitor.enabled && leader()) {
     csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor, global_step_);
   }
+  if (options_.control && leader()) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;
@@ -338,6 +351,9 @@ TrainResult Trainer::run() {
     }
     if (csv_) csv_->write(m);
     if (options_.on_step) options_.on_step(m);
+    if (options_.control) {
+      options_.control->on_step(ctx_.rank, m, {memory_.total(), memory_.snapshot().total_peak});
+    }
     result.steps.push_back(m);
     result.last_step = step;
     if (ckpt_) {
@@ -348,9 +364,26 @@ TrainResult Trainer::run() {
       }
       if (cfg_.train.save_interval > 0 && step % cfg_.train.save_interval == 0) save();
     }
-    if (step < steps && stop_now()) {
+    const JobControl::Command cmd = control_point();
+    if (cmd.save) {
+      // Asked for by the controller, which waits for a committed checkpoint. A refusal (no
+      // checkpoint dir, a bad tag: the same on every rank) goes back to it; the job goes on.
+      std::string err, tag;
+      try {
+        const SaveReport r = save_checkpoint(cmd.tag);
+        result.checkpoint_blocked_seconds += r.blocked_seconds;
+        saved_at = global_step_;
+        tag = r.tag;
+        if (!r.committed) ckpt_->finish();
+        result.last_checkpoint = tag;
+      } catch (const InputError& e) {
+        err = e.what();
+      }
+      if (options_.control && leader()) options_.control->on_saved(tag, global_step_, err);
+    }
+    if (step < steps && cmd.stop) {
       result.stopped = true;
-      if (ckpt_ && saved_at != step) save();
+      if (ckpt_ && cmd.stop_checkpoint && saved_at != step) save();
       break;
     }
   }

@@ -16,6 +16,7 @@
 #include "engine/metrics/csv_monitor.h"
 #include "engine/runtime/rank_context.h"
 #include "engine/train/checkpointer.h"
+#include "engine/train/job_control.h"
 #include "model/gpt.h"
 #include "zero/zero_engine.h"
 
@@ -40,6 +41,7 @@ struct TrainResult {
 struct TrainerOptions {
   bool log_steps = true;                            // the per-step line and summaries (rank 0)
   std::function<void(const StepMetrics&)> on_step;  // called after every step
+  JobControl* control = nullptr;  // the daemon's commands and progress (not owned)
 };
 
 class Trainer {
@@ -89,7 +91,9 @@ class Trainer {
   std::unique_ptr<CsvMonitor> csv_;
   std::unique_ptr<Checkpointer> ckpt_;  // when train.checkpoint_dir is set
   int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
-  bool stop_now();
+  // At every step boundary, collectively: what the ranks agree to do (signals and the
+  // controller's commands, offered by rank 0).
+  JobControl::Command control_point();
   double peak_flops_ = 0;
   int64_t steps_taken_ = 0;  // non-skipped optimizer steps (drives the LR schedule)
   int64_t skipped_ = 0;

@@ -23,15 +23,7 @@ using namespace std::chrono_literals;
 class CheckpointCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("zerod_ckpt_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::string text;
-    while (text.size() < 40000) text += "checkpoints must never lose work. ";
-    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
-                      (dir_ / "data").string(), 0.1, 1 << 20, "c");
+    dir_ = testing::make_test_dir("zerod_ckpt_cli", "checkpoints must never lose work. ");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

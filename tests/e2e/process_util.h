@@ -2,6 +2,12 @@
 // Every process a test starts is killed and reaped by its Process destructor.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/data/corpus.h"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -117,6 +123,21 @@ inline int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+// A fresh directory for one test (named after it and this process) with byte-level token
+// shards data/c_train_*.bin and data/c_val_*.bin of `sentence` repeated.
+inline std::filesystem::path make_test_dir(const std::string& prefix, const std::string& sentence) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   (prefix + "_" + std::to_string(::getpid()) + "_" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string text;
+  while (text.size() < 40000) text += sentence;
+  write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
+                    (dir / "data").string(), 0.1, 1 << 20, "c");
+  return dir;
 }
 
 }  // namespace zerod::testing

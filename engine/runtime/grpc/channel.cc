@@ -1,5 +1,7 @@
 #include "engine/runtime/grpc/channel.h"
 
+#include "engine/runtime/grpc/auth.h"
+
 #include <fmt/format.h>
 
 namespace zerod {
@@ -28,7 +30,7 @@ bool wait_connected(grpc::Channel& channel, std::chrono::milliseconds timeout) {
 
 void prepare_context(grpc::ClientContext& ctx, std::chrono::milliseconds deadline) {
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  // Security (later): ctx.set_credentials(bearer-token call credentials).
+  add_auth_metadata(ctx);
 }
 
 std::string describe_status(const grpc::Status& status) {

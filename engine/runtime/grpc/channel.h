@@ -1,9 +1,7 @@
 // The client end of the Rendezvous service: channels to the master and the mapping of gRPC
 // statuses to zerod errors (exit codes).
 //
-// Security (a later issue): every RPC will need a bearer token when the master listens on a
-// non-loopback address. Call credentials go in make_rendezvous_channel() / prepare_context(),
-// the server's token check in RendezvousServerOptions::configure_builder (an interceptor).
+// Security (auth.h): prepare_context() adds the process's bearer token (if any) to every call.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -23,7 +21,7 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& addres
 // Waits until the channel is connected; false when `timeout` passes first.
 bool wait_connected(grpc::Channel& channel, std::chrono::milliseconds timeout);
 
-// Sets the deadline (and, later, the credentials) of one call.
+// Sets the deadline and the bearer token (auth.h) of one call.
 void prepare_context(grpc::ClientContext& ctx, std::chrono::milliseconds deadline);
 
 // Throws the zerod error for a failed call: FAILED_PRECONDITION, INVALID_ARGUMENT,

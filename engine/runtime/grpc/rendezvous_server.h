@@ -24,8 +24,7 @@ struct RendezvousServerOptions {
   int port = 0;
   // Resolution of deadlines and silence detection.
   std::chrono::milliseconds tick{25};
-  // Security (later issue): the bearer-token interceptor and TLS credentials for non-loopback
-  // addresses are installed here, on the builder, before the server starts.
+  // Extra builder settings. (Tokens on the Rendezvous service come with multi-node daemons.)
   std::function<void(grpc::ServerBuilder&)> configure_builder;
 };
 

@@ -1,0 +1,261 @@
+#include "engine/control/daemon.h"
+
+#include <filesystem>
+
+#include "core/log.h"
+#include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/config/parse.h"
+#include "engine/train/run_job.h"
+
+namespace zerod {
+
+const char* job_state_name(JobState s) {
+  switch (s) {
+    case JobState::kIdle:
+      return "idle";
+    case JobState::kRendezvous:
+      return "rendezvous";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kCheckpointing:
+      return "checkpointing";
+    case JobState::kStopping:
+      return "stopping";
+    case JobState::kFinished:
+      return "finished";
+    case JobState::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+Daemon::Daemon(DaemonOptions options) : opt_(std::move(options)) {
+  ZD_CHECK(opt_.start_session != nullptr, "Daemon without a session factory");
+}
+
+Daemon::~Daemon() {
+  std::shared_ptr<JobControl> control;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    control = control_;
+  }
+  if (control) control->request_stop(false);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Daemon::changed() {
+  ++version_;
+  cv_.notify_all();
+}
+
+std::string Daemon::submit(const std::string& job_text, const std::string& name,
+                           const std::string& resume) {
+  ParsedJob job = parse_job_text(job_text, name.empty() ? "submitted job" : name);
+  resolve_job(job.config, opt_.spec.world_size());
+  check_supported(job.config);
+  for (const auto& w : job.warnings) spdlog::warn("{}: {}", job.config.source, w);
+  if (!resume.empty()) {
+    if (resume != "latest" && resume != "auto") validate_tag(resume);
+    if (job.config.train.checkpoint_dir.empty()) {
+      throw PreconditionError(
+          fmt::format("resume '{}': the job has no train.checkpoint_dir", resume));
+    }
+  }
+  start(std::move(job.config), resume);
+  return status().job_id;
+}
+
+std::string Daemon::resume(const std::string& tag) {
+  const std::string which = tag.empty() ? "latest" : tag;
+  JobConfig cfg;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!last_job_) throw PreconditionError("resume: no job has been submitted to this daemon");
+    cfg = *last_job_;
+  }
+  if (which != "latest") validate_tag(which);
+  if (cfg.train.checkpoint_dir.empty()) {
+    throw PreconditionError("resume: the last job has no train.checkpoint_dir");
+  }
+  FindOptions fo;
+  fo.checksums = false;  // sizes here; the load checks the checksums
+  find_checkpoint(cfg.train.checkpoint_dir, which, fo);  // InputError: no such checkpoint
+  start(std::move(cfg), which);
+  return status().job_id;
+}
+
+void Daemon::start(JobConfig cfg, const std::string& resume) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_) {
+    throw PreconditionError(fmt::format("job {} is {}: one job at a time (stop it first)", job_id_,
+                                        job_state_name(state_)));
+  }
+  if (thread_.joinable()) thread_.join();  // the previous job's thread has ended
+  job_id_ = fmt::format("job-{}", ++jobs_);
+  reason_.clear();
+  stopped_ = false;
+  running_ = true;
+  state_ = JobState::kRendezvous;
+  started_ = std::chrono::steady_clock::now();
+  elapsed_ = 0;
+  last_job_ = cfg;
+  control_ = std::make_shared<JobControl>();
+  control_->set_listener([this] {
+    std::lock_guard<std::mutex> l(mu_);
+    changed();
+  });
+  changed();
+  thread_ = std::thread(&Daemon::run, this, std::move(cfg), resume, control_);
+}
+
+void Daemon::set_state(JobState s, const std::string& reason, bool stopped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_ = s;
+  if (!reason.empty()) reason_ = reason;
+  stopped_ = stopped;
+  if (s == JobState::kFinished || s == JobState::kFailed) {
+    running_ = false;
+    elapsed_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  }
+  changed();
+}
+
+void Daemon::run(JobConfig cfg, std::string resume, std::shared_ptr<JobControl> control) {
+  const std::string id = status().job_id;
+  spdlog::info("{}: starting ({} steps, world size {}){}", id, cfg.train.steps,
+               opt_.spec.world_size(), resume.empty() ? "" : " from checkpoint " + resume);
+  try {
+    std::unique_ptr<NodeSession> session = opt_.start_session(opt_.spec, cfg);
+    set_state(JobState::kRunning);
+    RunJobOptions ro;
+    ro.log_steps = opt_.log_steps;
+    ro.resume = resume;
+    ro.control = control.get();
+    const JobOutcome outcome = run_job(cfg, *session, ro);
+    session->leave("");
+    control->job_ended("the job ended before the checkpoint was saved");
+    spdlog::info("{}: {}", id, outcome.stopped ? "stopped" : "finished");
+    set_state(JobState::kFinished, "", outcome.stopped);
+  } catch (const std::exception& e) {
+    control->job_ended(fmt::format("the job failed: {}", e.what()));
+    spdlog::error("{}: failed: {}", id, e.what());
+    set_state(JobState::kFailed, e.what());
+  }
+}
+
+JobControl::SaveResult Daemon::save_checkpoint(const std::string& tag,
+                                               std::chrono::milliseconds timeout) {
+  std::shared_ptr<JobControl> control;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_ || state_ == JobState::kRendezvous) {
+      throw PreconditionError(
+          fmt::format("checkpoint save: no job is running (state {})", job_state_name(state_)));
+    }
+    if (last_job_->train.checkpoint_dir.empty()) {
+      throw PreconditionError(
+          fmt::format("checkpoint save: job {} has no train.checkpoint_dir", job_id_));
+    }
+    control = control_;
+  }
+  if (!tag.empty()) validate_tag(tag);
+  if (control->stop_pending()) throw PreconditionError("checkpoint save: the job is stopping");
+  int64_t ticket;
+  try {
+    ticket = control->request_save(tag);
+  } catch (const InputError& e) {
+    throw PreconditionError(e.what());  // another save is pending
+  }
+  const auto r = control->wait_save(ticket, timeout);
+  if (!r)
+    ZD_THROW_KIND(ErrorKind::kPeerLost, "checkpoint save: not done after {} ms", timeout.count());
+  if (!r->error.empty()) {
+    if (r->job_ended) throw PreconditionError(r->error);
+    ZD_THROW_INPUT("checkpoint save: {}", r->error);
+  }
+  return *r;
+}
+
+void Daemon::stop(bool checkpoint) {
+  std::shared_ptr<JobControl> control;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!running_) {
+      throw PreconditionError(
+          fmt::format("stop: no job is running (state {})", job_state_name(state_)));
+    }
+    if (checkpoint && last_job_->train.checkpoint_dir.empty()) {
+      throw PreconditionError(
+          fmt::format("stop --checkpoint: job {} has no train.checkpoint_dir", job_id_));
+    }
+    control = control_;
+  }
+  control->request_stop(checkpoint);
+}
+
+std::vector<CheckpointListing> Daemon::list_checkpoints(std::string* dir) const {
+  std::string d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!last_job_)
+      throw PreconditionError("checkpoint list: no job has been submitted to this daemon");
+    d = last_job_->train.checkpoint_dir;
+  }
+  if (d.empty()) throw PreconditionError("checkpoint list: the job has no train.checkpoint_dir");
+  if (dir) *dir = d;
+  std::vector<CheckpointListing> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(d, ec)) return out;
+  const std::string latest = read_latest(d).value_or("");
+  for (auto& [tag, m] : zerod::list_checkpoints(d))
+    out.push_back({tag, tag == latest, std::move(m)});
+  return out;
+}
+
+DaemonStatus Daemon::status() const {
+  std::shared_ptr<JobControl> control;
+  DaemonStatus s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.state = state_;
+    s.job_id = job_id_;
+    s.reason = reason_;
+    s.stopped = stopped_;
+    s.elapsed_seconds =
+        running_
+            ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()
+            : elapsed_;
+    control = control_;
+  }
+  if (control) {
+    s.progress = control->progress();
+    if (s.state == JobState::kRunning && control->stop_pending())
+      s.state = JobState::kStopping;
+    else if (s.state == JobState::kRunning && control->save_pending())
+      s.state = JobState::kCheckpointing;
+  }
+  return s;
+}
+
+uint64_t Daemon::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+uint64_t Daemon::wait_change(uint64_t seen, std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return version_ != seen; });
+  return version_;
+}
+
+bool Daemon::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+bool Daemon::wait_idle(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return !running_; });
+}
+
+}  // namespace zerod

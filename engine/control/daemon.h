@@ -1,0 +1,114 @@
+// The daemon behind `zerod serve` (DESIGN.md section 6), without gRPC: one job at a time, its
+// state machine, commands to the running job through JobControl, and the status that
+// GetStatus / WatchStatus report. engine/control/grpc/ puts the Control service in front.
+//
+//   idle -> rendezvous -> running <-> checkpointing -> (stopping) -> finished | failed
+//
+// A finished or failed job may be followed by a new SubmitJob or by Resume (the same job from
+// a checkpoint).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/checkpoint/manifest.h"
+#include "engine/config/job_config.h"
+#include "engine/runtime/launch.h"
+#include "engine/runtime/node_session.h"
+#include "engine/train/job_control.h"
+
+namespace zerod {
+
+enum class JobState { kIdle, kRendezvous, kRunning, kCheckpointing, kStopping, kFinished, kFailed };
+const char* job_state_name(JobState s);  // "idle", "rendezvous", ...
+
+// A command that does not fit the daemon's state (FAILED_PRECONDITION; exit code 2).
+class PreconditionError : public InputError {
+ public:
+  explicit PreconditionError(std::string message) : InputError(std::move(message)) {}
+};
+
+struct DaemonStatus {
+  JobState state = JobState::kIdle;
+  std::string job_id;
+  std::string reason;  // failed: why
+  bool stopped = false;
+  double elapsed_seconds = 0;
+  JobProgress progress;
+};
+
+struct CheckpointListing {
+  std::string tag;
+  bool latest = false;
+  Manifest manifest;
+};
+
+struct DaemonOptions {
+  LaunchSpec spec;  // this node's part of every job (nproc_per_node, nnodes, ...)
+  bool log_steps = true;
+  // Starts the node session of a job (local for one node, the gRPC rendezvous for several).
+  std::function<std::unique_ptr<NodeSession>(const LaunchSpec&, const JobConfig&)> start_session;
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();  // stops a running job (no checkpoint) and waits for it
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Parses, resolves and checks a job (ConfigError: INVALID_ARGUMENT) and starts it
+  // (PreconditionError while another runs). Returns the job id.
+  std::string submit(const std::string& job_text, const std::string& name,
+                     const std::string& resume = "");
+  // Runs the last job again from checkpoint `tag` ("" or "latest": the newest complete one).
+  std::string resume(const std::string& tag);
+  // Saves a checkpoint of the running job at its next step boundary and waits until it is
+  // committed (or fails: InputError; the job ended first: PreconditionError).
+  JobControl::SaveResult save_checkpoint(const std::string& tag, std::chrono::milliseconds timeout);
+  // Stops the running job at its next step boundary, checkpointing first when asked.
+  void stop(bool checkpoint);
+  std::vector<CheckpointListing> list_checkpoints(std::string* dir) const;
+
+  DaemonStatus status() const;
+  // Incremented at every change of status; wait_change returns the new version (or `seen` on
+  // timeout).
+  uint64_t version() const;
+  uint64_t wait_change(uint64_t seen, std::chrono::milliseconds timeout) const;
+  // True while a job thread runs.
+  bool busy() const;
+  // Waits for the job thread to end (after a stop signal, say); false on timeout.
+  bool wait_idle(std::chrono::milliseconds timeout) const;
+
+ private:
+  void start(JobConfig cfg, const std::string& resume);
+  void run(JobConfig cfg, std::string resume, std::shared_ptr<JobControl> control);
+  void set_state(JobState s, const std::string& reason = "", bool stopped = false);
+  void changed();
+
+  DaemonOptions opt_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  uint64_t version_ = 1;
+  JobState state_ = JobState::kIdle;
+  std::string job_id_, reason_;
+  bool stopped_ = false;
+  bool running_ = false;  // the job thread has not ended
+  int jobs_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  double elapsed_ = 0;
+  std::optional<JobConfig> last_job_;
+  std::shared_ptr<JobControl> control_;
+  std::thread thread_;
+};
+
+}  // namespace zerod

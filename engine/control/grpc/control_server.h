@@ -1,0 +1,40 @@
+// The daemon's gRPC server: Control (control_service.h), the standard grpc.health.v1.Health
+// service (SERVING while the daemon runs) and server reflection, behind the security of
+// engine/runtime/grpc/auth.h, with bounded message sizes.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "engine/control/grpc/control_service.h"
+#include "engine/runtime/grpc/auth.h"
+
+namespace zerod {
+
+struct ControlServerOptions {
+  std::string listen = "127.0.0.1:50051";  // HOST:PORT (port 0: any free port)
+  ServerSecurity security;
+  int max_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+};
+
+class ControlServer {
+ public:
+  // Checks the listen policy (InputError: non-loopback without a token) and binds.
+  // InputError naming the address when it cannot be bound.
+  ControlServer(Daemon& daemon, const ControlServerOptions& options);
+  ~ControlServer();
+  void shutdown();                                         // ends streams and calls (idempotent)
+  const std::string& address() const { return address_; }  // HOST:PORT actually bound
+
+ private:
+  ControlService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// Splits "HOST:PORT" / "[V6]:PORT" (InputError naming `flag` when malformed).
+std::pair<std::string, int> split_host_port(const std::string& address, const std::string& flag);
+
+}  // namespace zerod

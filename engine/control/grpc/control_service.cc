@@ -1,0 +1,178 @@
+#include "engine/control/grpc/control_service.h"
+
+#include <fmt/format.h>
+
+#include "engine/config/config_error.h"
+#include "engine/runtime/grpc/auth.h"
+
+namespace zerod {
+
+namespace {
+
+// Checks the token, then runs f, turning zerod errors into status codes.
+template <class F>
+grpc::Status guarded(const grpc::ServerContext* ctx, const std::string& token, F&& f) {
+  if (grpc::Status st = check_token(*ctx, token); !st.ok()) return st;
+  try {
+    f();
+    return grpc::Status::OK;
+  } catch (const ConfigError& e) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+  } catch (const PreconditionError& e) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+  } catch (const InputError& e) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kPeerLost) return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
+    return {grpc::StatusCode::INTERNAL, e.what()};
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL, e.what()};
+  }
+}
+
+v1::JobState to_proto(JobState s) {
+  switch (s) {
+    case JobState::kIdle:
+      return v1::JOB_STATE_IDLE;
+    case JobState::kRendezvous:
+      return v1::JOB_STATE_RENDEZVOUS;
+    case JobState::kRunning:
+      return v1::JOB_STATE_RUNNING;
+    case JobState::kCheckpointing:
+      return v1::JOB_STATE_CHECKPOINTING;
+    case JobState::kStopping:
+      return v1::JOB_STATE_STOPPING;
+    case JobState::kFinished:
+      return v1::JOB_STATE_FINISHED;
+    case JobState::kFailed:
+      return v1::JOB_STATE_FAILED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+bool ended(JobState s) {
+  return s == JobState::kFinished || s == JobState::kFailed;
+}
+
+}  // namespace
+
+void fill_status(const DaemonStatus& s, v1::JobStatus* out) {
+  out->set_state(to_proto(s.state));
+  out->set_job_id(s.job_id);
+  out->set_reason(s.reason);
+  out->set_stopped(s.stopped);
+  out->set_elapsed_seconds(s.elapsed_seconds);
+  const JobProgress& p = s.progress;
+  out->set_step(p.step);
+  out->set_total_steps(p.total_steps);
+  out->set_world_size(p.world_size);
+  out->set_last_checkpoint(p.last_checkpoint);
+  if (p.last) {
+    out->set_loss(p.last->loss);
+    out->set_lr(p.last->lr);
+    out->set_tokens_per_s(p.last->tokens_per_s);
+    out->set_mfu(p.last->mfu);
+  }
+  if (!ended(s.state) && p.total_steps > p.step) {
+    out->set_eta_seconds(static_cast<double>(p.total_steps - p.step) * p.seconds_per_step);
+  }
+  for (const auto& [rank, m] : p.memory) {
+    v1::RankMemory* rm = out->add_memory();
+    rm->set_rank(rank);
+    rm->set_current_bytes(m.current);
+    rm->set_peak_bytes(m.peak);
+  }
+}
+
+void ControlService::shutdown() {
+  shutting_down_ = true;
+}
+
+grpc::Status ControlService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                                       v1::SubmitJobResponse* resp) {
+  return guarded(ctx, token_, [&] {
+    resp->set_job_id(daemon_.submit(req->job_json(), req->name(), req->resume()));
+  });
+}
+
+grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
+                                       v1::JobStatus* resp) {
+  return guarded(ctx, token_, [&] { fill_status(daemon_.status(), resp); });
+}
+
+grpc::Status ControlService::WatchStatus(grpc::ServerContext* ctx,
+                                         const v1::WatchStatusRequest* req,
+                                         grpc::ServerWriter<v1::JobStatus>* writer) {
+  if (grpc::Status st = check_token(*ctx, token_); !st.ok()) return st;
+  const auto interval = std::chrono::milliseconds(
+      req->max_interval_ms() > 0 ? std::min<int64_t>(req->max_interval_ms(), 60000) : 1000);
+  uint64_t seen = daemon_.version();
+  // Waits are sliced so that a client going away or a shutdown ends the stream promptly.
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  for (;;) {
+    const DaemonStatus s = daemon_.status();
+    v1::JobStatus msg;
+    fill_status(s, &msg);
+    if (!writer->Write(msg)) return grpc::Status::OK;  // the client went away
+    if (ended(s.state) || s.state == JobState::kIdle) return grpc::Status::OK;
+    const auto until = std::chrono::steady_clock::now() + interval;
+    while (std::chrono::steady_clock::now() < until) {
+      if (ctx->IsCancelled() || shutting_down_) {
+        return {grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down"};
+      }
+      const uint64_t v = daemon_.wait_change(seen, kSlice);
+      if (v != seen) {
+        seen = v;
+        break;
+      }
+    }
+  }
+}
+
+grpc::Status ControlService::SaveCheckpoint(grpc::ServerContext* ctx,
+                                            const v1::SaveCheckpointRequest* req,
+                                            v1::SaveCheckpointResponse* resp) {
+  // As long as the client waits (its deadline), at most an hour.
+  auto timeout = std::chrono::milliseconds(3600 * 1000);
+  const auto deadline = ctx->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline - std::chrono::system_clock::now()));
+  }
+  return guarded(ctx, token_, [&] {
+    const JobControl::SaveResult r = daemon_.save_checkpoint(req->tag(), timeout);
+    resp->set_tag(r.tag);
+    resp->set_step(r.step);
+  });
+}
+
+grpc::Status ControlService::ListCheckpoints(grpc::ServerContext* ctx,
+                                             const v1::ListCheckpointsRequest*,
+                                             v1::ListCheckpointsResponse* resp) {
+  return guarded(ctx, token_, [&] {
+    std::string dir;
+    for (const CheckpointListing& c : daemon_.list_checkpoints(&dir)) {
+      v1::CheckpointInfo* ci = resp->add_checkpoints();
+      ci->set_tag(c.tag);
+      ci->set_latest(c.latest);
+      ci->set_global_step(c.manifest.progress.global_step);
+      ci->set_world_size(c.manifest.world_size);
+      ci->set_zero_stage(c.manifest.zero_stage);
+      ci->set_bytes(c.manifest.total_bytes());
+      ci->set_created(c.manifest.created);
+    }
+    resp->set_checkpoint_dir(dir);
+  });
+}
+
+grpc::Status ControlService::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req,
+                                    v1::ResumeResponse* resp) {
+  return guarded(ctx, token_, [&] { resp->set_job_id(daemon_.resume(req->tag())); });
+}
+
+grpc::Status ControlService::Stop(grpc::ServerContext* ctx, const v1::StopRequest* req,
+                                  v1::StopResponse*) {
+  return guarded(ctx, token_, [&] { daemon_.stop(req->checkpoint()); });
+}
+
+}  // namespace zerod

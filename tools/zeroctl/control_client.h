@@ -1,0 +1,26 @@
+// zeroctl's commands that talk to a running `zerod serve` over the Control service.
+//
+// Exit codes: 0 ok, 2 bad usage or a rejected request (INVALID_ARGUMENT, FAILED_PRECONDITION,
+// NOT_FOUND, RESOURCE_EXHAUSTED), 3 the daemon cannot be reached (UNAVAILABLE,
+// DEADLINE_EXCEEDED), 4 unauthenticated.
+#pragma once
+
+#include <string>
+
+namespace zeroctl {
+
+struct Connection {
+  std::string addr = "127.0.0.1:50051";
+  std::string token_file;
+  std::string tls_ca;
+  double timeout_s = 30;  // per call (not for watch)
+};
+
+int submit(const Connection& c, const std::string& job_path, const std::string& resume);
+int status(const Connection& c, bool watch, bool json);
+int checkpoint_save(const Connection& c, const std::string& tag);
+int checkpoint_list(const Connection& c, bool json);
+int resume(const Connection& c, const std::string& tag);
+int stop(const Connection& c, bool checkpoint);
+
+}  // namespace zeroctl
