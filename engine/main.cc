@@ -5,7 +5,8 @@
 //               [--listen ADDR:PORT]
 //   zerod check JOB.json [--world-size N]
 //   zerod serve [--listen ADDR:PORT] [--token-file F] [--tls-cert C --tls-key K]
-//               [--nproc-per-node N]
+//               [--nproc-per-node N] [--nnodes M [--node-rank R --master ADDR:PORT]
+//               [--rendezvous-port P]]
 //
 // Exit codes: 0 ok, 1 internal error, 2 bad input (job file, data, flags), 3 lost peer.
 #include <omp.h>
@@ -29,6 +30,7 @@
 #ifdef ZEROD_HAVE_GRPC
 #include "engine/control/daemon.h"
 #include "engine/control/grpc/control_server.h"
+#include "engine/control/grpc/follower.h"
 #include "engine/runtime/grpc/auth.h"
 #include "engine/runtime/grpc/node_session_grpc.h"
 #endif
@@ -122,19 +124,25 @@ int run_train(const TrainFlags& f) {
 
 struct ServeFlags {
   std::string listen = "127.0.0.1:50051";
-  std::string token_file, tls_cert, tls_key;
-  zerod::LaunchFlags launch;
+  std::string token_file, tls_cert, tls_key, tls_ca;
+  int nproc_per_node = 1, nnodes = 1, node_rank = 0, rendezvous_port = 29500;
+  std::string master;  // node daemons: the master daemon's --listen
 };
 
 int run_serve(const ServeFlags& f) {
 #ifdef ZEROD_HAVE_GRPC
   zerod::install_stop_signals(/*sigint=*/true);
-  const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::EnvMap{});
-  if (spec.nnodes > 1) {
-    ZD_THROW_INPUT(
-        "zerod serve --nnodes {}: daemons spanning several nodes are not built yet "
-        "(use zerod train --nnodes for multi-node jobs)",
-        spec.nnodes);
+  zerod::LaunchSpec spec;
+  spec.nnodes = f.nnodes;
+  spec.node_rank = f.node_rank;
+  spec.nproc_per_node = f.nproc_per_node;
+  spec.source = "flags";
+  if (f.node_rank >= f.nnodes) {
+    ZD_THROW_INPUT("--node-rank {}: must be below --nnodes {}", f.node_rank, f.nnodes);
+  }
+  if (f.node_rank > 0 && f.master.empty()) {
+    ZD_THROW_INPUT("--node-rank {}: a node daemon needs --master (the master daemon's --listen)",
+                   f.node_rank);
   }
   zerod::ControlServerOptions so;
   so.listen = f.listen;
@@ -144,11 +152,25 @@ int run_serve(const ServeFlags& f) {
   zerod::set_client_token(so.security.token);
   zerod::DaemonOptions dopt;
   dopt.spec = spec;
+  dopt.master_control = f.master;
+  if (f.nnodes > 1) {
+    const auto host = zerod::split_host_port(f.listen, "--listen").first;
+    dopt.rendezvous = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                      std::to_string(f.rendezvous_port);
+  }
   dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& cfg) {
     return start_session(s, cfg);
   };
   zerod::Daemon daemon(dopt);
   zerod::ControlServer server(daemon, so);
+  std::unique_ptr<zerod::Follower> follower;
+  if (f.node_rank > 0) {
+    zerod::ClientSecurity cs;
+    cs.token = so.security.token;
+    cs.tls_ca = f.tls_ca;
+    follower = std::make_unique<zerod::Follower>(daemon, f.master, cs, f.node_rank, f.nnodes,
+                                                 f.nproc_per_node);
+  }
   spdlog::info("zerod {} serve: control plane listening on {} ({}{}), {} local rank{} per job",
                kVersion, server.address(),
                so.security.token.empty() ? "no token" : "token required",
@@ -160,6 +182,7 @@ int run_serve(const ServeFlags& f) {
   spdlog::info("stop signal {}: {}", zerod::stop_signal(),
                daemon.busy() ? "checkpointing the running job, then exiting" : "exiting");
   daemon.wait_idle(std::chrono::hours(24));
+  follower.reset();
   server.shutdown();
   const zerod::DaemonStatus st = daemon.status();
   if (!st.job_id.empty()) {
@@ -239,13 +262,25 @@ int main(int argc, char** argv) {
                     "to listen on a non-loopback address)");
   serve->add_option("--tls-cert", sf.tls_cert, "PEM certificate (serve TLS)");
   serve->add_option("--tls-key", sf.tls_key, "PEM private key of --tls-cert");
-  int serve_nproc = 1;
-  auto* serve_nproc_opt =
-      serve->add_option("--nproc-per-node", serve_nproc, "local ranks (threads) of every job")
-          ->check(CLI::PositiveNumber);
-  int serve_nnodes = 1;
-  auto* serve_nnodes_opt = serve->add_option("--nnodes", serve_nnodes, "nodes (not built yet)")
-                               ->check(CLI::PositiveNumber);
+  serve->add_option("--tls-ca", sf.tls_ca, "node daemons: PEM certificate the master serves");
+  serve->add_option("--nproc-per-node", sf.nproc_per_node, "local ranks (threads) of every job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->add_option("--nnodes", sf.nnodes, "daemons (one per node) that run every job together")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve
+      ->add_option("--node-rank", sf.node_rank,
+                   "0: the master (jobs are submitted to it); R > 0: a node daemon")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  serve->add_option("--master", sf.master, "node daemons: the master daemon's --listen address");
+  serve
+      ->add_option("--rendezvous-port", sf.rendezvous_port,
+                   "master of several nodes: the port (on its --listen host) of each job's "
+                   "Rendezvous service")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
 
   // The first word that is not an option must name a command.
   for (int i = 1; i < argc; ++i) {
@@ -276,8 +311,6 @@ int main(int argc, char** argv) {
   if (nnodes_opt->count()) tf.launch.nnodes = nnodes;
   if (node_rank_opt->count()) tf.launch.node_rank = node_rank;
   if (master_opt->count()) tf.launch.master = master;
-  if (serve_nproc_opt->count()) sf.launch.nproc_per_node = serve_nproc;
-  if (serve_nnodes_opt->count()) sf.launch.nnodes = serve_nnodes;
 
   try {
     zerod::log::set_level(log_level);

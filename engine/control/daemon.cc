@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
 #include "core/log.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/config/parse.h"
@@ -50,6 +52,11 @@ void Daemon::changed() {
 
 std::string Daemon::submit(const std::string& job_text, const std::string& name,
                            const std::string& resume) {
+  if (multi_node() && !is_master()) {
+    throw PreconditionError(
+        fmt::format("this daemon is node {} of {}: submit jobs to the master daemon at {}",
+                    opt_.spec.node_rank, opt_.spec.nnodes, opt_.master_control));
+  }
   ParsedJob job = parse_job_text(job_text, name.empty() ? "submitted job" : name);
   resolve_job(job.config, opt_.spec.world_size());
   check_supported(job.config);
@@ -61,8 +68,26 @@ std::string Daemon::submit(const std::string& job_text, const std::string& name,
           fmt::format("resume '{}': the job has no train.checkpoint_dir", resume));
     }
   }
-  start(std::move(job.config), resume);
+  start(std::move(job.config), resume, opt_.spec);
   return status().job_id;
+}
+
+void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
+  std::vector<std::string> missing;
+  for (int r = 1; r < opt_.spec.nnodes; ++r)
+    if (!followers_.count(r)) missing.push_back(std::to_string(r));
+  if (!missing.empty()) {
+    throw PreconditionError(
+        fmt::format("node daemon{} {} of {} not connected (start them with zerod serve --nnodes {} "
+                    "--node-rank R --master <this daemon's --listen>)",
+                    missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), opt_.spec.nnodes,
+                    opt_.spec.nnodes));
+  }
+  assignment_.seq += 1;
+  assignment_.job_id = fmt::format("job-{}", jobs_ + 1);  // the id start() gives it next
+  assignment_.job_json = job_to_json(cfg).dump();
+  assignment_.resume = resume;
+  assignment_.rendezvous = opt_.rendezvous;
 }
 
 std::string Daemon::resume(const std::string& tag) {
@@ -80,18 +105,21 @@ std::string Daemon::resume(const std::string& tag) {
   FindOptions fo;
   fo.checksums = false;  // sizes here; the load checks the checksums
   find_checkpoint(cfg.train.checkpoint_dir, which, fo);  // InputError: no such checkpoint
-  start(std::move(cfg), which);
+  start(std::move(cfg), which, opt_.spec);
   return status().job_id;
 }
 
-void Daemon::start(JobConfig cfg, const std::string& resume) {
+void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
+                   const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_) {
     throw PreconditionError(fmt::format("job {} is {}: one job at a time (stop it first)", job_id_,
                                         job_state_name(state_)));
   }
   if (thread_.joinable()) thread_.join();  // the previous job's thread has ended
-  job_id_ = fmt::format("job-{}", ++jobs_);
+  if (multi_node() && is_master()) assign_locked(cfg, resume);  // may refuse
+  ++jobs_;
+  job_id_ = job_id.empty() ? fmt::format("job-{}", jobs_) : job_id;
   reason_.clear();
   stopped_ = false;
   running_ = true;
@@ -105,7 +133,12 @@ void Daemon::start(JobConfig cfg, const std::string& resume) {
     changed();
   });
   changed();
-  thread_ = std::thread(&Daemon::run, this, std::move(cfg), resume, control_);
+  if (multi_node() && is_master()) {  // the master hosts every job's Rendezvous
+    const auto colon = opt_.rendezvous.rfind(':');
+    spec.master_host = opt_.rendezvous.substr(0, colon);
+    spec.master_port = std::stoi(opt_.rendezvous.substr(colon + 1));
+  }
+  thread_ = std::thread(&Daemon::run, this, std::move(cfg), resume, spec, control_);
 }
 
 void Daemon::set_state(JobState s, const std::string& reason, bool stopped) {
@@ -120,19 +153,24 @@ void Daemon::set_state(JobState s, const std::string& reason, bool stopped) {
   changed();
 }
 
-void Daemon::run(JobConfig cfg, std::string resume, std::shared_ptr<JobControl> control) {
+void Daemon::run(JobConfig cfg, std::string resume, LaunchSpec spec,
+                 std::shared_ptr<JobControl> control) {
   const std::string id = status().job_id;
   spdlog::info("{}: starting ({} steps, world size {}){}", id, cfg.train.steps,
                opt_.spec.world_size(), resume.empty() ? "" : " from checkpoint " + resume);
   try {
-    std::unique_ptr<NodeSession> session = opt_.start_session(opt_.spec, cfg);
-    set_state(JobState::kRunning);
-    RunJobOptions ro;
-    ro.log_steps = opt_.log_steps;
-    ro.resume = resume;
-    ro.control = control.get();
-    const JobOutcome outcome = run_job(cfg, *session, ro);
-    session->leave("");
+    JobOutcome outcome;
+    {
+      std::unique_ptr<NodeSession> session = opt_.start_session(spec, cfg);
+      set_state(JobState::kRunning);
+      RunJobOptions ro;
+      ro.log_steps = opt_.log_steps;
+      ro.resume = resume;
+      ro.control = control.get();
+      outcome = run_job(cfg, *session, ro);
+      session->leave("");
+    }  // the session (and on the master the job's Rendezvous server) is gone: the next job
+       // may bind its port
     control->job_ended("the job ended before the checkpoint was saved");
     spdlog::info("{}: {}", id, outcome.stopped ? "stopped" : "finished");
     set_state(JobState::kFinished, "", outcome.stopped);
@@ -210,6 +248,59 @@ std::vector<CheckpointListing> Daemon::list_checkpoints(std::string* dir) const 
   for (auto& [tag, m] : zerod::list_checkpoints(d))
     out.push_back({tag, tag == latest, std::move(m)});
   return out;
+}
+
+void Daemon::follow_begin(int node_rank, int nnodes, int nproc_per_node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!multi_node() || !is_master()) {
+    throw PreconditionError("FollowJobs: this daemon is not the master of several nodes");
+  }
+  if (node_rank < 1 || node_rank >= opt_.spec.nnodes) {
+    throw PreconditionError(
+        fmt::format("FollowJobs: node rank {} is outside 1..{}", node_rank, opt_.spec.nnodes - 1));
+  }
+  if (nnodes != opt_.spec.nnodes || nproc_per_node != opt_.spec.nproc_per_node) {
+    throw PreconditionError(
+        fmt::format("FollowJobs: node {} has --nnodes {} --nproc-per-node {}, the master {} and {}",
+                    node_rank, nnodes, nproc_per_node, opt_.spec.nnodes, opt_.spec.nproc_per_node));
+  }
+  if (!followers_.insert(node_rank).second) {
+    throw PreconditionError(
+        fmt::format("FollowJobs: node rank {} is already following", node_rank));
+  }
+  spdlog::info("node daemon {} of {} is following", node_rank, opt_.spec.nnodes);
+  changed();
+}
+
+void Daemon::follow_end(int node_rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (followers_.erase(node_rank)) spdlog::warn("node daemon {} stopped following", node_rank);
+  changed();
+}
+
+uint64_t Daemon::assignment_seq() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return assignment_.seq;
+}
+
+std::optional<JobAssignment> Daemon::wait_assignment(uint64_t seen,
+                                                     std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return assignment_.seq != seen; })) return std::nullopt;
+  return assignment_;
+}
+
+void Daemon::run_assignment(const JobAssignment& a) {
+  wait_idle(std::chrono::minutes(10));  // the previous job's last steps and leave
+  ParsedJob job = parse_job_text(a.job_json, "job " + a.job_id + " from the master");
+  resolve_job(job.config, opt_.spec.world_size());
+  LaunchSpec spec = opt_.spec;
+  const auto colon = a.rendezvous.rfind(':');
+  ZD_CHECK_INPUT(colon != std::string::npos, "assignment {}: bad rendezvous address '{}'", a.job_id,
+                 a.rendezvous);
+  spec.master_host = a.rendezvous.substr(0, colon);
+  spec.master_port = std::stoi(a.rendezvous.substr(colon + 1));
+  start(std::move(job.config), a.resume, spec, a.job_id);
 }
 
 DaemonStatus Daemon::status() const {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,8 +53,21 @@ struct CheckpointListing {
   Manifest manifest;
 };
 
+// A job as the master daemon hands it to the node daemons (FollowJobs).
+struct JobAssignment {
+  uint64_t seq = 0;  // 0: none yet
+  std::string job_id;
+  std::string job_json;  // the resolved job
+  std::string resume;
+  std::string rendezvous;  // HOST:PORT of the job's Rendezvous (hosted by the master)
+};
+
 struct DaemonOptions {
   LaunchSpec spec;  // this node's part of every job (nproc_per_node, nnodes, ...)
+  // Several nodes: the master (spec.node_rank 0) hosts each job's Rendezvous here; node
+  // daemons say where the master's Control service is (for messages).
+  std::string rendezvous;
+  std::string master_control;
   bool log_steps = true;
   // Starts the node session of a job (local for one node, the gRPC rendezvous for several).
   std::function<std::unique_ptr<NodeSession>(const LaunchSpec&, const JobConfig&)> start_session;
@@ -79,6 +93,18 @@ class Daemon {
   void stop(bool checkpoint);
   std::vector<CheckpointListing> list_checkpoints(std::string* dir) const;
 
+  // Master of several nodes: node daemons following its jobs.
+  // PreconditionError: not a master, rank out of range or already followed, or the node's
+  // nnodes / nproc_per_node differ from the master's.
+  void follow_begin(int node_rank, int nnodes, int nproc_per_node);
+  void follow_end(int node_rank);
+  // The newest assignment when its seq differs from `seen` (waits up to timeout), else nullopt.
+  std::optional<JobAssignment> wait_assignment(uint64_t seen,
+                                               std::chrono::milliseconds timeout) const;
+  uint64_t assignment_seq() const;
+  // Node daemon: runs the master's assignment (waits for a previous job to end first).
+  void run_assignment(const JobAssignment& a);
+
   DaemonStatus status() const;
   // Incremented at every change of status; wait_change returns the new version (or `seen` on
   // timeout).
@@ -90,8 +116,13 @@ class Daemon {
   bool wait_idle(std::chrono::milliseconds timeout) const;
 
  private:
-  void start(JobConfig cfg, const std::string& resume);
-  void run(JobConfig cfg, std::string resume, std::shared_ptr<JobControl> control);
+  bool multi_node() const { return opt_.spec.nnodes > 1; }
+  bool is_master() const { return opt_.spec.node_rank == 0; }
+  // Master, under mu_: refuses when a node daemon is not following; publishes the assignment.
+  void assign_locked(const JobConfig& cfg, const std::string& resume);
+  void start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
+             const std::string& job_id = "");
+  void run(JobConfig cfg, std::string resume, LaunchSpec spec, std::shared_ptr<JobControl> control);
   void set_state(JobState s, const std::string& reason = "", bool stopped = false);
   void changed();
 
@@ -109,6 +140,8 @@ class Daemon {
   std::optional<JobConfig> last_job_;
   std::shared_ptr<JobControl> control_;
   std::thread thread_;
+  std::set<int> followers_;
+  JobAssignment assignment_;
 };
 
 }  // namespace zerod

@@ -102,10 +102,13 @@ void JobControl::set_world(int world_size, int64_t total_steps) {
 }
 
 void JobControl::on_step(int rank, const StepMetrics& m, RankMemoryUse mem) {
+  bool reporter = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     progress_.memory[rank] = mem;
-    if (rank == 0) {
+    // The lowest rank of this process reports the step (global rank 0 on the master node).
+    reporter = rank == progress_.memory.begin()->first;
+    if (reporter) {
       progress_.step = m.step;
       progress_.last = m;
       // An exponential average of the step time (ETA), started at the first step.
@@ -114,7 +117,7 @@ void JobControl::on_step(int rank, const StepMetrics& m, RankMemoryUse mem) {
                                        : 0.8 * progress_.seconds_per_step + 0.2 * m.seconds;
     }
   }
-  if (rank == 0) notify();
+  if (reporter) notify();
 }
 
 void JobControl::on_saved(const std::string& tag, int64_t step, const std::string& error) {

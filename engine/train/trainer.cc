@@ -326,7 +326,7 @@ TrainResult Trainer::run() {
   if (cfg_.csv_monitor.enabled && leader()) {
     csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor, global_step_);
   }
-  if (options_.control && leader()) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
+  if (options_.control) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;

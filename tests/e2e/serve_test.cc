@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/data/corpus.h"
 #include "process_util.h"
+#include "zerod.grpc.pb.h"
 
 namespace zerod {
 namespace {
@@ -45,8 +46,10 @@ class Serve : public ::testing::Test {
 
   // Starts `zerod serve` on a free port; returns its address.
   std::string start_daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {zerod_binary(),     "serve", "--listen", "127.0.0.1:0",
-                                     "--nproc-per-node", "2"};
+    std::vector<std::string> argv = {zerod_binary(), "serve", "--listen", "127.0.0.1:0"};
+    if (std::find(extra.begin(), extra.end(), "--nproc-per-node") == extra.end()) {
+      argv.insert(argv.end(), {"--nproc-per-node", "2"});
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     const std::string log = "daemon" + std::to_string(daemons_.size()) + ".log";
     daemons_.push_back(std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string()));
@@ -122,13 +125,83 @@ class Serve : public ::testing::Test {
     return {status, bytes};
   }
 
+  // Submit, watch to completion; a long job: refusals, checkpoint by command, stop, resume
+  // from it, stop with a checkpoint. Jobs job-1 .. job-3.
+  void lifecycle(const std::string& addr);
+
   fs::path dir_;
   std::vector<std::unique_ptr<Process>> daemons_;
   int calls_ = 0;
 };
 
 TEST_F(Serve, SubmitWatchCheckpointStopResume) {
-  const std::string addr = start_daemon();
+  lifecycle(start_daemon());
+}
+
+// The same on two daemons: a master (node 0, one rank) and a node daemon (node 1, one rank)
+// following it; the job runs on both.
+TEST_F(Serve, TwoDaemonsRunEveryJobTogether) {
+  const std::string rdzv = std::to_string(testing::free_port());
+  const std::string master =
+      start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--rendezvous-port", rdzv});
+  write_job("short.json", 30);
+  // The node daemon is not there yet: refused.
+  Result r = ctl(master, {"submit", "short.json"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("node daemon 1 of 2 not connected"), std::string::npos) << r.out;
+  const std::string node = start_daemon(
+      {"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master});
+  ASSERT_TRUE(daemons_[0]->wait_output("node daemon 1 of 2 is following", 30s))
+      << daemons_[0]->output();
+  r = ctl(node, {"submit", "short.json"});  // jobs go to the master
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("submit jobs to the master daemon"), std::string::npos) << r.out;
+  lifecycle(master);
+  // The node daemon ran its part of every job (the last one stopped by command).
+  r = ctl(node, {"status", "--json"});
+  EXPECT_NE(r.out.find("\"job_id\":\"job-3\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"world_size\":2"), std::string::npos) << r.out;
+}
+
+TEST_F(Serve, TwoDaemonsWithATokenGuardTheRendezvousToo) {
+  std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
+  fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
+  const int rdzv = testing::free_port();
+  const std::string master =
+      start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--rendezvous-port",
+                    std::to_string(rdzv), "--token-file", "token"});
+  // A node daemon without the token is refused; with it, it follows.
+  start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master});
+  ASSERT_TRUE(daemons_[1]->wait_output("refused this node", 30s)) << daemons_[1]->output();
+  start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master,
+                "--token-file", "token"});
+  ASSERT_TRUE(daemons_[0]->wait_output("node daemon 1 of 2 is following", 30s))
+      << daemons_[0]->output();
+  write_job("long.json", 100000000);
+  Result r = ctl(master, {"--token-file", "token", "submit", "long.json"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         step_of(ctl(master, {"--token-file", "token", "status", "--json"}).out) < 3) {
+    std::this_thread::sleep_for(100ms);
+  }
+  // The job's Rendezvous service (the master's) refuses a call without the token.
+  auto stub = v1::Rendezvous::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(rdzv), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::CheckRequest req;
+  req.add_keys("anything");
+  v1::CheckResponse resp;
+  const grpc::Status st = stub->Check(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+  r = ctl(master, {"--token-file", "token", "stop"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = ctl(master, {"--token-file", "token", "status", "--watch"});
+  EXPECT_NE(r.out.find("finished (stopped)"), std::string::npos) << r.out;
+}
+
+void Serve::lifecycle(const std::string& addr) {
   // A short job, watched to completion.
   write_job("short.json", 30);
   Result r = ctl(addr, {"submit", "short.json"});

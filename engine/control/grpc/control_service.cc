@@ -175,4 +175,32 @@ grpc::Status ControlService::Stop(grpc::ServerContext* ctx, const v1::StopReques
   return guarded(ctx, token_, [&] { daemon_.stop(req->checkpoint()); });
 }
 
+grpc::Status ControlService::FollowJobs(grpc::ServerContext* ctx, const v1::FollowJobsRequest* req,
+                                        grpc::ServerWriter<v1::JobAssignment>* writer) {
+  const int node = req->node_rank();
+  if (grpc::Status st = guarded(
+          ctx, token_, [&] { daemon_.follow_begin(node, req->nnodes(), req->nproc_per_node()); });
+      !st.ok()) {
+    return st;
+  }
+  // A first, empty assignment says the node is accepted; then each new job (not one that was
+  // already running when the node connected: it could not join that one any more).
+  uint64_t seen = daemon_.assignment_seq();
+  bool open = writer->Write(v1::JobAssignment());
+  while (open && !ctx->IsCancelled() && !shutting_down_) {
+    const auto a = daemon_.wait_assignment(seen, std::chrono::milliseconds(100));
+    if (!a) continue;
+    seen = a->seq;
+    v1::JobAssignment msg;
+    msg.set_job_id(a->job_id);
+    msg.set_job_json(a->job_json);
+    msg.set_resume(a->resume);
+    msg.set_rendezvous(a->rendezvous);
+    open = writer->Write(msg);
+  }
+  daemon_.follow_end(node);
+  if (shutting_down_) return {grpc::StatusCode::UNAVAILABLE, "the master daemon is shutting down"};
+  return grpc::Status::OK;
+}
+
 }  // namespace zerod

@@ -28,6 +28,8 @@ class ControlService final : public v1::Control::Service {
                                v1::ListCheckpointsResponse*) override;
   grpc::Status Resume(grpc::ServerContext*, const v1::ResumeRequest*, v1::ResumeResponse*) override;
   grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest*, v1::StopResponse*) override;
+  grpc::Status FollowJobs(grpc::ServerContext*, const v1::FollowJobsRequest*,
+                          grpc::ServerWriter<v1::JobAssignment>*) override;
 
  private:
   Daemon& daemon_;

@@ -192,6 +192,11 @@ void add_auth_metadata(grpc::ClientContext& ctx, const std::string& token) {
   if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
 }
 
+std::string process_token() {
+  std::lock_guard<std::mutex> lock(g_token_mu);
+  return g_token;
+}
+
 void add_auth_metadata(grpc::ClientContext& ctx) {
   std::string token;
   {

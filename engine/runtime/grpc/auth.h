@@ -1,7 +1,8 @@
 // Security of zerod's gRPC endpoints (DESIGN.md section 6): bearer tokens and TLS.
 //
 // A daemon listening anywhere but loopback must have a token file; every RPC then needs
-// "authorization: Bearer <token>" metadata, compared in constant time. With TLS the check is
+// "authorization: Bearer <token>" metadata, compared in constant time (the Rendezvous service
+// of multi-node daemon jobs checks it in its handlers, UNAUTHENTICATED). With TLS the check is
 // gRPC's auth-metadata processor (UNAUTHENTICATED for every service). In plaintext gRPC offers
 // no such hook (its insecure credentials refuse a processor), so the Control service checks
 // the token in each handler (UNAUTHENTICATED) and an interceptor cancels calls to the other
@@ -53,8 +54,10 @@ std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> token_int
 // Client credentials (TLS with the CA, or plaintext).
 std::shared_ptr<grpc::ChannelCredentials> client_credentials(const ClientSecurity& sec);
 
-// The token this process's Rendezvous clients send (set once at start-up by zerod).
+// The token of this process (zerod serve --token-file): its Rendezvous clients send it and its
+// Rendezvous server requires it. Set once at start-up.
 void set_client_token(const std::string& token);
+std::string process_token();
 // Adds the process's token (if any) to a call's metadata.
 void add_auth_metadata(grpc::ClientContext& ctx);
 void add_auth_metadata(grpc::ClientContext& ctx, const std::string& token);

@@ -1,5 +1,6 @@
 // The node registry: Join, Heartbeat, Leave, failure, and the world's status.
 #include "engine/runtime/grpc/rendezvous_service.h"
+#include "engine/runtime/grpc/auth.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -132,6 +133,10 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -289,6 +294,7 @@ void RendezvousService::node_died(Node& node, const std::string& what, Effects& 
 grpc::ServerBidiReactor<v1::Beat, v1::WorldStatus>* RendezvousService::Heartbeat(
     grpc::CallbackServerContext* ctx) {
   auto* stream = new HeartbeatStream(this);
+  const grpc::Status denied = check_token(*ctx, process_token());
   // The node this stream beats for, from the call's metadata (beats confirm it).
   int node_rank = -1;
   std::string session;
@@ -302,7 +308,7 @@ grpc::ServerBidiReactor<v1::Beat, v1::WorldStatus>* RendezvousService::Heartbeat
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
     streams_.insert(stream);
-    if (formed_ && session == session_id_ && node_rank >= 0 && node_rank < nnodes_) {
+    if (denied.ok() && formed_ && session == session_id_ && node_rank >= 0 && node_rank < nnodes_) {
       Node& node = nodes_[static_cast<size_t>(node_rank)];
       if (node.state == v1::NODE_STATE_RUNNING && node.stream == nullptr) {
         stream->node_rank = node_rank;
@@ -310,7 +316,11 @@ grpc::ServerBidiReactor<v1::Beat, v1::WorldStatus>* RendezvousService::Heartbeat
       }
     }
   }
-  if (stopping) stream->finish(unavailable());
+  if (!denied.ok()) {
+    stream->finish(denied);
+  } else if (stopping) {
+    stream->finish(unavailable());
+  }
   return stream;
 }
 
@@ -391,6 +401,10 @@ grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* 
                                                    const v1::LeaveRequest* req,
                                                    v1::LeaveResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   grpc::Status status;
   {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "engine/runtime/grpc/auth.h"
 #include "engine/runtime/grpc/rendezvous_service.h"
 
 namespace zerod {
@@ -129,6 +130,10 @@ void RendezvousService::tick_store(Clock::time_point now, Effects& fx) {
 grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx,
                                                  const v1::SetRequest* req, v1::SetResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -150,6 +155,10 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx,
                                                  const v1::GetRequest* req, v1::GetResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -178,6 +187,10 @@ grpc::ServerUnaryReactor* RendezvousService::Check(grpc::CallbackServerContext* 
                                                    const v1::CheckRequest* req,
                                                    v1::CheckResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   grpc::Status st;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -197,6 +210,10 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
                                                   const v1::WaitRequest* req,
                                                   v1::WaitResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -225,6 +242,10 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx,
                                                  const v1::AddRequest* req, v1::AddResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,6 +270,10 @@ grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext
                                                      const v1::BarrierRequest* req,
                                                      v1::BarrierResponse*) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
+    reactor->Finish(denied);
+    return reactor;
+  }
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
