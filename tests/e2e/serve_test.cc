@@ -129,6 +129,50 @@ class Serve : public ::testing::Test {
   // from it, stop with a checkpoint. Jobs job-1 .. job-3.
   void lifecycle(const std::string& addr);
 
+  // grpc.reflection.v1alpha.ServerReflection: list_services, as a raw streaming call; the
+  // response bytes (which hold the service names).
+  static std::string reflection_list_services(const std::string& addr) {
+    auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+    grpc::GenericStub stub(channel);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 10s);
+    auto call = stub.PrepareCall(
+        &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+    auto step = [&](int tag) {
+      void* got = nullptr;
+      bool ok = false;
+      return cq.Next(&got, &ok) && ok && got == reinterpret_cast<void*>(static_cast<intptr_t>(tag));
+    };
+    std::string out;
+    call->StartCall(reinterpret_cast<void*>(1));
+    if (step(1)) {
+      grpc::Slice req(std::string("\x3a\x00", 2));  // field 7 (list_services) = ""
+      grpc::ByteBuffer buf(&req, 1);
+      call->Write(buf, reinterpret_cast<void*>(2));
+      if (step(2)) {
+        grpc::ByteBuffer resp;
+        call->Read(&resp, reinterpret_cast<void*>(3));
+        std::vector<grpc::Slice> slices;
+        if (step(3) && resp.Dump(&slices).ok()) {
+          for (const auto& sl : slices)
+            out.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+        }
+      }
+    }
+    ctx.TryCancel();
+    grpc::Status st;
+    call->Finish(&st, reinterpret_cast<void*>(4));
+    void* got;
+    bool ok;
+    while (cq.Next(&got, &ok) && got != reinterpret_cast<void*>(4)) {
+    }
+    cq.Shutdown();
+    while (cq.Next(&got, &ok)) {
+    }
+    return out;
+  }
+
   fs::path dir_;
   std::vector<std::unique_ptr<Process>> daemons_;
   int calls_ = 0;
@@ -279,6 +323,10 @@ TEST_F(Serve, BadJobsAndHealth) {
   const auto [status, bytes] = health_check(addr, "");
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // field 1 (status) = 1 (SERVING)
+  // Server reflection lists the services (what grpcurl asks first).
+  const std::string services = reflection_list_services(addr);
+  EXPECT_NE(services.find("zerod.v1.Control"), std::string::npos) << services;
+  EXPECT_NE(services.find("grpc.health.v1.Health"), std::string::npos) << services;
 }
 
 TEST_F(Serve, TokensAndAddresses) {
