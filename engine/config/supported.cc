@@ -33,12 +33,6 @@ const NotBuiltYet kNotBuiltYet[] = {
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");
      }},
-    {[](const JobConfig& c) { return c.tensorboard.enabled; },
-     [](const JobConfig&) {
-       return std::string(
-           "tensorboard.enabled: the TensorBoard monitor is not implemented yet in "
-           "zerod (csv_monitor is)");
-     }},
     {[](const JobConfig& c) { return c.comms_logger.enabled; },
      [](const JobConfig&) {
        return std::string(

@@ -326,6 +326,9 @@ TrainResult Trainer::run() {
   if (cfg_.csv_monitor.enabled && leader()) {
     csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor, global_step_);
   }
+  if (cfg_.tensorboard.enabled && leader() && !tb_) {
+    tb_ = std::make_unique<TensorBoardMonitor>(cfg_.tensorboard);
+  }
   if (options_.control) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
@@ -350,6 +353,7 @@ TrainResult Trainer::run() {
       if (cfg_.wall_clock_breakdown) log_breakdown();
     }
     if (csv_) csv_->write(m);
+    if (tb_) tb_->write(m, memory_.total());
     if (options_.on_step) options_.on_step(m);
     if (options_.control) {
       options_.control->on_step(ctx_.rank, m, {memory_.total(), memory_.snapshot().total_peak});
@@ -425,6 +429,7 @@ TrainResult Trainer::run() {
         result.seconds, static_cast<double>(result.tokens) / result.seconds, first.loss, last.loss,
         result.final_val_loss ? fmt::format(", val {:.4f}", *result.final_val_loss) : "");
     if (csv_) spdlog::info("metrics: {}", csv_->path());
+    if (tb_) spdlog::info("tensorboard events: {}", tb_->path());
   }
   return result;
 }

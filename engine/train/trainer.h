@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "engine/config/job_config.h"
 #include "engine/metrics/csv_monitor.h"
+#include "engine/metrics/tensorboard_monitor.h"
 #include "engine/runtime/rank_context.h"
 #include "engine/train/checkpointer.h"
 #include "engine/train/job_control.h"
@@ -89,8 +90,9 @@ class Trainer {
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;
-  std::unique_ptr<Checkpointer> ckpt_;  // when train.checkpoint_dir is set
-  int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
+  std::unique_ptr<TensorBoardMonitor> tb_;  // rank 0, with tensorboard.enabled
+  std::unique_ptr<Checkpointer> ckpt_;      // when train.checkpoint_dir is set
+  int64_t global_step_ = 0;                 // optimizer steps done (skipped ones included)
   // At every step boundary, collectively: what the ranks agree to do (signals and the
   // controller's commands, offered by rank 0).
   JobControl::Command control_point();
