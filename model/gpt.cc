@@ -127,6 +127,18 @@ Gpt::Gpt(const GptSpec& spec, Backend& backend, int B, int T, bool activation_ch
   d_c_ = act(BT * C);
 }
 
+int64_t Gpt::activation_bytes(const GptSpec& s, int B, int T, bool activation_checkpointing,
+                              size_t esz) {
+  // Mirrors the constructor: per block ln1, qkv (3C), atty, res2, ln2, fch (4C), fch_gelu (4C)
+  // and the statistics ln1/ln2 mean and rstd and lse (NH); then the residual stream (L + 1),
+  // proj_tmp, lnf, logits (Vp), dres, d_a (4C), d_b (3C), d_c and lnf mean/rstd and losses.
+  const int64_t BT = int64_t{B} * T, C = s.n_embd, NH = s.n_head, L = s.n_layer;
+  const int64_t e = static_cast<int64_t>(esz);
+  const int64_t block = BT * (15 * C * e + (4 + NH) * 4);
+  const int64_t blocks = activation_checkpointing ? 1 : L;
+  return blocks * block + BT * (((L + 1) * C + 11 * C + s.vp()) * e + 3 * 4);
+}
+
 void* Gpt::act(size_t elems) {
   buffers_.push_back(be_.allocate(elems * esz_, MemCategory::kActivations, tracker_));
   return buffers_.back().data();

@@ -30,6 +30,11 @@ struct OpTimes {
 
 class Gpt {
  public:
+  // The bytes the constructor allocates for activations (MemCategory::kActivations) for a
+  // micro-batch of B x T, compute elements of esz bytes (statistics are fp32).
+  static int64_t activation_bytes(const GptSpec& spec, int B, int T, bool activation_checkpointing,
+                                  size_t esz);
+
   Gpt(const GptSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
       MemoryTracker* tracker);
 

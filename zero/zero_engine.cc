@@ -232,19 +232,26 @@ ModelStateBytes ZeroEngine::measured_bytes() const {
   return b;
 }
 
+ModelStateBytes zero_formula_bytes(double psi, int world, int stage, int compute_bytes) {
+  const double n = world, e = compute_bytes;
+  ModelStateBytes b;
+  b.weights = static_cast<int64_t>(e * (stage >= 3 ? psi / n : psi));
+  b.gradients = static_cast<int64_t>(e * (stage >= 2 ? psi / n : psi));
+  const double opt_psi = stage >= 1 ? psi / n : psi;
+  b.master = compute_bytes == 4 ? 0 : static_cast<int64_t>(4 * opt_psi);
+  b.moments = static_cast<int64_t>(8 * opt_psi);
+  return b;
+}
+
 ModelStateBytes ZeroEngine::formula_bytes() const {
   // Psi: the parameters as laid out (units with their aligned tensors, vocabulary padded),
   // before padding units to a multiple of the world size.
   double psi = 0;
   for (int u = 0; u < layout_.num_units(); ++u) psi += static_cast<double>(layout_.unit(u).numel);
-  const double n = opt_.world_size, e = static_cast<double>(esz_);
-  const int st = opt_.stage;
-  ModelStateBytes b;
-  b.weights = static_cast<int64_t>(e * (st >= 3 ? psi / n : psi));
-  b.gradients = static_cast<int64_t>(e * (st >= 2 ? psi / n : psi));
-  const double opt_psi = st >= 1 ? psi / n : psi;
-  b.master = fp32_alias() ? 0 : static_cast<int64_t>(4 * opt_psi);
-  b.moments = static_cast<int64_t>(8 * opt_psi);
+  // (bf16/fp16 emulated in fp32 arrays store 4-byte weights but keep a separate master.)
+  ModelStateBytes b = zero_formula_bytes(psi, opt_.world_size, opt_.stage, static_cast<int>(esz_));
+  if (!fp32_alias() && esz_ == 4)
+    b.master = zero_formula_bytes(psi, opt_.world_size, opt_.stage, 2).master;
   return b;
 }
 

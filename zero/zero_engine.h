@@ -69,6 +69,12 @@ struct ModelStateBytes {
   int64_t states() const { return weights + gradients + master + moments; }
 };
 
+// The ZeRO formula (the paper's table): per-rank bytes of the model states of psi parameters at
+// `stage` on `world` ranks, with compute weights and gradients of compute_bytes each and fp32
+// master weights (none when the compute dtype is fp32: the weights are the master) and Adam
+// moments. Used for the start-of-run report and by the planner (engine/plan/).
+ModelStateBytes zero_formula_bytes(double psi, int world, int stage, int compute_bytes);
+
 class ZeroEngine : public ParamSource, public GradSink {
  public:
   ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOptions& options,

@@ -8,6 +8,7 @@
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/hf_gpt2.h"
+#include "engine/config/model_spec.h"
 #include "engine/data/eval_loader.h"
 #include "engine/data/loader.h"
 #include "engine/data/train_val.h"
@@ -27,17 +28,6 @@ struct Trainer::Data {
 };
 
 namespace {
-GptSpec spec_from(const ModelConfig& m) {
-  GptSpec s;
-  s.n_layer = m.n_layer;
-  s.n_head = m.n_head;
-  s.n_embd = m.n_embd;
-  s.vocab_size = m.vocab_size;
-  s.padded_vocab_size = m.padded_vocab_size;
-  s.seq_len = m.seq_len;
-  s.init_std = m.init_std;
-  return s;
-}
 
 std::string human_count(double x) {
   if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
@@ -57,7 +47,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
            ctx_.world_size);
   ZD_CHECK(ctx_.world_size == 1 || ctx_.comm != nullptr, "rank {} of {} has no communicator",
            ctx_.rank, ctx_.world_size);
-  const GptSpec spec = spec_from(cfg_.model);
+  const GptSpec spec = gpt_spec(cfg_.model);
   const int B = static_cast<int>(cfg_.micro_batch());
   const int T = cfg_.model.seq_len;
 

@@ -23,8 +23,9 @@ struct RunResult {
   std::string output;  // stdout + stderr
 };
 
-RunResult run(const std::string& args, const fs::path& cwd) {
-  const std::string zerod = std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
+RunResult run(const std::string& args, const fs::path& cwd,
+              const std::string& binary = std::string(ZEROD_BINARY_DIR) + "/engine/zerod") {
+  const std::string& zerod = binary;
   const std::string cmd =
       "cd '" + cwd.string() + "' && timeout 120 " + zerod + " " + args + " 2>&1";
   RunResult r;
@@ -174,6 +175,30 @@ TEST_F(Cli, HelpAndVersionExitZero) {
   const RunResult v = run("--version", dir_);
   EXPECT_EQ(v.code, 0);
   EXPECT_NE(v.output.find("0.1.0"), std::string::npos);
+}
+
+TEST_F(Cli, ZeroctlPlanRecommendsWhatFitsAndRefusesBadInput) {
+  const std::string zeroctl = std::string(ZEROD_BINARY_DIR) + "/tools/zeroctl/zeroctl";
+  RunResult r = run("plan --model gpt2 --world 2 --gpu-mem 80GiB", dir_, zeroctl);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("recommended: ZeRO-0 (DDP)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.124B parameters"), std::string::npos) << r.output;
+  // A job file: its shape, micro-batch, sequence and dtype.
+  write("job.json", job());
+  r = run("plan --model job.json --world 4 --gpu-mem 1GiB --offload none", dir_, zeroctl);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("micro-batch 4 x 16"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("offload"), std::string::npos) << r.output;  // none considered
+  // Nothing fits, or bad input: exit 2.
+  r = run("plan --model gpt2-xl --world 1 --gpu-mem 100MiB", dir_, zeroctl);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nothing fits"), std::string::npos) << r.output;
+  for (const char* bad : {"plan --model gpt5 --world 2", "plan --model gpt2 --gpu-mem lots",
+                          "plan --model gpt2 --world 0", "plan --model missing.json"}) {
+    r = run(bad, dir_, zeroctl);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

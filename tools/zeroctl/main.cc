@@ -7,6 +7,9 @@
 //     resume [--tag T]
 //     stop [--checkpoint]
 //     export CKPT_DIR [--tag T] --out model.safetensors [--dtype fp32|bf16] [--force]
+//     plan --model gpt2-1.5b|N_PARAMS|JOB.json --world N [--gpu-mem 80GiB] [--cpu-mem B]
+//          [--offload none|cpu|nvme] [--micro-batch B] [--seq T] [--dtype bf16|fp16|fp32]
+//          [--activation-checkpointing] [--ranks-per-node R]
 //
 // Exit codes: 0 ok, 1 internal error, 2 bad usage, bad input or a request the daemon rejected,
 // 3 the daemon cannot be reached, 4 unauthenticated.
@@ -18,6 +21,9 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/export.h"
+#include "engine/config/model_spec.h"
+#include "engine/config/parse.h"
+#include "engine/plan/planner.h"
 #ifdef ZEROD_HAVE_GRPC
 #include "tools/zeroctl/control_client.h"
 #endif
@@ -47,6 +53,97 @@ int run_export(const ExportFlags& f) {
       static_cast<long long>(r.parameters), f.out.c_str(), f.dtype.c_str(),
       static_cast<double>(r.file.bytes) / 1e6, r.file.crc32c, secs,
       static_cast<double>(r.file.bytes) / 1e6 / std::max(secs, 1e-9));
+  return 0;
+}
+
+struct PlanFlags {
+  std::string model;
+  int world = 1, micro_batch = 1, seq = 1024, ranks_per_node = 8;
+  std::string gpu_mem, cpu_mem, offload, dtype = "bf16";
+  bool act_ckpt = false;
+};
+
+int run_plan(const PlanFlags& f, CLI::App& cmd) {
+  zerod::PlanRequest r;
+  r.world = f.world;
+  r.micro_batch = f.micro_batch;
+  r.seq = f.seq;
+  r.activation_checkpointing = f.act_ckpt;
+  r.ranks_per_node = std::min(f.ranks_per_node, f.world);
+  r.offload = f.offload;
+  r.compute_bytes = f.dtype == "fp32" ? 4 : 2;
+  if (!f.gpu_mem.empty()) r.device_bytes = zerod::parse_bytes(f.gpu_mem, "--gpu-mem");
+  if (!f.cpu_mem.empty()) r.host_bytes = zerod::parse_bytes(f.cpu_mem, "--cpu-mem");
+  std::string source = f.model;
+  if (auto preset = zerod::gpt2_preset(f.model)) {
+    r.spec = *preset;
+    r.spec->seq_len = std::max(r.spec->seq_len, f.seq);
+  } else if (f.model.size() > 5 && f.model.substr(f.model.size() - 5) == ".json") {
+    zerod::ParsedJob job = zerod::load_job_file(f.model);
+    zerod::resolve_job(job.config, f.world);
+    const zerod::JobConfig& c = job.config;
+    r.spec = zerod::gpt_spec(c.model);
+    if (!cmd.get_option("--micro-batch")->count())
+      r.micro_batch = static_cast<int>(c.micro_batch());
+    if (!cmd.get_option("--seq")->count()) r.seq = c.model.seq_len;
+    if (!cmd.get_option("--dtype")->count())
+      r.compute_bytes = c.compute_dtype() == zerod::DType::kF32 ? 4 : 2;
+    if (!cmd.get_option("--activation-checkpointing")->count())
+      r.activation_checkpointing = c.model.activation_checkpointing;
+  } else {
+    char* end = nullptr;
+    const double n = std::strtod(f.model.c_str(), &end);
+    double mult = 1;
+    if (end && (*end == 'B' || *end == 'b'))
+      mult = 1e9, ++end;
+    else if (end && (*end == 'M' || *end == 'm'))
+      mult = 1e6, ++end;
+    if (end == f.model.c_str() || *end != '\0' || !(n > 0)) {
+      ZD_THROW_INPUT(
+          "--model {}: expected gpt2, gpt2-medium, gpt2-large, gpt2-xl (gpt2-1.5b), a "
+          "parameter count (1.5e9, 1.5B, 350M) or a job file (.json)",
+          f.model);
+    }
+    r.params = static_cast<int64_t>(n * mult);
+    source = fmt::format("{} parameters (no shape: activations not counted)", r.params);
+  }
+  const zerod::Plan plan = zerod::make_plan(r);
+  std::printf(
+      "model %s: %.3fB parameters (%.3fB as laid out), world %d, %s, micro-batch %d x %d%s\n",
+      source.c_str(), static_cast<double>(plan.parameters) / 1e9,
+      static_cast<double>(plan.padded_parameters) / 1e9, f.world,
+      r.compute_bytes == 4 ? "fp32" : "16-bit weights + fp32 master and Adam", r.micro_batch, r.seq,
+      r.activation_checkpointing ? ", activation checkpointing" : "");
+  std::printf("per rank: device %s, host %s per node (%d ranks)\n\n",
+              f.gpu_mem.empty() ? "unlimited" : f.gpu_mem.c_str(),
+              f.cpu_mem.empty() ? "unchecked" : f.cpu_mem.c_str(), r.ranks_per_node);
+  std::printf("  %-44s %11s %11s %11s %11s %11s %11s  %s\n", "choice", "weights", "grads",
+              "optimizer", "activations", "device", "host/disk", "fits");
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    const zerod::PlanRow& row = plan.rows[i];
+    std::printf(
+        "%s %-44s %11s %11s %11s %11s %11s %11s  %s\n",
+        static_cast<int>(i) == plan.recommended ? "*" : " ", row.name.c_str(),
+        zerod::format_bytes(row.weights).c_str(), zerod::format_bytes(row.gradients).c_str(),
+        zerod::format_bytes(row.optimizer).c_str(),
+        zerod::format_bytes(row.activations + row.buffers).c_str(),
+        zerod::format_bytes(row.device).c_str(), zerod::format_bytes(row.host + row.disk).c_str(),
+        row.fits ? "yes" : ("no: " + row.why).c_str());
+  }
+  if (plan.recommended < 0) {
+    std::printf(
+        "\nnothing fits: more ranks, activation checkpointing, a smaller micro-batch, or "
+        "offload to NVMe\n");
+    return 2;
+  }
+  const zerod::PlanRow& best = plan.rows[static_cast<size_t>(plan.recommended)];
+  std::printf("\nrecommended: %s (the fastest choice that fits)\n", best.name.c_str());
+  std::printf("  \"zero_optimization\": {\"stage\": %d", best.stage);
+  if (best.offload_optimizer != "none")
+    std::printf(", \"offload_optimizer\": {\"device\": \"%s\"}", best.offload_optimizer.c_str());
+  if (best.offload_param != "none")
+    std::printf(", \"offload_param\": {\"device\": \"%s\"}", best.offload_param.c_str());
+  std::printf("}\n");
   return 0;
 }
 
@@ -97,6 +194,32 @@ int main(int argc, char** argv) {
   auto* stop = app.add_subcommand("stop", "Stop the running job at its next step boundary");
   stop->add_flag("--checkpoint", stop_checkpoint, "save a checkpoint first");
 
+  PlanFlags pf;
+  auto* plan = app.add_subcommand(
+      "plan", "Per-rank memory of each ZeRO stage and offload choice, and the fastest that fits");
+  plan->add_option("--model", pf.model,
+                   "gpt2, gpt2-medium, gpt2-large, gpt2-xl/gpt2-1.5b, a "
+                   "parameter count (1.5B, 350M) or a job file")
+      ->required();
+  plan->add_option("--world", pf.world, "ranks")->check(CLI::PositiveNumber)->capture_default_str();
+  plan->add_option("--gpu-mem", pf.gpu_mem, "device memory per rank (80GiB)");
+  plan->add_option("--cpu-mem", pf.cpu_mem, "host memory per node");
+  plan->add_option("--offload", pf.offload, "consider only: none, cpu or nvme")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  plan->add_option("--micro-batch", pf.micro_batch, "sequences per rank")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  plan->add_option("--seq", pf.seq, "tokens per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  plan->add_option("--dtype", pf.dtype, "compute dtype")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  plan->add_flag("--activation-checkpointing", pf.act_ckpt, "keep only block inputs");
+  plan->add_option("--ranks-per-node", pf.ranks_per_node, "ranks sharing a node's host memory")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
   ExportFlags ef;
   auto* exp = app.add_subcommand(
       "export",
@@ -117,6 +240,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*exp) return run_export(ef);
+    if (*plan) return run_plan(pf, *plan);
 #ifdef ZEROD_HAVE_GRPC
     if (*submit) return zeroctl::submit(conn, job_path, submit_resume);
     if (*status) return zeroctl::status(conn, watch, json);

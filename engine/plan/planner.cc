@@ -1,0 +1,168 @@
+#include "engine/plan/planner.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model/layout.h"
+#include "zero/partition.h"
+#include "zero/zero_engine.h"
+
+namespace zerod {
+
+std::optional<GptSpec> gpt2_preset(const std::string& name) {
+  auto make = [](int l, int h, int c) {
+    GptSpec s;
+    s.n_layer = l;
+    s.n_head = h;
+    s.n_embd = c;
+    return s;
+  };
+  if (name == "gpt2" || name == "gpt2-124m") return make(12, 12, 768);
+  if (name == "gpt2-medium" || name == "gpt2-350m") return make(24, 16, 1024);
+  if (name == "gpt2-large" || name == "gpt2-774m") return make(36, 20, 1280);
+  if (name == "gpt2-xl" || name == "gpt2-1.5b") return make(48, 25, 1600);
+  return std::nullopt;
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& flag) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  std::string unit = end ? std::string(end) : "";
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = -1;
+  if (unit.empty() || unit == "b") mult = 1;
+  if (unit == "kb") mult = 1e3;
+  if (unit == "mb") mult = 1e6;
+  if (unit == "gb") mult = 1e9;
+  if (unit == "tb") mult = 1e12;
+  if (unit == "kib" || unit == "k") mult = 1024.0;
+  if (unit == "mib" || unit == "m") mult = 1024.0 * 1024;
+  if (unit == "gib" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  if (unit == "tib" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  if (end == text.c_str() || mult < 0 || !(v > 0)) {
+    ZD_THROW_INPUT("{} {}: expected a size such as 80GiB, 512MiB or 1.5TB", flag, text);
+  }
+  return static_cast<int64_t>(v * mult);
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt::format("{:.1f} MiB", b / (1024.0 * 1024));
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+Plan make_plan(const PlanRequest& r) {
+  ZD_CHECK_INPUT(r.world >= 1, "--world {}: must be at least 1", r.world);
+  ZD_CHECK_INPUT(r.compute_bytes == 2 || r.compute_bytes == 4, "compute element size {}",
+                 r.compute_bytes);
+  Plan plan;
+  double psi = static_cast<double>(r.params);
+  int64_t largest_unit = 0, activations = 0;
+  if (r.spec) {
+    const ParamLayout layout(*r.spec);
+    psi = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      psi += static_cast<double>(layout.unit(u).numel);
+      largest_unit = std::max(largest_unit, layout.unit(u).numel);
+    }
+    plan.parameters = r.spec->num_parameters();
+    activations =
+        Gpt::activation_bytes(*r.spec, r.micro_batch, std::min(r.seq, r.spec->seq_len),
+                              r.activation_checkpointing, static_cast<size_t>(r.compute_bytes));
+  } else {
+    ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
+    plan.parameters = r.params;
+    largest_unit = static_cast<int64_t>(psi / 12);  // a guess: a tied embedding or one block
+  }
+  plan.padded_parameters = static_cast<int64_t>(psi);
+  const double n = r.world, e = r.compute_bytes;
+
+  struct Choice {
+    int stage;
+    const char* opt;
+    const char* param;
+  };
+  const Choice choices[] = {{0, "none", "none"}, {1, "none", "none"}, {2, "none", "none"},
+                            {3, "none", "none"}, {2, "cpu", "none"},  {3, "cpu", "none"},
+                            {3, "cpu", "cpu"},   {3, "nvme", "none"}, {3, "nvme", "nvme"}};
+  for (const Choice& c : choices) {
+    const std::string off = c.opt;
+    if (!r.offload.empty() && r.offload != "all") {
+      if (r.offload == "none" && off != "none") continue;
+      if ((r.offload == "cpu" || r.offload == "nvme") && off != "none" && off != r.offload)
+        continue;
+    }
+    if (r.world == 1 && c.stage > 0 && off == "none") continue;  // the same as stage 0
+    PlanRow row;
+    row.stage = c.stage;
+    row.offload_optimizer = c.opt;
+    row.offload_param = c.param;
+    const ModelStateBytes ms = zero_formula_bytes(psi, r.world, c.stage, r.compute_bytes);
+    row.weights = ms.weights;
+    row.gradients = ms.gradients;
+    row.activations = activations;
+    // Stage 3 gathers each unit before use: the unit in use and the one prefetched.
+    row.buffers = c.stage == 3 ? static_cast<int64_t>(2 * largest_unit * e) : 0;
+    const double opt_psi = c.stage >= 1 ? psi / n : psi;
+    if (off == "none") {
+      row.optimizer = ms.master + ms.moments;
+    } else {
+      // Offloaded: fp32 master and moments (and an fp32 copy of the gradient shard for the
+      // optimizer) live on the host, or on disk with the host holding staging buffers.
+      const int64_t states = static_cast<int64_t>(12 * opt_psi);
+      const int64_t grads32 = static_cast<int64_t>(4 * opt_psi);
+      if (off == "cpu") {
+        row.host += states + grads32;
+      } else {
+        row.disk += states;
+        // Staging: two units of master and moments in flight (double-buffered).
+        row.host += grads32 + static_cast<int64_t>(std::min(opt_psi, 2.0 * largest_unit) * 12);
+      }
+      if (std::string(c.param) != "none") {
+        // Parameters too: the device keeps only the gathered working set.
+        if (std::string(c.param) == "cpu")
+          row.host += row.weights;
+        else
+          row.disk += row.weights;
+        row.weights = 0;
+      }
+    }
+    row.device = row.weights + row.gradients + row.optimizer + row.activations + row.buffers;
+    row.name = c.stage == 0 ? (r.world == 1 ? "single rank (no ZeRO)" : "ZeRO-0 (DDP)")
+                            : fmt::format("ZeRO-{}", c.stage);
+    if (off != "none") {
+      row.name += fmt::format(" + optimizer on {}", off);
+      if (std::string(c.param) != "none") row.name += fmt::format(" + params on {}", c.param);
+    }
+    std::vector<std::string> why;
+    if (r.device_bytes > 0 && row.device > r.device_bytes) {
+      why.push_back(fmt::format("device needs {} of {}", format_bytes(row.device),
+                                format_bytes(r.device_bytes)));
+    }
+    const int64_t host_node = row.host * std::max(1, r.ranks_per_node);
+    if (r.host_bytes > 0 && host_node > r.host_bytes) {
+      why.push_back(fmt::format("host needs {} per node of {}", format_bytes(host_node),
+                                format_bytes(r.host_bytes)));
+    }
+    row.fits = why.empty();
+    row.why = fmt::format("{}", fmt::join(why, "; "));
+    plan.rows.push_back(row);
+  }
+  for (size_t i = 0; i < plan.rows.size(); ++i) {
+    if (plan.rows[i].fits) {
+      plan.recommended = static_cast<int>(i);
+      break;
+    }
+  }
+  return plan;
+}
+
+}  // namespace zerod

@@ -1,0 +1,58 @@
+// The memory planner behind `zeroctl plan`: per-rank device, host and disk bytes of a GPT
+// training job for each ZeRO stage and offload choice, which of them fit, and the fastest
+// that does. Model states come from the ZeRO formulas over the parameters as zerod lays them
+// out (zero_formula_bytes), activations from the model's own allocation formula
+// (Gpt::activation_bytes), so the figures are what zerod's memory accounting measures.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/spec.h"
+
+namespace zerod {
+
+struct PlanRequest {
+  std::optional<GptSpec> spec;  // the shape; without it only model states (from `params`)
+  int64_t params = 0;           // when spec is not given
+  int world = 1;
+  int micro_batch = 1;    // sequences per rank per forward/backward
+  int seq = 1024;         // tokens per sequence (spec->seq_len by default)
+  int compute_bytes = 2;  // 2: bf16/fp16 weights and gradients, 4: fp32
+  bool activation_checkpointing = false;
+  int64_t device_bytes = 0;  // per rank; 0: no limit checked
+  int64_t host_bytes = 0;    // per node (all its ranks); 0: not checked
+  int ranks_per_node = 1;    // to charge host bytes per node
+  std::string offload;       // "" (all choices), "none", "cpu" or "nvme": which to consider
+};
+
+struct PlanRow {
+  std::string name;  // "ZeRO-2 + optimizer on cpu"
+  int stage = 0;
+  std::string offload_optimizer = "none", offload_param = "none";
+  // per rank
+  int64_t weights = 0, gradients = 0, optimizer = 0;  // model states on the device
+  int64_t activations = 0, buffers = 0;               // working memory on the device
+  int64_t device = 0, host = 0, disk = 0;             // totals
+  bool fits = true;
+  std::string why;  // when it does not fit
+};
+
+struct Plan {
+  int64_t parameters = 0;         // real parameters
+  int64_t padded_parameters = 0;  // as laid out (aligned tensors, padded vocabulary)
+  std::vector<PlanRow> rows;      // fastest first
+  int recommended = -1;           // index into rows; -1: nothing fits
+};
+
+Plan make_plan(const PlanRequest& r);
+
+// "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (= "gpt2-1.5b"): the GPT-2 family's shapes.
+std::optional<GptSpec> gpt2_preset(const std::string& name);
+// "80GiB", "512MiB", "1.5TB", "1000000": bytes (InputError naming `flag` otherwise).
+int64_t parse_bytes(const std::string& text, const std::string& flag);
+std::string format_bytes(int64_t bytes);  // "1.50 GiB"
+
+}  // namespace zerod
