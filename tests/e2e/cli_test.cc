@@ -154,7 +154,7 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
       {"missing data", "train j.json", "j.json", job("data/none_*.bin"), "data/none_*.bin"},
       {"bad shard", "train j.json", "j.json", job("data/bad_train_*.bin"), "bad_train_000000.bin"},
       {"not built yet", "check j.json", "j.json",
-       job("data/t_train_*.bin", R"(, "tensorboard": {"enabled": true})"), "not implemented yet"},
+       job("data/t_train_*.bin", R"(, "comms_logger": {"enabled": true})"), "not implemented yet"},
       {"unknown command", "frobnicate", "", "", "frobnicate"},
       {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
       {"unknown flag", "train --bogus", "", "", "bogus"},
