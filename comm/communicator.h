@@ -22,6 +22,8 @@
 
 namespace zerod {
 
+class CollectiveLog;
+
 enum class CommType : uint8_t { kF32, kF64, kI32, kI64, kU8 };
 enum class ReduceOp : uint8_t { kSum, kMax };
 
@@ -50,6 +52,9 @@ class Communicator {
   // Collectives issued so far (the sequence number of the last one).
   virtual int64_t sequence() const = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
+  // What this communicator did: totals per operation and its recent collectives (null: a
+  // backend that keeps none, e.g. the world of one).
+  virtual const CollectiveLog* collective_log() const { return nullptr; }
 
   // data (count) = op over ranks of data (count); in place.
   virtual WorkPtr all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) = 0;

@@ -52,8 +52,15 @@ std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64
       append(
           fmt::format("rank {} is dead ({})", r, p.reason.empty() ? "no reason given" : p.reason));
     } else if (p.started < seq) {
-      append(fmt::format("rank {} had not arrived (last started #{}, completed #{})", r, p.started,
-                         p.completed));
+      if (p.started == 0) {
+        append(fmt::format("rank {} had not started any collective and did not join #{}", r, seq));
+      } else if (p.completed >= p.started) {
+        append(fmt::format("rank {} finished collective #{} but did not join #{}", r, p.completed,
+                           seq));
+      } else {
+        append(fmt::format("rank {} is still in collective #{} (finished #{}) and did not join #{}",
+                           r, p.started, p.completed, seq));
+      }
     }
   }
   return out;

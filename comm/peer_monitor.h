@@ -45,7 +45,7 @@ class LocalPeerMonitor : public PeerMonitor {
   std::vector<RankProgress> ranks_;
 };
 
-// "rank 3 had not arrived (last started #180, completed #180); rank 5 is dead (killed)" for the
+// "rank 3 finished collective #180 but did not join #181; rank 5 is dead (killed)" for the
 // ranks other than `self` that have not started collective `seq` or are dead; "" when every
 // other rank is alive and has started it.
 std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self);

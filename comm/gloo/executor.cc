@@ -67,7 +67,8 @@ Executor::Executor(std::shared_ptr<gloo::Context> context, std::chrono::millisec
       rank_(context_->rank),
       size_(context_->size),
       timeout_(timeout),
-      monitor_(std::move(monitor)) {}
+      monitor_(std::move(monitor)),
+      log_(size_) {}
 
 Executor::~Executor() {
   shutdown();
@@ -78,7 +79,7 @@ int64_t Executor::sequence() const {
   return seq_;
 }
 
-WorkPtr Executor::submit(const char* op, const std::string& detail,
+WorkPtr Executor::submit(const char* op, const std::string& detail, int64_t bytes,
                          std::function<void(Link&)> run) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty()) {
@@ -88,6 +89,7 @@ WorkPtr Executor::submit(const char* op, const std::string& detail,
   }
   ZD_CHECK(!stopping_, "{} issued while the communicator is being destroyed", op);
   const int64_t seq = ++seq_;
+  log_.issued(seq, op, detail, bytes);
   auto work = std::make_shared<GlooWork>(seq, weak_from_this());
   const auto signature = static_cast<uint16_t>(std::hash<std::string>{}(op + ("|" + detail)));
   queue_.push_back(
@@ -170,6 +172,7 @@ void Executor::execute(Task& task) {
   std::optional<Error> error;
   try {
     if (monitor_) monitor_->on_start(rank_, task.seq);
+    log_.started(task.seq);
     Link link(*context_, task.seq, task.signature, start + timeout_);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -185,6 +188,7 @@ void Executor::execute(Task& task) {
     } forget{this};
     task.run(link);
     if (monitor_) monitor_->on_complete(rank_, task.seq);
+    log_.ended(task.seq, true);
   } catch (const std::exception& e) {
     error = failure(task, e, start);
   }
@@ -199,7 +203,10 @@ void Executor::execute(Task& task) {
     } catch (const std::exception& e) {
       spdlog::warn("closing the connections of rank {} failed: {}", rank_, e.what());
     }
-    spdlog::warn("{}", error->what());
+    log_.ended(task.seq, false);
+    // The flight recorder: what this rank did last, for reading the ranks' logs side by side.
+    spdlog::warn("{}\n  last collectives of rank {}:{}", error->what(), rank_,
+                 log_.describe_recent(8));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/collective_log.h"
 #include "comm/communicator.h"
 #include "comm/gloo/link.h"
 #include "comm/peer_monitor.h"
@@ -47,7 +48,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Numbers the collective and queues it. `op` and `detail` name it in errors ("all_reduce",
   // "1001 x f32, sum") and, hashed, keep mismatched collectives of different ranks apart.
   // Throws Error(kPeerLost) at once when an earlier collective failed.
-  WorkPtr submit(const char* op, const std::string& detail, std::function<void(Link&)> run);
+  // `bytes`: the operation's size for the collective log (collective_log.h).
+  WorkPtr submit(const char* op, const std::string& detail, int64_t bytes,
+                 std::function<void(Link&)> run);
+  const CollectiveLog& log() const { return log_; }
 
   int64_t sequence() const;
   // Idempotent; after it, submit() throws and queued works have failed.
@@ -86,6 +90,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   Link* current_ = nullptr;  // its Link, once it has one
   bool stopping_ = false;
   std::string broken_;  // the first failure; non-empty: submissions throw
+  CollectiveLog log_;
   std::thread thread_;
 };
 

@@ -91,6 +91,7 @@ class GlooCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "gloo"; }
   int64_t sequence() const override { return executor_->sequence(); }
+  const CollectiveLog* collective_log() const override { return &executor_->log(); }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   WorkPtr all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) override;
@@ -136,7 +137,7 @@ WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType t
   const auto n = static_cast<size_t>(count);
   return executor_->submit(
       "all_reduce", fmt::format("{} x {}, {}", count, comm_type_name(type), reduce_op_name(op)),
-      [this, data, n, type, op](Link& link) {
+      count * static_cast<int64_t>(comm_type_size(type)), [this, data, n, type, op](Link& link) {
         switch (choose(n * comm_type_size(type), direct_all_reduce_max(size_))) {
           case GlooAlgorithm::kDirect:
             gloo_backend::direct_all_reduce(link, scratch_, data, n, type, op);
@@ -159,6 +160,7 @@ WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int
   return executor_->submit(
       "reduce_scatter",
       fmt::format("{} x {} per rank, {}", count, comm_type_name(type), reduce_op_name(op)),
+      count * size_ * static_cast<int64_t>(comm_type_size(type)),
       [this, send, recv, n, type, op](Link& link) {
         const size_t elem = comm_type_size(type);
         switch (choose(n * elem, direct_scatter_gather_max(size_))) {
@@ -185,21 +187,21 @@ WorkPtr GlooCommunicator::all_gather_async(const void* send, void* recv, int64_t
                                            CommType type) {
   check_args("all_gather", send, recv, count, type, size_);
   const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
-  return executor_->submit("all_gather",
-                           fmt::format("{} x {} per rank", count, comm_type_name(type)),
-                           [this, send, recv, bytes](Link& link) {
-                             switch (choose(bytes, direct_scatter_gather_max(size_))) {
-                               case GlooAlgorithm::kDirect:
-                                 gloo_backend::direct_all_gather(link, send, recv, bytes);
-                                 break;
-                               case GlooAlgorithm::kGloo:
-                                 gloo_backend::gloo_all_gather(context_, send, recv, bytes,
-                                                               link.tag(), link.remaining());
-                                 break;
-                               default:
-                                 gloo_backend::ring_all_gather(link, send, recv, bytes, tuning_);
-                             }
-                           });
+  return executor_->submit(
+      "all_gather", fmt::format("{} x {} per rank", count, comm_type_name(type)),
+      static_cast<int64_t>(bytes) * size_, [this, send, recv, bytes](Link& link) {
+        switch (choose(bytes, direct_scatter_gather_max(size_))) {
+          case GlooAlgorithm::kDirect:
+            gloo_backend::direct_all_gather(link, send, recv, bytes);
+            break;
+          case GlooAlgorithm::kGloo:
+            gloo_backend::gloo_all_gather(context_, send, recv, bytes, link.tag(),
+                                          link.remaining());
+            break;
+          default:
+            gloo_backend::ring_all_gather(link, send, recv, bytes, tuning_);
+        }
+      });
 }
 
 WorkPtr GlooCommunicator::broadcast_async(void* data, int64_t count, CommType type, int root) {
@@ -209,13 +211,13 @@ WorkPtr GlooCommunicator::broadcast_async(void* data, int64_t count, CommType ty
   const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
   return executor_->submit("broadcast",
                            fmt::format("{} x {}, root {}", count, comm_type_name(type), root),
-                           [this, data, bytes, root](Link& link) {
+                           static_cast<int64_t>(bytes), [this, data, bytes, root](Link& link) {
                              gloo_backend::tree_broadcast(link, data, bytes, root, tuning_);
                            });
 }
 
 WorkPtr GlooCommunicator::barrier_async() {
-  return executor_->submit("barrier", fmt::format("{} ranks", size_),
+  return executor_->submit("barrier", fmt::format("{} ranks", size_), 0,
                            [](Link& link) { gloo_backend::barrier(link); });
 }
 

@@ -33,12 +33,6 @@ const NotBuiltYet kNotBuiltYet[] = {
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");
      }},
-    {[](const JobConfig& c) { return c.comms_logger.enabled; },
-     [](const JobConfig&) {
-       return std::string(
-           "comms_logger.enabled: the communication logger is not implemented yet "
-           "in zerod");
-     }},
     {[](const JobConfig& c) { return c.activation_checkpointing.partition_activations; },
      [](const JobConfig&) {
        return std::string(

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "comm/collective_log.h"
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -291,6 +292,16 @@ SaveReport Trainer::save_checkpoint(const std::string& tag) {
   return r;
 }
 
+void Trainer::log_comms() const {
+  const CommsLoggerConfig& c = cfg_.comms_logger;
+  if (!c.enabled || !leader() || ctx_.comm == nullptr || ctx_.comm->collective_log() == nullptr) {
+    return;
+  }
+  const std::vector<std::string> only = c.prof_all ? std::vector<std::string>{} : c.prof_ops;
+  spdlog::info("communication of rank 0 so far (comms_logger):{}",
+               ctx_.comm->collective_log()->describe_totals(only));
+}
+
 // Every rank learns whether any rank was asked to stop, so all stop at the same step.
 JobControl::Command Trainer::control_point() {
   JobControl::Command c;
@@ -341,6 +352,7 @@ TrainResult Trainer::run() {
         (step % print_every == 0 || step == result.first_step || step == steps || m.val_loss)) {
       log_step(m);
       if (cfg_.wall_clock_breakdown) log_breakdown();
+      if (cfg_.comms_logger.verbose) log_comms();
     }
     if (csv_) csv_->write(m);
     if (tb_) tb_->write(m, memory_.total());
@@ -420,6 +432,7 @@ TrainResult Trainer::run() {
         result.final_val_loss ? fmt::format(", val {:.4f}", *result.final_val_loss) : "");
     if (csv_) spdlog::info("metrics: {}", csv_->path());
     if (tb_) spdlog::info("tensorboard events: {}", tb_->path());
+    log_comms();
   }
   return result;
 }

@@ -154,7 +154,7 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
       {"missing data", "train j.json", "j.json", job("data/none_*.bin"), "data/none_*.bin"},
       {"bad shard", "train j.json", "j.json", job("data/bad_train_*.bin"), "bad_train_000000.bin"},
       {"not built yet", "check j.json", "j.json",
-       job("data/t_train_*.bin", R"(, "comms_logger": {"enabled": true})"), "not implemented yet"},
+       job("data/t_train_*.bin", R"(, "aio": {"use_gds": true})"), "not implemented yet"},
       {"unknown command", "frobnicate", "", "", "frobnicate"},
       {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
       {"unknown flag", "train --bogus", "", "", "bogus"},
@@ -199,6 +199,18 @@ TEST_F(Cli, ZeroctlPlanRecommendsWhatFitsAndRefusesBadInput) {
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
   }
+}
+
+TEST_F(Cli, CommsLoggerReportsCollectivesPerKind) {
+  write("job.json", job("data/t_train_*.bin", R"(, "comms_logger": {"enabled": true},
+      "zero_optimization": {"stage": 2})"));
+  const RunResult r = run("train job.json --nproc-per-node 2", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("(comms_logger)"), std::string::npos) << r.output;
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    EXPECT_NE(r.output.find(std::string("  ") + op), std::string::npos) << op << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("busbw"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <future>
 
+#include "comm/collective_log.h"
 #include "tests/unit/comm/comm_test_util.h"
 
 namespace zerod::test {
@@ -82,8 +83,23 @@ TEST(GlooFailure, RankThatNeverJoinsACollectiveIsNamed) {
     EXPECT_TRUE(contains(msg, "all_reduce #2 (1001 x f32, sum)")) << msg;
     EXPECT_TRUE(contains(msg, fmt::format("rank {} of 3", r))) << msg;
     EXPECT_TRUE(contains(msg, "timeout 600 ms")) << msg;
-    EXPECT_TRUE(contains(msg, "rank 2 had not arrived (last started #1, completed #1)")) << msg;
-    EXPECT_FALSE(contains(msg, fmt::format("rank {} had not arrived", 1 - r))) << msg;
+    EXPECT_TRUE(contains(msg, "rank 2 finished collective #1 but did not join #2")) << msg;
+    EXPECT_FALSE(contains(msg, fmt::format("rank {} finished", 1 - r))) << msg;
+    // The flight recorder: #1 finished, #2 failed, with its size.
+    const std::vector<CollectiveRecord> rec = c.collective_log()->recent();
+    EXPECT_EQ(rec.size(), 2u);
+    if (rec.size() == 2) {
+      EXPECT_EQ(rec[0].seq, 1);
+      EXPECT_FALSE(rec[0].failed);
+      EXPECT_GE(rec[0].ended, rec[0].started);
+      EXPECT_EQ(rec[1].seq, 2);
+      EXPECT_EQ(rec[1].op, "all_reduce");
+      EXPECT_EQ(rec[1].bytes, 1001 * 4);
+      EXPECT_TRUE(rec[1].failed);
+    }
+    const std::string recent = c.collective_log()->describe_recent(8);
+    EXPECT_TRUE(contains(recent, "#2 all_reduce (1001 x f32, sum, 4.0 KB)")) << recent;
+    EXPECT_TRUE(contains(recent, "failed at")) << recent;
 
     // Broken now: later calls throw at once, and say why.
     const auto t1 = Clock::now();
@@ -117,7 +133,7 @@ TEST(GlooFailure, TimeoutErrorNamesGlooReasonAndMissingRank) {
     EXPECT_TRUE(contains(msg, "all_reduce #1 (100000 x i64, max) failed on rank 0 of 2")) << msg;
     EXPECT_TRUE(contains(msg, "rank 1 failed: [unbound_buffer.cc")) << msg;
     EXPECT_TRUE(contains(msg, "Timed out")) << msg;
-    EXPECT_TRUE(contains(msg, "rank 1 had not arrived (last started #0, completed #0)")) << msg;
+    EXPECT_TRUE(contains(msg, "rank 1 had not started any collective and did not join #1")) << msg;
   });
 }
 
@@ -147,7 +163,7 @@ TEST(GlooFailure, PeerWhoseCommunicatorIsDestroyedFailsTheOthersFast) {
       if (marked) {
         EXPECT_TRUE(contains(msg, "rank 1 is dead (rank thread failed: boom)")) << msg;
       } else {
-        EXPECT_TRUE(contains(msg, "rank 1 had not arrived (last started #3, completed #3)")) << msg;
+        EXPECT_TRUE(contains(msg, "rank 1 finished collective #3 but did not join #4")) << msg;
       }
     });
   }

@@ -36,7 +36,7 @@ TEST(PeerMonitor, DescribesRanksThatHadNotArrivedOrAreDead) {
   ranks[3] = {182, 182, false, "rank thread failed: out of memory"};
   ranks[4] = {183, 182, true, ""};  // ahead
   EXPECT_EQ(describe_missing_ranks(ranks, 182, 0),
-            "rank 1 had not arrived (last started #181, completed #181); "
+            "rank 1 finished collective #181 but did not join #182; "
             "rank 3 is dead (rank thread failed: out of memory)");
   // Self is never listed, even when behind.
   EXPECT_EQ(describe_missing_ranks(ranks, 182, 1),

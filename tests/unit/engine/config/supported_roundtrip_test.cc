@@ -37,7 +37,6 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
       {{{"zero_optimization",
          {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
        "zero_optimization.offload_param.device: offload to \"nvme\""},
-      {{{"comms_logger", {{"enabled", true}}}}, "comms_logger.enabled:"},
       {{{"activation_checkpointing", {{"partition_activations", true}}}},
        "activation_checkpointing.partition_activations:"},
       {{{"activation_checkpointing", {{"cpu_checkpointing", true}}}},
@@ -52,12 +51,13 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
       EXPECT_NE(p.find("is not implemented yet in zerod"), std::string::npos) << p;
     }
   }
-  // Checkpointing, fine-tuning from a model file and TensorBoard are built.
+  // Checkpointing, fine-tuning from a model file, TensorBoard and comms_logger are built.
   EXPECT_TRUE(
       unsupported(
           parse(
               job_with({{"model", {{"init_from", "w.safetensors"}}},
                         {"tensorboard", {{"enabled", true}}},
+                        {"comms_logger", {{"enabled", true}}},
                         {"checkpoint", {{"async", true}}},
                         {"train", {{"steps", 5}, {"save_interval", 2}, {"checkpoint_dir", "ck"}}}}))
               .config)
@@ -71,9 +71,9 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
 }
 
 TEST(CheckSupported, CollectsEveryUnbuiltOption) {
-  const ParsedJob job = parse(job_with({{"comms_logger", {{"enabled", true}}},
-                                        {"activation_checkpointing", {{"cpu_checkpointing", true}}},
-                                        {"aio", {{"use_gds", true}}}}));
+  const ParsedJob job = parse(job_with(
+      {{"activation_checkpointing", {{"partition_activations", true}, {"cpu_checkpointing", true}}},
+       {"aio", {{"use_gds", true}}}}));
   try {
     check_supported(job.config);
     FAIL();

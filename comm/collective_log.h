@@ -1,0 +1,67 @@
+// What a communicator did (DeepSpeed's comms_logger and a flight recorder): per operation
+// kind, the calls, bytes and time; and the last N collectives, each with its sequence number,
+// size and when it was issued, started and ended. On a failure every rank writes its recent
+// collectives to the log, so a hang or a lost peer can be read off the ranks' logs.
+//
+// Bytes are what NCCL's tests call the size of an operation: the buffer each rank reduces
+// (all_reduce), the whole gathered / scattered buffer (all_gather, reduce_scatter), the
+// broadcast buffer. Bus bandwidth = bytes / time x (2(n-1)/n for all_reduce, (n-1)/n for
+// all_gather and reduce_scatter, 1 for broadcast), comparable across world sizes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zerod {
+
+struct CollectiveRecord {
+  int64_t seq = 0;
+  std::string op;      // "all_reduce"
+  std::string detail;  // "1001 x f32, sum"
+  int64_t bytes = 0;
+  double issued = 0, started = -1, ended = -1;  // seconds since the log began; -1: not yet
+  bool failed = false;
+};
+
+struct CollectiveTotals {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  double seconds = 0;  // from start to end of each collective
+};
+
+class CollectiveLog {
+ public:
+  CollectiveLog(int world_size, size_t capacity = 64);
+
+  void issued(int64_t seq, const std::string& op, const std::string& detail, int64_t bytes);
+  void started(int64_t seq);
+  void ended(int64_t seq, bool ok);
+
+  std::vector<CollectiveRecord> recent() const;  // oldest first, at most capacity
+  std::map<std::string, CollectiveTotals> totals() const;
+  // The last `n` records as lines for a log ("#183 all_reduce 4.0 MB: issued 1.203 s, started
+  // 1.204 s, not finished").
+  std::string describe_recent(size_t n) const;
+  // One line per operation kind (those in `only`, or all when it is empty): calls, bytes,
+  // time, algorithm and bus bandwidth.
+  std::string describe_totals(const std::vector<std::string>& only = {}) const;
+  double bus_factor(const std::string& op) const;
+
+ private:
+  double now() const;
+  CollectiveRecord* find(int64_t seq);  // under mu_
+
+  const int world_;
+  const size_t capacity_;
+  const std::chrono::steady_clock::time_point t0_;
+  mutable std::mutex mu_;
+  std::deque<CollectiveRecord> recent_;
+  std::map<std::string, CollectiveTotals> totals_;
+};
+
+}  // namespace zerod
