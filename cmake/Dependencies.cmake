@@ -33,6 +33,14 @@ if(ZEROD_GRPC)
   endif()
 endif()
 
+# prometheus-cpp: the /metrics endpoint (engine/metrics). Optional: without it --metrics-port is
+# refused with a message.
+find_package(prometheus-cpp CONFIG QUIET)
+set(ZEROD_HAVE_PROMETHEUS OFF)
+if(prometheus-cpp_FOUND)
+  set(ZEROD_HAVE_PROMETHEUS ON)
+endif()
+
 if(ZEROD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -18,6 +18,9 @@ endif()
 if(ZEROD_HAVE_GRPC)
   target_compile_definitions(zerod_flags INTERFACE ZEROD_HAVE_GRPC=1)
 endif()
+if(ZEROD_HAVE_PROMETHEUS)
+  target_compile_definitions(zerod_flags INTERFACE ZEROD_HAVE_PROMETHEUS=1)
+endif()
 
 # zerod_library(NAME GLOBS... [DEPS ...]): a static library of the files matched by the globs
 # (an interface library while a folder is still empty), linked PUBLIC to DEPS.

@@ -27,6 +27,9 @@
 #include "engine/runtime/signals.h"
 #include "engine/train/demo.h"
 #include "engine/train/run_job.h"
+#ifdef ZEROD_HAVE_PROMETHEUS
+#include "engine/metrics/prometheus_exporter.h"
+#endif
 #ifdef ZEROD_HAVE_GRPC
 #include "engine/control/daemon.h"
 #include "engine/control/grpc/control_server.h"
@@ -42,12 +45,25 @@ constexpr const char* kVersion = "0.1.0";
 
 struct TrainFlags {
   std::string job;
+  int metrics_port = -1;  // >= 0: serve /metrics on 127.0.0.1 (0: any free port)
   zerod::LaunchFlags launch;
   std::string resume;
   std::string listen;
   std::string demo_dir = "zerod-demo";
   int64_t steps = 0;  // > 0: overrides train.steps
 };
+
+// --metrics-port: the Prometheus endpoint, or a clear refusal without prometheus-cpp.
+std::unique_ptr<zerod::MetricsSink> start_metrics(int port) {
+  if (port < 0) return nullptr;
+#ifdef ZEROD_HAVE_PROMETHEUS
+  auto exporter = std::make_unique<zerod::PrometheusExporter>(fmt::format("127.0.0.1:{}", port));
+  spdlog::info("metrics: http://127.0.0.1:{}/metrics", exporter->port());
+  return exporter;
+#else
+  ZD_THROW_INPUT("--metrics-port {}: this zerod was built without prometheus-cpp", port);
+#endif
+}
 
 void print_warnings(const zerod::ParsedJob& job) {
   for (const auto& w : job.warnings) spdlog::warn("{}: {}", job.config.source, w);
@@ -99,8 +115,10 @@ int run_train(const TrainFlags& f) {
       kVersion, info.node_rank, info.nnodes, info.first_rank,
       info.first_rank + info.nproc_per_node - 1, info.world_size, spec.source, threads,
       zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+  const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
   zerod::RunJobOptions ro;
   ro.resume = f.resume;
+  ro.metrics = metrics.get();
   try {
     const zerod::JobOutcome outcome = zerod::run_job(job.config, *session, ro);
     if (outcome.stopped) {
@@ -127,6 +145,7 @@ struct ServeFlags {
   std::string token_file, tls_cert, tls_key, tls_ca;
   int nproc_per_node = 1, nnodes = 1, node_rank = 0, rendezvous_port = 29500;
   std::string master;  // node daemons: the master daemon's --listen
+  int metrics_port = -1;
 };
 
 int run_serve(const ServeFlags& f) {
@@ -161,6 +180,8 @@ int run_serve(const ServeFlags& f) {
   dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& cfg) {
     return start_session(s, cfg);
   };
+  const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
+  dopt.metrics = metrics.get();
   zerod::Daemon daemon(dopt);
   zerod::ControlServer server(daemon, so);
   std::unique_ptr<zerod::Follower> follower;
@@ -242,6 +263,10 @@ int main(int argc, char** argv) {
                     "there is one, else start fresh) or a tag");
   train->add_option("--listen", tf.listen, "ADDR:PORT for the control plane");
   train->add_option("--steps", tf.steps, "override train.steps")->check(CLI::PositiveNumber);
+  train
+      ->add_option("--metrics-port", tf.metrics_port,
+                   "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any port)")
+      ->check(CLI::Range(0, 65535));
   train->add_option("--demo-dir", tf.demo_dir, "where the demo job keeps its data and metrics")
       ->capture_default_str();
 
@@ -263,6 +288,10 @@ int main(int argc, char** argv) {
   serve->add_option("--tls-cert", sf.tls_cert, "PEM certificate (serve TLS)");
   serve->add_option("--tls-key", sf.tls_key, "PEM private key of --tls-cert");
   serve->add_option("--tls-ca", sf.tls_ca, "node daemons: PEM certificate the master serves");
+  serve
+      ->add_option("--metrics-port", sf.metrics_port,
+                   "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any port)")
+      ->check(CLI::Range(0, 65535));
   serve->add_option("--nproc-per-node", sf.nproc_per_node, "local ranks (threads) of every job")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -13,6 +13,7 @@ packages=(
   libgloo-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   openssl  # the TLS test makes a self-signed certificate
+  prometheus-cpp-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

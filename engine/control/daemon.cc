@@ -167,6 +167,7 @@ void Daemon::run(JobConfig cfg, std::string resume, LaunchSpec spec,
       ro.log_steps = opt_.log_steps;
       ro.resume = resume;
       ro.control = control.get();
+      ro.metrics = opt_.metrics;
       outcome = run_job(cfg, *session, ro);
       session->leave("");
     }  // the session (and on the master the job's Rendezvous server) is gone: the next job

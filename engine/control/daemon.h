@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/config/job_config.h"
+#include "engine/metrics/metrics_sink.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/node_session.h"
 #include "engine/train/job_control.h"
@@ -68,6 +69,7 @@ struct DaemonOptions {
   // daemons say where the master's Control service is (for messages).
   std::string rendezvous;
   std::string master_control;
+  MetricsSink* metrics = nullptr;  // every job's per-step numbers (not owned)
   bool log_steps = true;
   // Starts the node session of a job (local for one node, the gRPC rendezvous for several).
   std::function<std::unique_ptr<NodeSession>(const LaunchSpec&, const JobConfig&)> start_session;

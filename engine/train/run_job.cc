@@ -42,6 +42,7 @@ JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptio
     TrainerOptions topts;
     topts.log_steps = options.log_steps;
     topts.control = options.control;
+    topts.metrics = options.metrics;
     // Between steps every rank asks whether a peer node died, so a failure elsewhere stops
     // this node even when none of its collectives is waiting on the dead peer.
     topts.on_step = [&session](const StepMetrics&) { session.check_world(); };

@@ -15,9 +15,10 @@ namespace zerod {
 
 struct RunJobOptions {
   bool log_steps = true;
-  std::string bind_address;       // where this node's ranks listen; empty: the session's address
-  std::string resume;             // "", "latest", "auto" or a checkpoint tag
-  JobControl* control = nullptr;  // the daemon's commands and progress (not owned)
+  std::string bind_address;        // where this node's ranks listen; empty: the session's address
+  std::string resume;              // "", "latest", "auto" or a checkpoint tag
+  JobControl* control = nullptr;   // the daemon's commands and progress (not owned)
+  MetricsSink* metrics = nullptr;  // every rank's per-step numbers (not owned)
 };
 
 struct JobOutcome {

@@ -284,6 +284,7 @@ void Trainer::resume(const std::string& which) {
 SaveReport Trainer::save_checkpoint(const std::string& tag) {
   ZD_CHECK_INPUT(ckpt_ != nullptr, "saving a checkpoint needs train.checkpoint_dir");
   const SaveReport r = ckpt_->save(tag.empty() ? default_tag(global_step_) : tag, progress());
+  ++checkpoints_saved_;
   if (leader() && options_.log_steps) {
     spdlog::info("checkpoint {}{}: {:.1f} MB on rank 0, training blocked {:.3f} s", r.tag,
                  r.committed ? " saved" : " writing in the background",
@@ -359,6 +360,17 @@ TrainResult Trainer::run() {
     if (options_.on_step) options_.on_step(m);
     if (options_.control) {
       options_.control->on_step(ctx_.rank, m, {memory_.total(), memory_.snapshot().total_peak});
+    }
+    if (options_.metrics) {
+      RankCounters c;
+      c.memory_bytes = memory_.total();
+      c.memory_peak_bytes = memory_.snapshot().total_peak;
+      c.steps = static_cast<int64_t>(result.steps.size()) + 1;
+      c.skipped_steps = skipped_;
+      c.checkpoints = checkpoints_saved_;
+      if (ctx_.comm && ctx_.comm->collective_log())
+        c.collectives = ctx_.comm->collective_log()->totals();
+      options_.metrics->on_step(ctx_.rank, m, c);
     }
     result.steps.push_back(m);
     result.last_step = step;

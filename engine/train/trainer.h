@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "engine/config/job_config.h"
 #include "engine/metrics/csv_monitor.h"
+#include "engine/metrics/metrics_sink.h"
 #include "engine/metrics/tensorboard_monitor.h"
 #include "engine/runtime/rank_context.h"
 #include "engine/train/checkpointer.h"
@@ -42,7 +43,8 @@ struct TrainResult {
 struct TrainerOptions {
   bool log_steps = true;                            // the per-step line and summaries (rank 0)
   std::function<void(const StepMetrics&)> on_step;  // called after every step
-  JobControl* control = nullptr;  // the daemon's commands and progress (not owned)
+  JobControl* control = nullptr;   // the daemon's commands and progress (not owned)
+  MetricsSink* metrics = nullptr;  // e.g. the Prometheus endpoint (not owned)
 };
 
 class Trainer {
@@ -91,6 +93,7 @@ class Trainer {
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;
   std::unique_ptr<TensorBoardMonitor> tb_;  // rank 0, with tensorboard.enabled
+  int64_t checkpoints_saved_ = 0;           // by this trainer
   std::unique_ptr<Checkpointer> ckpt_;      // when train.checkpoint_dir is set
   int64_t global_step_ = 0;                 // optimizer steps done (skipped ones included)
   // At every step boundary, collectively: what the ranks agree to do (signals and the

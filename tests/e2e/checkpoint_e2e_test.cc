@@ -1,11 +1,17 @@
 // Checkpoints through the zerod binary: a save killed half-way leaves `latest` on the previous
 // checkpoint and resume works; SIGTERM saves at the next step boundary and exits 0 with a
 // loadable checkpoint at the step it reports; bad --resume requests exit 2 and touch nothing.
+// Also what a run shows while it trains: zeroctl export / init_from, and /metrics scraped
+// during a run.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/data/corpus.h"
@@ -184,6 +190,66 @@ TEST_F(CheckpointCli, ZeroctlExportAndInitFrom) {
   EXPECT_EQ(missing->wait_for(60s), 2) << missing->output();
   EXPECT_NE(missing->output().find("absent.safetensors"), std::string::npos) << missing->output();
 }
+
+#ifdef ZEROD_HAVE_PROMETHEUS
+// GET http://127.0.0.1:port/metrics with a plain socket; the body ("" on failure).
+std::string scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+double metric(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST_F(CheckpointCli, PrometheusMetricsDuringARun) {
+  write_job(1000000, 0);
+  auto p =
+      start({"train", "job.json", "--nproc-per-node", "2", "--metrics-port", "0"}, "metrics.log");
+  ASSERT_TRUE(p->wait_output("/metrics", 30s)) << p->output();
+  std::smatch m;
+  const std::string out = p->output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("127\\.0\\.0\\.1:([0-9]+)/metrics"))) << out;
+  const int port = std::stoi(m[1]);
+  ASSERT_TRUE(p->wait_output("5/1000000 | loss", 60s)) << p->output();
+  const std::string text = scrape(port);
+  EXPECT_NE(text.find("HTTP/1.1 200 OK"), std::string::npos) << text;
+  for (const char* rank : {"0", "1"}) {
+    const std::string r = std::string("{rank=\"") + rank + "\"}";
+    const double loss = metric(text, "zerod_loss" + r);
+    EXPECT_GT(loss, 0.0) << text;
+    EXPECT_LT(loss, 10.0) << text;
+    EXPECT_GT(metric(text, "zerod_tokens_per_second" + r), 0.0) << text;
+    EXPECT_GT(metric(text, "zerod_memory_bytes" + r), 0.0) << text;
+    EXPECT_GE(metric(text, "zerod_steps_total" + r), 1.0) << text;
+    EXPECT_EQ(metric(text, "zerod_skipped_steps_total" + r), 0.0) << text;
+    // Stage 3 gathers weights and reduce-scatters gradients.
+    EXPECT_GT(metric(text, std::string("zerod_collective_bytes_total{op=\"all_gather\",rank=\"") +
+                               rank + "\"}"),
+              0.0)
+        << text;
+  }
+  EXPECT_NE(scrape(port).find("zerod_step{rank=\"0\"}"), std::string::npos);
+  ::kill(p->pid(), SIGTERM);
+  EXPECT_EQ(p->wait_for(60s), 0) << p->output();
+}
+#endif  // ZEROD_HAVE_PROMETHEUS
 
 }  // namespace
 }  // namespace zerod

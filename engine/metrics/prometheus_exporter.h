@@ -1,0 +1,31 @@
+// The /metrics endpoint (Prometheus text format; prometheus-cpp's registry and serializer, a
+// small HTTP server of our own: see the .cc for why not its Exposer): per-rank gauges of the last
+// step (loss, lr, grad norm, loss scale, tokens/s, MFU, memory) and counters (steps, skipped
+// steps, checkpoints, collective calls, bytes and seconds by operation).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/metrics/metrics_sink.h"
+
+namespace zerod {
+
+class PrometheusExporter : public MetricsSink {
+ public:
+  // Serves http://ADDRESS/metrics ("127.0.0.1:9400"; port 0: any free port). InputError
+  // naming the address when it cannot listen.
+  explicit PrometheusExporter(const std::string& address);
+  ~PrometheusExporter() override;
+  int port() const;
+
+  void on_step(int rank, const StepMetrics& m, const RankCounters& c) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zerod
