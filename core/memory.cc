@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <fmt/format.h>
+
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -131,6 +133,20 @@ Buffer host_alloc(size_t bytes, MemCategory category, MemoryTracker* tracker) {
   if (align == kHugePage) madvise(data, rounded, MADV_HUGEPAGE);
   std::memset(data, 0, bytes);
   return Buffer(data, bytes, host_release, category, tracker);
+}
+
+std::string MemoryTracker::describe() const {
+  const Snapshot snap = snapshot();
+  auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::string line;
+  for (size_t i = 0; i < snap.peak.size(); ++i) {
+    line += fmt::format("{}{} {:.2f}/{:.2f}", line.empty() ? "" : ", ",
+                        mem_category_name(static_cast<MemCategory>(i)), mib(snap.current[i]),
+                        mib(snap.peak[i]));
+  }
+  line += ", disk 0.00/0.00";  // offload files: not built yet
+  return fmt::format("{}; total {:.2f}/{:.2f} MiB (current/peak)", line, mib(snap.total_current),
+                     mib(snap.total_peak));
 }
 
 }  // namespace zerod

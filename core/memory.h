@@ -43,6 +43,9 @@ class MemoryTracker {
   int64_t peak(MemCategory c) const;
   int64_t total() const { return total_.load(std::memory_order_relaxed); }
   Snapshot snapshot() const;
+  // "weights 0.46/0.46, gradients 0.46/0.46, ..., disk 0/0; total 4.39/4.39 MiB (current/peak)":
+  // every category (those not in use as 0), and disk (offload files; none yet).
+  std::string describe() const;
   void reset_peaks();
 
  private:

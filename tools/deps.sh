@@ -14,6 +14,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   openssl  # the TLS test makes a self-signed certificate
   prometheus-cpp-dev
+  gnuplot-nox  # tools/plot
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

@@ -232,16 +232,8 @@ void Trainer::log_breakdown() {
   model_->reset_times();
 }
 
-void Trainer::log_memory_peaks() {
-  const MemoryTracker::Snapshot snap = memory_.snapshot();
-  std::string line = "memory peaks (MiB):";
-  for (size_t i = 0; i < snap.peak.size(); ++i) {
-    if (snap.peak[i] == 0) continue;
-    line += fmt::format(" {} {:.2f}", mem_category_name(static_cast<MemCategory>(i)),
-                        static_cast<double>(snap.peak[i]) / (1 << 20));
-  }
-  line += fmt::format("; total {:.2f}", static_cast<double>(snap.total_peak) / (1 << 20));
-  spdlog::info("{}", line);
+void Trainer::log_memory(const char* when) {
+  spdlog::info("memory {} (MiB, current/peak): {}", when, memory_.describe());
 }
 
 TrainingProgress Trainer::progress() const {
@@ -332,6 +324,7 @@ TrainResult Trainer::run() {
     tb_ = std::make_unique<TensorBoardMonitor>(cfg_.tensorboard);
   }
   if (options_.control) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
+  if (options_.log_steps) log_memory("at the start");
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;
@@ -432,7 +425,7 @@ TrainResult Trainer::run() {
   result.tokens =
       static_cast<int64_t>(result.steps.size()) * cfg_.global_batch() * cfg_.model.seq_len;
   if (!result.steps.empty()) result.final_val_loss = result.steps.back().val_loss;
-  if (options_.log_steps) log_memory_peaks();
+  if (options_.log_steps) log_memory("at the end");
   if (options_.log_steps && leader() && !result.steps.empty()) {
     const StepMetrics& first = result.steps.front();
     const StepMetrics& last = result.steps.back();

@@ -81,7 +81,8 @@ class Trainer {
   bool leader() const { return ctx_.rank == 0; }
   void log_step(const StepMetrics& m);
   void log_breakdown();
-  void log_memory_peaks();
+  // Every rank: each memory category, current and peak.
+  void log_memory(const char* when);
 
   JobConfig cfg_;
   RankContext ctx_;

@@ -211,6 +211,11 @@ TEST_F(Cli, CommsLoggerReportsCollectivesPerKind) {
     EXPECT_NE(r.output.find(std::string("  ") + op), std::string::npos) << op << "\n" << r.output;
   }
   EXPECT_NE(r.output.find("busbw"), std::string::npos) << r.output;
+  // The memory report: every rank, at the start and at the end.
+  for (const char* line : {"[rank 0] memory at the start", "[rank 1] memory at the start",
+                           "[rank 0] memory at the end", "[rank 1] memory at the end"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
 }
 
 }  // namespace

@@ -69,3 +69,22 @@ TEST(Memory, TrackerCountsCurrentAndPeakPerCategory) {
 
 }  // namespace
 }  // namespace zerod
+
+namespace zerod {
+namespace {
+
+TEST(MemoryTracker, DescribesEveryCategoryCurrentAndPeak) {
+  MemoryTracker t;
+  t.add(MemCategory::kWeights, 2 << 20);
+  t.sub(MemCategory::kWeights, 1 << 20);
+  t.add(MemCategory::kActivations, 3 << 20);
+  const std::string d = t.describe();
+  EXPECT_NE(d.find("weights 1.00/2.00"), std::string::npos) << d;
+  EXPECT_NE(d.find("activations 3.00/3.00"), std::string::npos) << d;
+  EXPECT_NE(d.find("pinned 0.00/0.00"), std::string::npos) << d;  // unused categories shown too
+  EXPECT_NE(d.find("disk 0.00/0.00"), std::string::npos) << d;
+  EXPECT_NE(d.find("total 4.00/4.00 MiB"), std::string::npos) << d;  // peak of the sum
+}
+
+}  // namespace
+}  // namespace zerod
