@@ -15,6 +15,7 @@ packages=(
   openssl  # the TLS test makes a self-signed certificate
   prometheus-cpp-dev
   gnuplot-nox  # tools/plot
+  libaio-dev fio  # offload/aio; fio: the aio benchmark's baseline
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)
