@@ -376,16 +376,20 @@ TEST_F(Serve, TlsWithAToken) {
   EXPECT_EQ(p.wait_for(30s), 2) << p.output();
 }
 
-TEST_F(Serve, SigtermCheckpointsTheRunningJobAndExits0) {
-  const std::string addr = start_daemon();
+TEST_F(Serve, SigtermAndSigintCheckpointTheRunningJobAndExit0) {
   write_job("long.json", 100000000);
-  ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
-  wait_status(addr, [](const std::string& j) { return step_of(j) >= 3; });
-  ::kill(daemons_.back()->pid(), SIGTERM);
-  EXPECT_EQ(daemons_.back()->wait_for(60s), 0) << daemons_.back()->output();
-  const auto latest = read_latest((dir_ / "ckpt").string());
-  ASSERT_TRUE(latest.has_value()) << daemons_.back()->output();
-  EXPECT_GE(read_manifest((dir_ / "ckpt" / *latest).string()).progress.global_step, 3);
+  for (const int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    fs::remove_all(dir_ / "ckpt");
+    const std::string addr = start_daemon();
+    ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
+    wait_status(addr, [](const std::string& j) { return step_of(j) >= 3; });
+    ::kill(daemons_.back()->pid(), sig);
+    EXPECT_EQ(daemons_.back()->wait_for(60s), 0) << daemons_.back()->output();
+    const auto latest = read_latest((dir_ / "ckpt").string());
+    ASSERT_TRUE(latest.has_value()) << daemons_.back()->output();
+    EXPECT_GE(read_manifest((dir_ / "ckpt" / *latest).string()).progress.global_step, 3);
+  }
 }
 
 }  // namespace
