@@ -33,6 +33,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "workspace";
     case MemCategory::kCheckpoint:
       return "checkpoint";
+    case MemCategory::kOffloaded:
+      return "offloaded";
     case MemCategory::kOther:
       return "other";
     case MemCategory::kCount:

@@ -22,6 +22,7 @@ enum class MemCategory : uint8_t {
   kPinned,       // pinned host staging buffers
   kWorkspace,    // kernel scratch
   kCheckpoint,   // snapshots of model states for background checkpoint writes
+  kOffloaded,    // model states offloaded to host memory (offload_optimizer: cpu)
   kOther,
   kCount
 };

@@ -42,11 +42,15 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   const int64_t shard_total = partition_.shard_elems_total();
   const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
   weights_ = be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
+  const MemCategory master_cat =
+      opt_.offload_optimizer ? MemCategory::kOffloaded : MemCategory::kMaster;
+  const MemCategory moments_cat =
+      opt_.offload_optimizer ? MemCategory::kOffloaded : MemCategory::kMoments;
   if (!fp32_alias()) {
-    master_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMaster, tracker);
+    master_ = host_alloc(static_cast<size_t>(shard_total) * 4, master_cat, tracker);
   }
-  m_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMoments, tracker);
-  v_ = host_alloc(static_cast<size_t>(shard_total) * 4, MemCategory::kMoments, tracker);
+  m_ = host_alloc(static_cast<size_t>(shard_total) * 4, moments_cat, tracker);
+  v_ = host_alloc(static_cast<size_t>(shard_total) * 4, moments_cat, tracker);
   ReducerOptions ro;
   ro.stage = opt_.stage;
   ro.rank = owner_rank();
@@ -227,6 +231,7 @@ ModelStateBytes ZeroEngine::measured_bytes() const {
   b.gradients = tracker_->current(MemCategory::kGradients);
   b.master = tracker_->current(MemCategory::kMaster);
   b.moments = tracker_->current(MemCategory::kMoments);
+  b.host = tracker_->current(MemCategory::kOffloaded);
   b.buckets = tracker_->peak(MemCategory::kBuckets);
   b.gathered = tracker_->peak(MemCategory::kGathered);
   return b;
@@ -252,10 +257,23 @@ ModelStateBytes ZeroEngine::formula_bytes() const {
   ModelStateBytes b = zero_formula_bytes(psi, opt_.world_size, opt_.stage, static_cast<int>(esz_));
   if (!fp32_alias() && esz_ == 4)
     b.master = zero_formula_bytes(psi, opt_.world_size, opt_.stage, 2).master;
+  if (opt_.offload_optimizer) {  // master and moments: in host memory, not the compute pool
+    b.host = b.master + b.moments;
+    b.master = b.moments = 0;
+  }
   return b;
 }
 
 std::string ZeroEngine::memory_report() const {
+  if (opt_.offload_optimizer) {
+    const ModelStateBytes m = measured_bytes(), f = formula_bytes();
+    return fmt::format(
+        "model states (ZeRO-{}, N={}, optimizer offloaded to host): compute pool: weights {:.2f} + "
+        "gradients {:.2f} = {:.2f} MiB (formula {:.2f}); host: master + moments {:.2f} MiB "
+        "(formula 12Psi/N {:.2f})",
+        opt_.stage, opt_.world_size, mib(m.weights), mib(m.gradients), mib(m.states()),
+        mib(f.states()), mib(m.host), mib(f.host));
+  }
   const ModelStateBytes m = measured_bytes(), f = formula_bytes();
   const int st = opt_.stage;
   const int e = static_cast<int>(esz_), k = fp32_alias() ? 8 : 12;

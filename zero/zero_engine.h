@@ -43,6 +43,10 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;
   int64_t param_persistence_threshold = 100000;
   int64_t max_live_parameters = 1000000000;
+  // offload_optimizer.device cpu: the fp32 master weights and Adam moments live in host memory
+  // (MemCategory::kOffloaded), out of the compute pool; the optimizer updates them there and
+  // writes the compute weights in the same pass (no fp32 aliasing of weights and master).
+  bool offload_optimizer = false;
 };
 
 // Hyper-parameters of one optimizer step.
@@ -66,7 +70,8 @@ struct StepResult {
 struct ModelStateBytes {
   int64_t weights = 0, gradients = 0, master = 0, moments = 0;  // resident model states
   int64_t buckets = 0, gathered = 0;                            // communication buffers (peak)
-  int64_t states() const { return weights + gradients + master + moments; }
+  int64_t host = 0;  // offloaded to host memory (master and moments with offload_optimizer)
+  int64_t states() const { return weights + gradients + master + moments; }  // compute pool
 };
 
 // The ZeRO formula (the paper's table): per-rank bytes of the model states of psi parameters at
@@ -134,7 +139,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::string memory_report() const;
 
  private:
-  bool fp32_alias() const { return be_.compute_dtype() == DType::kF32; }
+  bool fp32_alias() const { return be_.compute_dtype() == DType::kF32 && !opt_.offload_optimizer; }
   void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u
   void gather_weights();       // stages 1-2: all-gather every unit's updated shard
 

@@ -22,7 +22,7 @@ const NotBuiltYet kNotBuiltYet[] = {
            "implemented yet in zerod",
            config::offload_device_name(c.zero.offload_param.device));
      }},
-    {[](const JobConfig& c) { return c.zero.offload_optimizer.device != OffloadDevice::kNone; },
+    {[](const JobConfig& c) { return c.zero.offload_optimizer.device == OffloadDevice::kNvme; },
      [](const JobConfig& c) {
        return fmt::format(
            "zero_optimization.offload_optimizer.device: offload to \"{}\" is not "

@@ -77,6 +77,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.prefetch_bucket_size = cfg_.zero.stage3_prefetch_bucket_size;
   zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
   zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
+  zo.offload_optimizer = cfg_.zero.offload_optimizer.device == OffloadDevice::kCpu;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit.

@@ -30,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "measured steps per stage")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
   app.add_flag("--overlap", overlap, "overlap_comm on at every stage (stage 3 always overlaps)");
+  bool offload = false;
+  app.add_flag("--offload-optimizer", offload,
+               "offload_optimizer device cpu (stages 1-3): master and moments in host memory");
   shape.add_options(app);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
@@ -44,7 +47,8 @@ int main(int argc, char** argv) {
   double base = 0;
   for (int stage : stages) {
     const std::string zero =
-        fmt::format(R"({{"stage": {}{}}})", stage, overlap ? R"(, "overlap_comm": true)" : "");
+        fmt::format(R"({{"stage": {}{}{}}})", stage, overlap ? R"(, "overlap_comm": true)" : "",
+                    offload && stage >= 1 ? R"(, "offload_optimizer": {"device": "cpu"})" : "");
     const JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
     std::mutex mu;
     std::vector<double> seconds;

@@ -32,8 +32,9 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
     const char* path;
   };
   const Case cases[] = {
-      {{{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}},
-       "zero_optimization.offload_optimizer.device: offload to \"cpu\""},
+      {{{"zero_optimization",
+         {{"stage", 2}, {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
+       "zero_optimization.offload_optimizer.device: offload to \"nvme\""},
       {{{"zero_optimization",
          {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
        "zero_optimization.offload_param.device: offload to \"nvme\""},
@@ -51,13 +52,16 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
       EXPECT_NE(p.find("is not implemented yet in zerod"), std::string::npos) << p;
     }
   }
-  // Checkpointing, fine-tuning from a model file, TensorBoard and comms_logger are built.
+  // Checkpointing, fine-tuning from a model file, TensorBoard, comms_logger and optimizer
+  // offload to cpu are built.
   EXPECT_TRUE(
       unsupported(
           parse(
               job_with({{"model", {{"init_from", "w.safetensors"}}},
                         {"tensorboard", {{"enabled", true}}},
                         {"comms_logger", {{"enabled", true}}},
+                        {"zero_optimization",
+                         {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}},
                         {"checkpoint", {{"async", true}}},
                         {"train", {{"steps", 5}, {"save_interval", 2}, {"checkpoint_dir", "ck"}}}}))
               .config)
