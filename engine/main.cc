@@ -173,9 +173,8 @@ int run_serve(const ServeFlags& f) {
   dopt.spec = spec;
   dopt.master_control = f.master;
   if (f.nnodes > 1) {
-    const auto host = zerod::split_host_port(f.listen, "--listen").first;
-    dopt.rendezvous = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                      std::to_string(f.rendezvous_port);
+    dopt.rendezvous = zerod::join_host_port(
+        zerod::parse_host_port(f.listen, "--listen", /*min_port=*/0).first, f.rendezvous_port);
   }
   dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& cfg) {
     return start_session(s, cfg);

@@ -1,6 +1,7 @@
 #include "engine/control/daemon.h"
 
 #include <filesystem>
+#include <tuple>
 
 #include <fmt/ranges.h>
 
@@ -134,9 +135,8 @@ void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
   });
   changed();
   if (multi_node() && is_master()) {  // the master hosts every job's Rendezvous
-    const auto colon = opt_.rendezvous.rfind(':');
-    spec.master_host = opt_.rendezvous.substr(0, colon);
-    spec.master_port = std::stoi(opt_.rendezvous.substr(colon + 1));
+    std::tie(spec.master_host, spec.master_port) =
+        parse_host_port(opt_.rendezvous, "the rendezvous address");
   }
   thread_ = std::thread(&Daemon::run, this, std::move(cfg), resume, spec, control_);
 }
@@ -296,11 +296,8 @@ void Daemon::run_assignment(const JobAssignment& a) {
   ParsedJob job = parse_job_text(a.job_json, "job " + a.job_id + " from the master");
   resolve_job(job.config, opt_.spec.world_size());
   LaunchSpec spec = opt_.spec;
-  const auto colon = a.rendezvous.rfind(':');
-  ZD_CHECK_INPUT(colon != std::string::npos, "assignment {}: bad rendezvous address '{}'", a.job_id,
-                 a.rendezvous);
-  spec.master_host = a.rendezvous.substr(0, colon);
-  spec.master_port = std::stoi(a.rendezvous.substr(colon + 1));
+  std::tie(spec.master_host, spec.master_port) =
+      parse_host_port(a.rendezvous, "the rendezvous address of " + a.job_id);
   start(std::move(job.config), a.resume, spec, a.job_id);
 }
 

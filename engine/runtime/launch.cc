@@ -197,16 +197,18 @@ EnvMap from_process_env() {
   return env;
 }
 
-int parse_port(const std::string& text, const std::string& what) {
+int parse_port(const std::string& text, const std::string& what, int min_port) {
   errno = 0;
   char* end = nullptr;
   const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE || v < 1 || v > 65535)
-    ZD_THROW_INPUT("{}: port '{}' is not a TCP port (expected 1..65535)", what, text);
+  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE || v < min_port ||
+      v > 65535)
+    ZD_THROW_INPUT("{}: port '{}' is not a TCP port (expected {}..65535)", what, text, min_port);
   return static_cast<int>(v);
 }
 
-std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what) {
+std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what,
+                                            int min_port) {
   std::string host;
   std::string port;
   if (!text.empty() && text.front() == '[') {
@@ -225,7 +227,7 @@ std::pair<std::string, int> parse_host_port(const std::string& text, const std::
       ZD_THROW_INPUT("{} '{}': write an IPv6 address in brackets, e.g. [::1]:29500", what, text);
   }
   if (host.empty()) ZD_THROW_INPUT("{} '{}': the host is empty (expected HOST:PORT)", what, text);
-  return {host, parse_port(port, fmt::format("{} '{}'", what, text))};
+  return {host, parse_port(port, fmt::format("{} '{}'", what, text), min_port)};
 }
 
 LaunchSpec resolve_launch(const LaunchFlags& flags, const EnvMap& env) {

@@ -68,11 +68,13 @@ EnvMap from_process_env();
 LaunchSpec resolve_launch(const LaunchFlags& flags, const EnvMap& env);
 
 // "HOST:PORT" -> {host, port}; IPv6 literals in brackets. `what` names the source in errors
-// ("--master", "MASTER_ADDR/MASTER_PORT"). Throws InputError.
-std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what);
+// ("--master", "MASTER_ADDR/MASTER_PORT"). min_port 0 accepts port 0 (listen on any free
+// port). Throws InputError.
+std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what,
+                                            int min_port = 1);
 
-// A TCP port (1..65535) from text; throws InputError naming `what` and the text.
-int parse_port(const std::string& text, const std::string& what);
+// A TCP port (min_port..65535) from text; throws InputError naming `what` and the text.
+int parse_port(const std::string& text, const std::string& what, int min_port = 1);
 
 // "HOST:PORT", bracketing an IPv6 literal host.
 std::string join_host_port(const std::string& host, int port);

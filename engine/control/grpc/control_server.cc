@@ -4,31 +4,13 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "core/error.h"
+#include "engine/runtime/launch.h"
 
 namespace zerod {
 
-std::pair<std::string, int> split_host_port(const std::string& address, const std::string& flag) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
-    ZD_THROW_INPUT("{} {}: expected HOST:PORT", flag, address);
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    size_t used = 0;
-    port = std::stoi(address.substr(colon + 1), &used);
-    if (used != address.size() - colon - 1) port = -1;
-  } catch (const std::exception&) {
-  }
-  if (port < 0 || port > 65535) ZD_THROW_INPUT("{} {}: the port must be 0-65535", flag, address);
-  return {host, port};
-}
-
 ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options)
     : service_(daemon, options.security.token) {
-  const auto [host, port] = split_host_port(options.listen, "--listen");
+  const std::string host = parse_host_port(options.listen, "--listen", /*min_port=*/0).first;
   check_listen_policy(host, options.security);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -50,8 +32,7 @@ ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options
                    options.listen);
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
-  address_ =
-      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(bound);
+  address_ = join_host_port(host, bound);
 }
 
 ControlServer::~ControlServer() {

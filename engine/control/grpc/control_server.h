@@ -34,7 +34,4 @@ class ControlServer {
   std::string address_;
 };
 
-// Splits "HOST:PORT" / "[V6]:PORT" (InputError naming `flag` when malformed).
-std::pair<std::string, int> split_host_port(const std::string& address, const std::string& flag);
-
 }  // namespace zerod
