@@ -129,14 +129,21 @@ grpc::Status RendezvousService::refuse_join(const v1::JoinRequest& req, Effects&
   return {StatusCode::FAILED_PRECONDITION, message};
 }
 
+grpc::ServerUnaryReactor* RendezvousService::start_unary(grpc::CallbackServerContext* ctx,
+                                                         bool* denied) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  grpc::Status st = check_token(*ctx, process_token());
+  *denied = !st.ok();
+  if (*denied) reactor->Finish(std::move(st));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -400,11 +407,9 @@ void RendezvousService::on_stream_done(HeartbeatStream* stream) {
 grpc::ServerUnaryReactor* RendezvousService::Leave(grpc::CallbackServerContext* ctx,
                                                    const v1::LeaveRequest* req,
                                                    v1::LeaveResponse*) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   grpc::Status status;
   {

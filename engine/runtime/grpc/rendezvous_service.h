@@ -122,6 +122,9 @@ class RendezvousService final : public v1::Rendezvous::CallbackService {
   Pending make_pending(grpc::CallbackServerContext* ctx, grpc::ServerUnaryReactor* r,
                        int64_t timeout_ms) const;
   grpc::Status unavailable() const;
+  // A unary call's reactor; finished UNAUTHENTICATED, with *denied set, when the call lacks
+  // the process token (auth.h). Every unary handler starts with it.
+  static grpc::ServerUnaryReactor* start_unary(grpc::CallbackServerContext* ctx, bool* denied);
 
   // Registry (rendezvous_service.cc).
   grpc::Status refuse_join(const v1::JoinRequest& req, Effects& fx);

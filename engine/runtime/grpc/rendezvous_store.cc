@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "engine/runtime/grpc/auth.h"
 #include "engine/runtime/grpc/rendezvous_service.h"
 
 namespace zerod {
@@ -129,11 +128,9 @@ void RendezvousService::tick_store(Clock::time_point now, Effects& fx) {
 
 grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ctx,
                                                  const v1::SetRequest* req, v1::SetResponse*) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -154,11 +151,9 @@ grpc::ServerUnaryReactor* RendezvousService::Set(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ctx,
                                                  const v1::GetRequest* req, v1::GetResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -186,11 +181,9 @@ grpc::ServerUnaryReactor* RendezvousService::Get(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousService::Check(grpc::CallbackServerContext* ctx,
                                                    const v1::CheckRequest* req,
                                                    v1::CheckResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   grpc::Status st;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -209,11 +202,9 @@ grpc::ServerUnaryReactor* RendezvousService::Check(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* ctx,
                                                   const v1::WaitRequest* req,
                                                   v1::WaitResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -241,11 +232,9 @@ grpc::ServerUnaryReactor* RendezvousService::Wait(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ctx,
                                                  const v1::AddRequest* req, v1::AddResponse* resp) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -269,11 +258,9 @@ grpc::ServerUnaryReactor* RendezvousService::Add(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousService::Barrier(grpc::CallbackServerContext* ctx,
                                                      const v1::BarrierRequest* req,
                                                      v1::BarrierResponse*) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (grpc::Status denied = check_token(*ctx, process_token()); !denied.ok()) {
-    reactor->Finish(denied);
-    return reactor;
-  }
+  bool denied = false;
+  grpc::ServerUnaryReactor* reactor = start_unary(ctx, &denied);
+  if (denied) return reactor;
   Effects fx;
   {
     std::lock_guard<std::mutex> lock(mu_);
