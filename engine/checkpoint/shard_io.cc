@@ -141,12 +141,32 @@ int64_t stream_file(const std::string& file, const CheckpointFile& f, std::vecto
   return static_cast<int64_t>(pos);
 }
 
+// InputError when the manifest's files leave part of a unit uncovered.
+void check_coverage(const std::string& path, const Manifest& manifest) {
+  for (size_t u = 0; u < manifest.units.size(); ++u) {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const auto& f : manifest.files)
+      for (const auto& s : f.slices)
+        if (s.unit == static_cast<int>(u)) spans.emplace_back(s.begin, s.end);
+    std::sort(spans.begin(), spans.end());
+    int64_t covered = 0;
+    for (const auto& [b, e] : spans) {
+      if (b > covered) break;
+      covered = std::max(covered, e);
+    }
+    if (covered < manifest.units[u].numel) {
+      ZD_THROW_INPUT("{}: the manifest's files do not hold unit {} ({}) beyond element {} of {}",
+                     path, u, manifest.units[u].name, covered, manifest.units[u].numel);
+    }
+  }
+}
+
 }  // namespace
 
 int64_t load_shards(const std::string& path, const Manifest& manifest,
                     const std::vector<ShardRequest>& requests) {
-  // Zero the padding past each unit's end (ShardReader's constructor checks that the files
-  // cover the rest).
+  check_coverage(path, manifest);
+  // Zero the padding past each unit's end; the files cover the rest.
   for (const ShardRequest& r : requests) {
     const int64_t numel = manifest.units.at(static_cast<size_t>(r.unit)).numel;
     const int64_t from = std::clamp(numel, r.begin, r.end) - r.begin;
@@ -189,22 +209,7 @@ int64_t load_shards(const std::string& path, const Manifest& manifest,
 
 ShardReader::ShardReader(std::string path, const Manifest& manifest)
     : path_(std::move(path)), manifest_(manifest) {
-  for (size_t u = 0; u < manifest_.units.size(); ++u) {
-    std::vector<std::pair<int64_t, int64_t>> spans;
-    for (const auto& f : manifest_.files)
-      for (const auto& s : f.slices)
-        if (s.unit == static_cast<int>(u)) spans.emplace_back(s.begin, s.end);
-    std::sort(spans.begin(), spans.end());
-    int64_t covered = 0;
-    for (const auto& [b, e] : spans) {
-      if (b > covered) break;
-      covered = std::max(covered, e);
-    }
-    if (covered < manifest_.units[u].numel) {
-      ZD_THROW_INPUT("{}: the manifest's files do not hold unit {} ({}) beyond element {} of {}",
-                     path_, u, manifest_.units[u].name, covered, manifest_.units[u].numel);
-    }
-  }
+  check_coverage(path_, manifest_);
 }
 
 ShardReader::~ShardReader() = default;

@@ -56,8 +56,8 @@ struct ShardRequest {
 // Loads the requests from checkpoint directory `path` in one pass: every file holding part of a
 // request is read once from start to end (O_DIRECT where the file system allows, the next chunk
 // read while the current one is checksummed and copied out), its size and CRC32C checked
-// against the manifest on the way. Elements at or past a unit's size are zero. The caller
-// checks first that the manifest's files cover every unit (ShardReader's constructor does).
+// against the manifest on the way. Elements at or past a unit's size are zero. InputError
+// first when the manifest's files do not cover every unit.
 // InputError naming the file when it is missing, short or corrupt; the destinations are then partly
 // written. Returns the bytes read.
 int64_t load_shards(const std::string& path, const Manifest& manifest,

@@ -318,7 +318,6 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
     ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
   }
 
-  ShardReader coverage(path, m);  // checks that the files hold every unit
   const Partition& part = engine_.partition();
   std::vector<ShardRequest> requests;
   for (int u = 0; u < part.num_units(); ++u) {

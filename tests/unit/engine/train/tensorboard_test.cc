@@ -160,7 +160,9 @@ TEST(TensorBoard, EventsHoldEveryStepsScalarsWithValidFraming) {
     EXPECT_EQ(e.scalars.at("perf/tokens_per_s"), static_cast<float>(m.tokens_per_s));
     EXPECT_GT(e.scalars.at("memory/rank0_mib"), 0.0f);
     EXPECT_EQ(e.scalars.count("val/loss"), m.val_loss ? 1u : 0u) << "step " << m.step;
-    if (m.val_loss) EXPECT_EQ(e.scalars.at("val/loss"), static_cast<float>(*m.val_loss));
+    if (m.val_loss) {
+      EXPECT_EQ(e.scalars.at("val/loss"), static_cast<float>(*m.val_loss));
+    }
   }
   EXPECT_TRUE(res.steps[2].val_loss.has_value());  // eval_interval 3
   fs::remove_all(out);
