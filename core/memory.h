@@ -43,6 +43,7 @@ class MemoryTracker {
   int64_t current(MemCategory c) const;
   int64_t peak(MemCategory c) const;
   int64_t total() const { return total_.load(std::memory_order_relaxed); }
+  int64_t total_peak() const { return total_peak_.load(std::memory_order_relaxed); }
   Snapshot snapshot() const;
   // "weights 0.46/0.46, gradients 0.46/0.46, ..., disk 0/0; total 4.39/4.39 MiB (current/peak)":
   // every category (those not in use as 0), and disk (offload files; none yet).

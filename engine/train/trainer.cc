@@ -353,12 +353,12 @@ TrainResult Trainer::run() {
     if (tb_) tb_->write(m, memory_.total());
     if (options_.on_step) options_.on_step(m);
     if (options_.control) {
-      options_.control->on_step(ctx_.rank, m, {memory_.total(), memory_.snapshot().total_peak});
+      options_.control->on_step(ctx_.rank, m, {memory_.total(), memory_.total_peak()});
     }
     if (options_.metrics) {
       RankCounters c;
       c.memory_bytes = memory_.total();
-      c.memory_peak_bytes = memory_.snapshot().total_peak;
+      c.memory_peak_bytes = memory_.total_peak();
       c.steps = static_cast<int64_t>(result.steps.size()) + 1;
       c.skipped_steps = skipped_;
       c.checkpoints = checkpoints_saved_;
