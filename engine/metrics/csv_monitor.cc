@@ -12,10 +12,15 @@
 
 namespace zerod {
 
+std::string monitor_dir(const MonitorConfig& config) {
+  return (std::filesystem::path(config.output_path.empty() ? "." : config.output_path) /
+          config.job_name)
+      .string();
+}
+
 CsvMonitor::CsvMonitor(const MonitorConfig& config, int64_t resume_step) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::path(config.output_path.empty() ? "." : config.output_path) / config.job_name;
+  const fs::path dir = monitor_dir(config);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {

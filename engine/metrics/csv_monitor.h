@@ -24,6 +24,10 @@ struct StepMetrics {
   double seconds = 0;  // wall time of the step
 };
 
+// Where a monitor writes: OUTPUT_PATH/JOB_NAME ("." when output_path is empty), as DeepSpeed's
+// monitors lay it out.
+std::string monitor_dir(const MonitorConfig& config);
+
 class CsvMonitor {
  public:
   // Creates the directory and the file and writes the header. Resuming after `resume_step`

@@ -123,9 +123,7 @@ void EventFileWriter::flush() {
 }
 
 TensorBoardMonitor::TensorBoardMonitor(const MonitorConfig& config)
-    : writer_((std::filesystem::path(config.output_path.empty() ? "." : config.output_path) /
-               config.job_name)
-                  .string()) {}
+    : writer_(monitor_dir(config)) {}
 
 void TensorBoardMonitor::write(const StepMetrics& m, int64_t memory_bytes) {
   std::vector<std::pair<std::string, float>> s = {
