@@ -35,6 +35,8 @@ std::string_view mem_category_name(MemCategory c) {
       return "checkpoint";
     case MemCategory::kOffloaded:
       return "offloaded";
+    case MemCategory::kSwap:
+      return "swap";
     case MemCategory::kOther:
       return "other";
     case MemCategory::kCount:

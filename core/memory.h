@@ -23,6 +23,7 @@ enum class MemCategory : uint8_t {
   kWorkspace,    // kernel scratch
   kCheckpoint,   // snapshots of model states for background checkpoint writes
   kOffloaded,    // model states offloaded to host memory (offload_optimizer: cpu)
+  kSwap,         // host buffers that NVMe-offloaded states pass through
   kOther,
   kCount
 };

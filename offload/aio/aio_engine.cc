@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,6 +35,65 @@ int64_t round_up(int64_t x) {
 }
 
 std::once_flag g_fallback_warned;
+
+// ZEROD_AIO_FAULT=ERRNO:read|write:N[:PATH_PART] (fault injection for tests): the N-th request
+// of that kind (counted from when the variable was set, on files whose path contains PATH_PART)
+// fails with ERRNO (EIO, ENOSPC, EDQUOT or EROFS), as if the kernel had returned it.
+struct Fault {
+  std::string spec;  // the variable's value this was parsed from
+  int err = 0;
+  bool write = false;
+  int64_t nth = 0, seen = 0;
+  std::string path_part;
+};
+
+Fault parse_fault(const std::string& spec) {
+  Fault f;
+  f.spec = spec;
+  std::vector<std::string> parts;
+  size_t b = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t e = std::min(spec.find(':', b), spec.size());
+    parts.push_back(spec.substr(b, e - b));
+    b = e + 1;
+  }
+  if (b < spec.size()) f.path_part = spec.substr(b);  // the rest (it may hold ':')
+  const std::pair<const char*, int> names[] = {
+      {"EIO", EIO}, {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS}};
+  for (const auto& [name, value] : names)
+    if (parts[0] == name) f.err = value;
+  bool ok = f.err != 0 && (parts[1] == "read" || parts[1] == "write");
+  f.write = parts[1] == "write";
+  try {
+    f.nth = std::stoll(parts[2]);
+  } catch (...) {
+    ok = false;
+  }
+  if (!ok || f.nth < 1) {
+    ZD_THROW_INPUT(
+        "ZEROD_AIO_FAULT={}: expected ERRNO:read|write:N[:PATH_PART] with ERRNO one of EIO, "
+        "ENOSPC, EDQUOT, EROFS and N >= 1",
+        spec);
+  }
+  spdlog::warn("ZEROD_AIO_FAULT: {} request {} will fail with {}", parts[1], f.nth, parts[0]);
+  return f;
+}
+
+void maybe_inject_fault(const std::string& path, bool write, int64_t offset) {
+  const char* env = std::getenv("ZEROD_AIO_FAULT");
+  if (env == nullptr || *env == '\0') return;
+  static std::mutex mu;
+  static Fault fault;
+  int err = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (fault.spec != env) fault = parse_fault(env);
+    if (fault.write != write) return;
+    if (!fault.path_part.empty() && path.find(fault.path_part) == std::string::npos) return;
+    if (++fault.seen == fault.nth) err = fault.err;
+  }
+  if (err != 0) io_error(path, write, offset, err);
+}
 
 }  // namespace
 
@@ -104,7 +164,31 @@ AioEngine::AioEngine(const AioOptions& options) : opt_(options) {
                  "aio.intra_op_parallelism {}: must be 1-64", opt_.threads);
 }
 
-AioEngine::~AioEngine() = default;
+AioEngine::~AioEngine() {
+  for (io_context_t c : free_contexts_) io_destroy(c);
+}
+
+io_context_t AioEngine::acquire_context() {
+  {
+    std::lock_guard<std::mutex> lock(contexts_mu_);
+    if (!free_contexts_.empty()) {
+      io_context_t c = free_contexts_.back();
+      free_contexts_.pop_back();
+      return c;
+    }
+  }
+  io_context_t c{};
+  if (int rc = io_setup(opt_.queue_depth, &c); rc < 0) {
+    ZD_THROW("io_setup({}) failed: {} (raise /proc/sys/fs/aio-max-nr?)", opt_.queue_depth,
+             std::strerror(-rc));
+  }
+  return c;
+}
+
+void AioEngine::release_context(io_context_t c) {
+  std::lock_guard<std::mutex> lock(contexts_mu_);
+  free_contexts_.push_back(c);
+}
 
 int64_t AioEngine::write(AioFile& f, int64_t offset, const AlignedBuffer& buf, int64_t bytes) {
   ZD_CHECK(bytes >= 0 && bytes <= buf.capacity(), "write of {} bytes from a buffer of {}", bytes,
@@ -134,6 +218,7 @@ int64_t AioEngine::run(AioFile& f, bool write, int64_t offset, char* data, int64
     ZD_CHECK(reinterpret_cast<uintptr_t>(data) % kAioAlign == 0, "unaligned buffer");
   }
   if (bytes <= 0) return 0;
+  maybe_inject_fault(f.path(), write, offset);
   if (!f.direct()) {
     // Buffered files: the kernel would run aio on them synchronously anyway (and refuses it on
     // some, e.g. character devices), so plain pread/pwrite.
@@ -169,16 +254,15 @@ int64_t AioEngine::run(AioFile& f, bool write, int64_t offset, char* data, int64
       std::vector<const Piece*> mine;
       for (size_t i = static_cast<size_t>(t); i < pieces.size(); i += static_cast<size_t>(threads))
         mine.push_back(&pieces[i]);
-      io_context_t ctx{};
+      // io contexts are kept for the next request: io_destroy waits for an RCU grace period
+      // (tens of ms), far more than a small request takes.
       const int depth = std::min<int>(opt_.queue_depth, static_cast<int>(mine.size()));
-      if (int rc = io_setup(depth, &ctx); rc < 0) {
-        ZD_THROW("io_setup({}) failed: {} (raise /proc/sys/fs/aio-max-nr?)", depth,
-                 std::strerror(-rc));
-      }
-      struct Ctx {
+      struct Lease {
+        AioEngine* e;
         io_context_t c;
-        ~Ctx() { io_destroy(c); }
-      } guard{ctx};
+        ~Lease() { e->release_context(c); }
+      } lease{this, acquire_context()};
+      io_context_t ctx = lease.c;
       std::vector<iocb> cbs(static_cast<size_t>(depth));
       std::vector<iocb*> free_cbs;
       for (auto& cb : cbs) free_cbs.push_back(&cb);

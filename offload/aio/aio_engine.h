@@ -13,10 +13,14 @@
 // become exceptions naming the file, the offset and the error (ENOSPC: InputError, exit 2).
 #pragma once
 
+#include <libaio.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace zerod {
 
@@ -84,7 +88,11 @@ class AioEngine {
 
  private:
   int64_t run(AioFile& f, bool write, int64_t offset, char* data, int64_t bytes);
+  io_context_t acquire_context();  // a free io context of queue_depth, or a new one
+  void release_context(io_context_t c);
   AioOptions opt_;
+  std::mutex contexts_mu_;
+  std::vector<io_context_t> free_contexts_;
 };
 
 }  // namespace zerod
