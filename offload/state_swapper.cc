@@ -32,10 +32,22 @@ struct StateSwapper::Slot {
   std::future<void> io;  // the last request on this buffer
 };
 
+int64_t StateSwapper::group_elems_for(int64_t elems, int64_t group_elems) {
+  return round_group(group_elems, elems);
+}
+
 int64_t StateSwapper::file_bytes_for(int64_t elems, int64_t group_elems) {
   if (elems <= 0) return 0;
   const int64_t g = round_group(group_elems, elems);
   return (elems + g - 1) / g * 3 * g * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t StateSwapper::buffer_bytes_for(int64_t elems, const SwapOptions& options) {
+  if (elems <= 0) return 0;
+  const int64_t g = round_group(options.group_elems, elems);
+  const int64_t groups = (elems + g - 1) / g;
+  return std::min<int64_t>(options.buffer_count, groups) * 3 * g *
+         static_cast<int64_t>(sizeof(float));
 }
 
 StateSwapper::StateSwapper(std::string path, int64_t elems, const SwapOptions& options,
@@ -79,7 +91,7 @@ StateSwapper::~StateSwapper() {
 }
 
 int64_t StateSwapper::buffer_bytes() const {
-  return std::min<int64_t>(opt_.buffer_count, num_groups_) * stride_;
+  return buffer_bytes_for(elems_, opt_);
 }
 
 void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& fn) {

@@ -71,8 +71,11 @@ class StateSwapper {
   int64_t buffer_bytes() const;                                 // host, all buffers
   const std::string& path() const { return path_; }
   const SwapStats& stats() const { return stats_; }
-  // The bytes a swap file of `elems` elements takes (what a preflight checks for).
+  // The sub-group a swapper of `elems` elements uses for `group_elems` asked (rounded up to
+  // whole blocks, at most elems), and the bytes its file and its host buffers take.
+  static int64_t group_elems_for(int64_t elems, int64_t group_elems);
   static int64_t file_bytes_for(int64_t elems, int64_t group_elems);
+  static int64_t buffer_bytes_for(int64_t elems, const SwapOptions& options);
 
  private:
   struct Slot;

@@ -42,15 +42,30 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   const int64_t shard_total = partition_.shard_elems_total();
   const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
   weights_ = be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
-  const MemCategory master_cat =
-      opt_.offload_optimizer ? MemCategory::kOffloaded : MemCategory::kMaster;
-  const MemCategory moments_cat =
-      opt_.offload_optimizer ? MemCategory::kOffloaded : MemCategory::kMoments;
-  if (!fp32_alias()) {
-    master_ = host_alloc(static_cast<size_t>(shard_total) * 4, master_cat, tracker);
+  // Where the optimizer states live (ZeroOptions::optimizer_states).
+  ZD_CHECK(opt_.offload_ratio > 0 && opt_.offload_ratio <= 1, "offload ratio {}",
+           opt_.offload_ratio);
+  if (opt_.optimizer_states == StatesHome::kNvme) {
+    swapper_ = std::make_unique<StateSwapper>(opt_.swap_path, shard_total, opt_.swap, tracker);
+  } else {
+    split_ = 0;
+    if (opt_.optimizer_states == StatesHome::kHost) {
+      // The leading units whose shards fit in offload_ratio of the shard go to the host.
+      const double want = opt_.offload_ratio * static_cast<double>(shard_total);
+      for (int u = 0; u < layout_.num_units(); ++u) {
+        const int64_t end = partition_.shard_offset(u) + partition_.unit(u).shard;
+        if (opt_.offload_ratio < 1 && static_cast<double>(end) > want + 0.5) break;
+        split_ = end;
+      }
+    }
+    const int64_t dev = shard_total - split_;
+    for (int k = fp32_alias() ? 1 : 0; k < 3; ++k) {
+      const MemCategory c = k == 0 ? MemCategory::kMaster : MemCategory::kMoments;
+      if (split_ > 0)
+        host_[k] = host_alloc(static_cast<size_t>(split_) * 4, MemCategory::kOffloaded, tracker);
+      if (dev > 0) dev_[k] = host_alloc(static_cast<size_t>(dev) * 4, c, tracker);
+    }
   }
-  m_ = host_alloc(static_cast<size_t>(shard_total) * 4, moments_cat, tracker);
-  v_ = host_alloc(static_cast<size_t>(shard_total) * 4, moments_cat, tracker);
   ReducerOptions ro;
   ro.stage = opt_.stage;
   ro.rank = owner_rank();
@@ -76,41 +91,86 @@ void* ZeroEngine::weight_region(int u) {
   return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank()), esz_);
 }
 
+float* ZeroEngine::state(int which, int u) {
+  ZD_CHECK(states_resident(), "the optimizer states of unit {} are on NVMe", u);
+  const int64_t off = partition_.shard_offset(u);
+  if (off < split_) return host_[which].as<float>() + off;
+  return dev_[which].as<float>() + (off - split_);
+}
+
 float* ZeroEngine::master(int u) {
   if (fp32_alias()) return static_cast<float*>(weight_region(u));
-  return master_.as<float>() + partition_.shard_offset(u);
+  return state(0, u);
 }
 float* ZeroEngine::exp_avg(int u) {
-  return m_.as<float>() + partition_.shard_offset(u);
+  return state(1, u);
 }
 float* ZeroEngine::exp_avg_sq(int u) {
-  return v_.as<float>() + partition_.shard_offset(u);
+  return state(2, u);
+}
+
+void ZeroEngine::visit_states(StatesMode mode, int u0, int u1, const StatesVisitor& fn) {
+  if (u0 >= u1) return;
+  if (states_resident()) {
+    for (int u = u0; u < u1; ++u) {
+      const int64_t n = partition_.unit(u).shard;
+      if (n > 0) fn(u, 0, n, master(u), exp_avg(u), exp_avg_sq(u));
+    }
+    return;
+  }
+  // NVMe: sub-group pieces of the shard range of units [u0, u1), cut at unit boundaries.
+  const int64_t begin = partition_.shard_offset(u0);
+  const int64_t end = partition_.shard_offset(u1 - 1) + partition_.unit(u1 - 1).shard;
+  int u = u0;
+  swapper_->visit(mode, begin, end, [&](int64_t b, int64_t e, float* pm, float* pa, float* pv) {
+    while (partition_.shard_offset(u) + partition_.unit(u).shard <= b) ++u;
+    for (int w = u; w < u1 && partition_.shard_offset(w) < e; ++w) {
+      const int64_t so = partition_.shard_offset(w);
+      const int64_t lo = std::max(b, so), hi = std::min(e, so + partition_.unit(w).shard);
+      if (lo >= hi) continue;
+      fn(w, lo - so, hi - so, pm + (lo - b), pa + (lo - b), pv + (lo - b));
+    }
+  });
 }
 
 void ZeroEngine::init_weights(uint64_t seed) {
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitPartition& up = partition_.unit(u);
-    const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
-    std::fill(master(u), master(u) + up.shard, 0.0f);
-    if (valid > 0) layout_.init_range(u, master(u), begin, begin + valid, seed);
-  }
-  refresh_weights();
+  const int owner = owner_rank();
+  visit_states(StatesMode::kOverwrite, 0, layout_.num_units(),
+               [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                 const UnitPartition& up = partition_.unit(u);
+                 const int64_t begin = up.begin(owner), valid = std::min(up.valid(owner), hi);
+                 std::fill(pm, pm + (hi - lo), 0.0f);
+                 std::fill(pa, pa + (hi - lo), 0.0f);
+                 std::fill(pv, pv + (hi - lo), 0.0f);
+                 if (valid > lo) layout_.init_range(u, pm, begin + lo, begin + valid, seed);
+                 if (!fp32_alias())
+                   be_.cast_to_compute(at(weight_region(u), lo, esz_), pm, hi - lo);
+               });
+  publish_weights();
 }
 
 void ZeroEngine::set_master_unit(int u, const float* unit_flat) {
   const UnitPartition& up = partition_.unit(u);
   const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
-  float* dst = master(u);
-  if (valid > 0) std::copy(unit_flat + begin, unit_flat + begin + valid, dst);
-  std::fill(dst + std::max<int64_t>(valid, 0), dst + up.shard, 0.0f);
+  visit_states(StatesMode::kUpdate, u, u + 1,
+               [&](int, int64_t lo, int64_t hi, float* pm, float*, float*) {
+                 const int64_t v = std::clamp(valid, lo, hi);
+                 std::copy(unit_flat + begin + lo, unit_flat + begin + v, pm);
+                 std::fill(pm + (v - lo), pm + (hi - lo), 0.0f);
+               });
 }
 
 void ZeroEngine::refresh_weights() {
   if (!fp32_alias()) {
-    for (int u = 0; u < layout_.num_units(); ++u) {
-      be_.cast_to_compute(weight_region(u), master(u), partition_.unit(u).shard);
-    }
+    visit_states(StatesMode::kRead, 0, layout_.num_units(),
+                 [&](int u, int64_t lo, int64_t hi, float* pm, float*, float*) {
+                   be_.cast_to_compute(at(weight_region(u), lo, esz_), pm, hi - lo);
+                 });
   }
+  publish_weights();
+}
+
+void ZeroEngine::publish_weights() {
   if (opt_.stage == 1 || opt_.stage == 2) gather_weights();
   if (gatherer_) gatherer_->shards_changed();
 }
@@ -199,23 +259,24 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   p.bias_correction = s.bias_correction;
   p.step = adam_steps_;
   p.grad_scale = static_cast<float>(r.clip_coef / divisor);
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const UnitPartition& up = partition_.unit(u);
-    const int64_t sb = up.begin(owner_rank()), se = sb + up.shard;
-    void* grads = reducer_->shard(u);
-    void* weights = fp32_alias() ? nullptr : weight_region(u);
-    if (guard_) guard_->before_update(u);
-    for (const DecayRange& d : partition_.decay_ranges(u)) {
-      const int64_t lo = std::max(d.begin, sb), hi = std::min(d.end, se);
-      if (lo >= hi) continue;
-      p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
-      const int64_t off = lo - sb;
-      be_.adamw_update(master(u) + off, exp_avg(u) + off, exp_avg_sq(u) + off, at(grads, off, esz_),
-                       weights ? at(weights, off, esz_) : nullptr, hi - lo, p);
-    }
-  }
-  if (opt_.stage == 1 || opt_.stage == 2) gather_weights();
-  if (gatherer_) gatherer_->shards_changed();
+  const int owner = owner_rank();
+  visit_states(StatesMode::kUpdate, 0, layout_.num_units(),
+               [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                 // Elements [lo, hi) of the shard: [sb + lo, sb + hi) of the unit.
+                 const int64_t sb = partition_.unit(u).begin(owner);
+                 char* grads = static_cast<char*>(reducer_->shard(u));
+                 void* weights = fp32_alias() ? nullptr : weight_region(u);
+                 if (guard_ && lo == 0) guard_->before_update(u);
+                 for (const DecayRange& d : partition_.decay_ranges(u)) {
+                   const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
+                   if (a >= b) continue;
+                   p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
+                   const int64_t off = a - (sb + lo);  // into the piece
+                   be_.adamw_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
+                                    weights ? at(weights, a - sb, esz_) : nullptr, b - a, p);
+                 }
+               });
+  publish_weights();
   return r;
 }
 
@@ -232,6 +293,8 @@ ModelStateBytes ZeroEngine::measured_bytes() const {
   b.master = tracker_->current(MemCategory::kMaster);
   b.moments = tracker_->current(MemCategory::kMoments);
   b.host = tracker_->current(MemCategory::kOffloaded);
+  b.swap_buffers = tracker_->peak(MemCategory::kSwap);
+  b.nvme = swapper_ ? swapper_->file_bytes() : 0;
   b.buckets = tracker_->peak(MemCategory::kBuckets);
   b.gathered = tracker_->peak(MemCategory::kGathered);
   return b;
@@ -257,22 +320,43 @@ ModelStateBytes ZeroEngine::formula_bytes() const {
   ModelStateBytes b = zero_formula_bytes(psi, opt_.world_size, opt_.stage, static_cast<int>(esz_));
   if (!fp32_alias() && esz_ == 4)
     b.master = zero_formula_bytes(psi, opt_.world_size, opt_.stage, 2).master;
-  if (opt_.offload_optimizer) {  // master and moments: in host memory, not the compute pool
-    b.host = b.master + b.moments;
+  const int64_t offloaded_states = b.master + b.moments;
+  if (opt_.optimizer_states == StatesHome::kHost) {  // the leading split_ elements on the host
+    const double total = static_cast<double>(partition_.shard_elems_total());
+    const double host_frac = total > 0 ? static_cast<double>(split_) / total : 1.0;
+    b.host = static_cast<int64_t>(static_cast<double>(offloaded_states) * host_frac);
+    b.master = static_cast<int64_t>(static_cast<double>(b.master) * (1 - host_frac));
+    b.moments = static_cast<int64_t>(static_cast<double>(b.moments) * (1 - host_frac));
+  } else if (opt_.optimizer_states == StatesHome::kNvme) {
+    b.nvme = offloaded_states;
+    b.swap_buffers = swapper_->buffer_bytes();
     b.master = b.moments = 0;
   }
   return b;
 }
 
 std::string ZeroEngine::memory_report() const {
-  if (opt_.offload_optimizer) {
+  if (opt_.optimizer_states == StatesHome::kHost) {
     const ModelStateBytes m = measured_bytes(), f = formula_bytes();
     return fmt::format(
-        "model states (ZeRO-{}, N={}, optimizer offloaded to host): compute pool: weights {:.2f} + "
-        "gradients {:.2f} = {:.2f} MiB (formula {:.2f}); host: master + moments {:.2f} MiB "
-        "(formula 12Psi/N {:.2f})",
+        "model states (ZeRO-{}, N={}, optimizer offloaded to host{}): compute pool: weights "
+        "{:.2f} + gradients {:.2f} + master {:.2f} + moments {:.2f} = {:.2f} MiB (formula "
+        "{:.2f}); host: master + moments {:.2f} MiB (formula {:.2f})",
+        opt_.stage, opt_.world_size,
+        opt_.offload_ratio < 1 ? fmt::format(", ratio {}", opt_.offload_ratio) : "", mib(m.weights),
+        mib(m.gradients), mib(m.master), mib(m.moments), mib(m.states()), mib(f.states()),
+        mib(m.host), mib(f.host));
+  }
+  if (opt_.optimizer_states == StatesHome::kNvme) {
+    const ModelStateBytes m = measured_bytes(), f = formula_bytes();
+    return fmt::format(
+        "model states (ZeRO-{}, N={}, optimizer offloaded to NVMe): compute pool: weights {:.2f} "
+        "+ gradients {:.2f} = {:.2f} MiB (formula {:.2f}); host: {} swap buffers of {:.2f} MiB "
+        "(sub-groups of {} elements) = {:.2f} MiB; disk: {} {:.2f} MiB (formula 12Psi/N {:.2f})",
         opt_.stage, opt_.world_size, mib(m.weights), mib(m.gradients), mib(m.states()),
-        mib(f.states()), mib(m.host), mib(f.host));
+        mib(f.states()), std::min(opt_.swap.buffer_count, swapper_->num_groups()),
+        mib(3 * 4 * swapper_->group_elems()), swapper_->group_elems(), mib(f.swap_buffers),
+        swapper_->path(), mib(m.nvme), mib(f.nvme));
   }
   const ModelStateBytes m = measured_bytes(), f = formula_bytes();
   const int st = opt_.stage;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,12 +26,15 @@
 #include "kernels/backend.h"
 #include "model/layout.h"
 #include "model/param_source.h"
+#include "offload/state_swapper.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
 #include "zero/update_guard.h"
 
 namespace zerod {
+
+enum class StatesHome { kDevice, kHost, kNvme };
 
 struct ZeroOptions {
   int stage = 0;
@@ -43,10 +47,19 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;
   int64_t param_persistence_threshold = 100000;
   int64_t max_live_parameters = 1000000000;
-  // offload_optimizer.device cpu: the fp32 master weights and Adam moments live in host memory
-  // (MemCategory::kOffloaded), out of the compute pool; the optimizer updates them there and
-  // writes the compute weights in the same pass (no fp32 aliasing of weights and master).
-  bool offload_optimizer = false;
+  // offload_optimizer.device: where the fp32 master weights and Adam moments live.
+  //   kDevice: the compute pool (in fp32 the master is the compute weights themselves);
+  //   kHost (cpu): host memory (MemCategory::kOffloaded). With offload_ratio < 1 only the leading
+  //     units holding that fraction of the shard go to the host; the rest stay in the compute
+  //     pool and are updated there (whole units: the split falls on a unit boundary);
+  //   kNvme: the swap file swap_path (offload/state_swapper.h), which the optimizer step streams
+  //     through swap.buffer_count host buffers of one sub-group each.
+  // Offloaded, the optimizer updates the states where they are and writes the compute weights
+  // in the same pass (the master is a separate fp32 copy even in fp32).
+  StatesHome optimizer_states = StatesHome::kDevice;
+  double offload_ratio = 1.0;
+  std::string swap_path;
+  SwapOptions swap;
 };
 
 // Hyper-parameters of one optimizer step.
@@ -71,6 +84,7 @@ struct ModelStateBytes {
   int64_t weights = 0, gradients = 0, master = 0, moments = 0;  // resident model states
   int64_t buckets = 0, gathered = 0;                            // communication buffers (peak)
   int64_t host = 0;  // offloaded to host memory (master and moments with offload_optimizer)
+  int64_t swap_buffers = 0, nvme = 0;  // NVMe offload: host buffers, and the swap file on disk
   int64_t states() const { return weights + gradients + master + moments; }  // compute pool
 };
 
@@ -119,10 +133,21 @@ class ZeroEngine : public ParamSource, public GradSink {
   const ZeroOptions& options() const { return opt_; }
   // The rank that owns optimizer shards: the rank (stages 1-3) or 0 (stage 0: all of it).
   int owner_rank() const { return opt_.stage >= 1 ? opt_.rank : 0; }
-  // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements).
+  // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements). Only
+  // when the states are in memory (states_resident()); NVMe states are reached by visit_states.
   float* master(int u);
   float* exp_avg(int u);
   float* exp_avg_sq(int u);
+  bool states_resident() const { return swapper_ == nullptr; }
+  // Visits this rank's optimizer states of units [u0, u1) in order, a piece at a time: fn(u, lo,
+  // hi, master, exp_avg, exp_avg_sq) gets elements [lo, hi) of unit u's shard (pointers at lo).
+  // In memory a piece is a whole unit shard; on NVMe, the part of one sub-group in that unit.
+  // mode as StateSwapper's (kOverwrite: every element of the range is written).
+  using StatesMode = StateSwapper::Mode;
+  using StatesVisitor = std::function<void(int u, int64_t lo, int64_t hi, float* master,
+                                           float* exp_avg, float* exp_avg_sq)>;
+  void visit_states(StatesMode mode, int u0, int u1, const StatesVisitor& fn);
+  const StateSwapper* swapper() const { return swapper_.get(); }
   // This rank's reduced gradient shard of unit u (sum over ranks; valid after the reductions).
   void* grad_shard(int u) { return reducer_->shard(u); }
   // Refreshes the compute weights from the master (after loading a checkpoint) and gathers them.
@@ -139,9 +164,14 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::string memory_report() const;
 
  private:
-  bool fp32_alias() const { return be_.compute_dtype() == DType::kF32 && !opt_.offload_optimizer; }
+  bool fp32_alias() const {
+    return be_.compute_dtype() == DType::kF32 && opt_.optimizer_states == StatesHome::kDevice;
+  }
+  bool offloaded() const { return opt_.optimizer_states != StatesHome::kDevice; }
   void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u
   void gather_weights();       // stages 1-2: all-gather every unit's updated shard
+  void publish_weights();      // after the compute weights changed: gather (1-2) or re-gather (3)
+  float* state(int which, int u);  // 0 master, 1 exp_avg, 2 exp_avg_sq of unit u (in memory)
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -150,8 +180,11 @@ class ZeroEngine : public ParamSource, public GradSink {
   Partition partition_;  // the optimizer partition: world 1 at stage 0, the world otherwise
   size_t esz_;
   Buffer weights_;  // stages 0-2: every unit's padded weights; stage 3: every unit's shard
-  Buffer master_;   // fp32 shards (bf16/fp16 only; fp32 aliases weights_)
-  Buffer m_, v_;    // fp32 shards
+  // Optimizer states in memory, shard elements [0, split_) in host_ and [split_, total) in dev_:
+  // master (none when fp32 aliases weights_), exp_avg, exp_avg_sq.
+  Buffer host_[3], dev_[3];
+  int64_t split_ = 0;
+  std::unique_ptr<StateSwapper> swapper_;    // NVMe
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3

@@ -22,13 +22,6 @@ const NotBuiltYet kNotBuiltYet[] = {
            "implemented yet in zerod",
            config::offload_device_name(c.zero.offload_param.device));
      }},
-    {[](const JobConfig& c) { return c.zero.offload_optimizer.device == OffloadDevice::kNvme; },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "zero_optimization.offload_optimizer.device: offload to \"{}\" is not "
-           "implemented yet in zerod",
-           config::offload_device_name(c.zero.offload_optimizer.device));
-     }},
     {[](const JobConfig& c) { return c.aio.use_gds; },
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");

@@ -66,6 +66,12 @@ void validate_zero(const JobConfig& cfg, Problems& p) {
   if (oo.device == OffloadDevice::kNvme && oo.nvme_path.empty()) {
     p.error("zero_optimization.offload_optimizer.nvme_path", "required when device is \"nvme\"");
   }
+  if (oo.ratio < 1.0 && oo.device == OffloadDevice::kNvme) {
+    p.error("zero_optimization.offload_optimizer.ratio",
+            fmt::format("{} (partial offload) applies to device \"cpu\"; with \"nvme\" every "
+                        "sub-group is swapped",
+                        oo.ratio));
+  }
   if (oo.ratio < 1.0 && z.stage != 3) {
     // DeepSpeed: "Partial offloading only supported for ZeRO Stage 3."
     p.error("zero_optimization.offload_optimizer.ratio",

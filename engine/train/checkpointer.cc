@@ -1,5 +1,6 @@
 #include "engine/train/checkpointer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -69,7 +70,10 @@ struct Checkpointer::Pending {
 Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
                            MemoryTracker* tracker)
     : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
-  if (cfg_.checkpoint.async) {
+  if (cfg_.checkpoint.async && !engine_.states_resident()) {
+    if (ctx_.rank == 0)
+      spdlog::info("checkpoint.async: the optimizer states are on NVMe, so saves are synchronous");
+  } else if (cfg_.checkpoint.async) {
     snapshot_ = std::make_unique<StateSnapshot>(engine_.layout().num_units(), tracker_);
     engine_.set_update_guard(snapshot_.get());
   }
@@ -97,6 +101,42 @@ bool Checkpointer::all_true(bool mine) {
   return v == 0;
 }
 
+// The shards of a save, read from NVMe one unit at a time into one host buffer (kCheckpoint)
+// sized for the largest unit shard.
+class Checkpointer::SwappedStates : public ShardSource {
+ public:
+  SwappedStates(ZeroEngine& engine, const std::vector<ShardData>& shards, MemoryTracker* tracker)
+      : engine_(engine), shards_(shards) {
+    int64_t most = 0;
+    for (const ShardData& d : shards) most = std::max(most, d.end - d.begin);
+    buf_ = host_alloc(static_cast<size_t>(3 * most) * sizeof(float), MemCategory::kCheckpoint,
+                      tracker);
+  }
+  ShardData acquire(size_t i) override {
+    ShardData d = shards_.at(i);
+    const int64_t n = d.end - d.begin;
+    float* out = buf_.as<float>();
+    engine_.visit_states(ZeroEngine::StatesMode::kRead, d.unit, d.unit + 1,
+                         [&](int, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                           const int64_t k = std::min(hi, n) - lo;  // (past n: padding)
+                           if (k <= 0) return;
+                           std::copy(pm, pm + k, out + lo);
+                           std::copy(pa, pa + k, out + n + lo);
+                           std::copy(pv, pv + k, out + 2 * n + lo);
+                         });
+    d.master = out;
+    d.exp_avg = out + n;
+    d.exp_avg_sq = out + 2 * n;
+    return d;
+  }
+  void release(size_t) override {}
+
+ private:
+  ZeroEngine& engine_;
+  const std::vector<ShardData>& shards_;
+  Buffer buf_;
+};
+
 std::vector<ShardData> Checkpointer::my_shards() {
   std::vector<ShardData> out;
   // Stage 0: every rank holds all of it; rank 0 alone writes.
@@ -111,9 +151,11 @@ std::vector<ShardData> Checkpointer::my_shards() {
     s.unit_name = engine_.layout().unit(u).name;
     s.begin = up.begin(engine_.owner_rank());
     s.end = s.begin + valid;
-    s.master = engine_.master(u);
-    s.exp_avg = engine_.exp_avg(u);
-    s.exp_avg_sq = engine_.exp_avg_sq(u);
+    if (engine_.states_resident()) {
+      s.master = engine_.master(u);
+      s.exp_avg = engine_.exp_avg(u);
+      s.exp_avg_sq = engine_.exp_avg_sq(u);
+    }
     out.push_back(s);
   }
   return out;
@@ -164,11 +206,16 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   SaveReport report;
   report.tag = tag;
   for (const auto& s : shards) report.bytes += 12 * (s.end - s.begin);
-  if (!cfg_.checkpoint.async) {
+  if (!cfg_.checkpoint.async || !engine_.states_resident()) {
+    // (NVMe states are saved synchronously: the next step would rewrite the swap file under the
+    // writer.)
+    std::unique_ptr<SwappedStates> swapped;
+    if (!engine_.states_resident())
+      swapped = std::make_unique<SwappedStates>(engine_, shards, tracker_);
     CheckpointFile f;
     std::string werr;
     try {
-      f = write_rank_file(tmp, ctx_.rank, shards);
+      f = write_rank_file(tmp, ctx_.rank, shards, swapped.get());
     } catch (const Error& e) {
       werr = e.what();
     }
@@ -319,16 +366,36 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   }
 
   const Partition& part = engine_.partition();
-  std::vector<ShardRequest> requests;
-  for (int u = 0; u < part.num_units(); ++u) {
-    const UnitPartition& up = part.unit(u);
-    const int64_t b = up.begin(engine_.owner_rank());
-    requests.push_back(
-        {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
-  }
+  const int owner = engine_.owner_rank();
   std::string mine;
   try {
-    load_shards(path, m, requests);
+    if (engine_.states_resident()) {
+      std::vector<ShardRequest> requests;
+      for (int u = 0; u < part.num_units(); ++u) {
+        const UnitPartition& up = part.unit(u);
+        const int64_t b = up.begin(owner);
+        requests.push_back(
+            {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
+      }
+      load_shards(path, m, requests);
+    } else {
+      // NVMe states: check the files this rank reads, then read each sub-group's part straight
+      // into the swap buffers (no copy of the whole shard in memory).
+      Manifest mine_only = m;
+      std::erase_if(mine_only.files, [&](const CheckpointFile& f) {
+        return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
+          const UnitPartition& up = part.unit(s.unit);
+          return s.begin < up.begin(owner) + up.shard && up.begin(owner) < s.end;
+        });
+      });
+      verify_checkpoint(path, mine_only);
+      ShardReader reader(path, m);
+      engine_.visit_states(ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
+                           [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                             const int64_t b = part.unit(u).begin(owner);
+                             reader.read(u, b + lo, b + hi, pm, pa, pv);
+                           });
+    }
   } catch (const InputError& e) {
     mine = e.what();
   }

@@ -15,6 +15,7 @@
 #include "engine/data/train_val.h"
 #include "engine/runtime/signals.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/offload_preflight.h"
 #include "engine/train/peak_flops.h"
 #include "zero/loss_scaler.h"
 
@@ -66,6 +67,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   backend_ = make_cpu_backend(cfg_.compute_dtype());
   model_ =
       std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
+  offload_preflight(cfg_, ctx_, model_->layout());
   ZeroOptions zo;
   zo.stage = cfg_.zero.stage;
   zo.world_size = ctx_.world_size;
@@ -77,7 +79,14 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.prefetch_bucket_size = cfg_.zero.stage3_prefetch_bucket_size;
   zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
   zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
-  zo.offload_optimizer = cfg_.zero.offload_optimizer.device == OffloadDevice::kCpu;
+  const OffloadOptimizerConfig& oo = cfg_.zero.offload_optimizer;
+  if (oo.device == OffloadDevice::kCpu) zo.optimizer_states = StatesHome::kHost;
+  if (oo.device == OffloadDevice::kNvme) {
+    zo.optimizer_states = StatesHome::kNvme;
+    zo.swap_path = optimizer_swap_path(oo.nvme_path, ctx_.rank);
+    zo.swap = swap_options(cfg_);
+  }
+  zo.offload_ratio = oo.ratio;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit.

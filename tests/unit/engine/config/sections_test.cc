@@ -319,16 +319,26 @@ TEST(ConfigSections, ZeroAndOverlapComm) {
 }
 
 TEST(ConfigSections, OffloadRules) {
-  const ParsedJob nvme = parse(job_with(
-      {{"zero_optimization",
-        {{"stage", 3},
-         {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/nvme"}, {"ratio", 0.5}}},
-         {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}}}}}));
+  const ParsedJob nvme =
+      parse(job_with({{"zero_optimization",
+                       {{"stage", 3},
+                        {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/nvme"}}},
+                        {"offload_param", {{"device", "cpu"}, {"pin_memory", true}}}}}}));
   EXPECT_EQ(nvme.config.zero.offload_optimizer.device, OffloadDevice::kNvme);
   EXPECT_EQ(nvme.config.zero.offload_optimizer.nvme_path, "/nvme");
-  EXPECT_EQ(nvme.config.zero.offload_optimizer.ratio, 0.5);
   EXPECT_EQ(nvme.config.zero.offload_param.device, OffloadDevice::kCpu);
   EXPECT_TRUE(nvme.config.zero.offload_param.pin_memory);
+  const ParsedJob partial = parse(
+      job_with({{"zero_optimization",
+                 {{"stage", 3}, {"offload_optimizer", {{"device", "cpu"}, {"ratio", 0.5}}}}}}));
+  EXPECT_EQ(partial.config.zero.offload_optimizer.ratio, 0.5);
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"zero_optimization",
+            {{"stage", 3},
+             {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}, {"ratio", 0.5}}}}}})),
+      "zero_optimization.offload_optimizer.ratio: 0.5 (partial offload) applies to device "
+      "\"cpu\""));
 
   const auto p =
       problems_of(job_with({{"zero_optimization",

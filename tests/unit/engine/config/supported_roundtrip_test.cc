@@ -33,9 +33,6 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
   };
   const Case cases[] = {
       {{{"zero_optimization",
-         {{"stage", 2}, {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
-       "zero_optimization.offload_optimizer.device: offload to \"nvme\""},
-      {{{"zero_optimization",
          {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
        "zero_optimization.offload_param.device: offload to \"nvme\""},
       {{{"activation_checkpointing", {{"partition_activations", true}}}},
@@ -53,7 +50,7 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
     }
   }
   // Checkpointing, fine-tuning from a model file, TensorBoard, comms_logger and optimizer
-  // offload to cpu are built.
+  // offload to cpu and nvme are built.
   EXPECT_TRUE(
       unsupported(
           parse(
@@ -64,6 +61,13 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
                          {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}},
                         {"checkpoint", {{"async", true}}},
                         {"train", {{"steps", 5}, {"save_interval", 2}, {"checkpoint_dir", "ck"}}}}))
+              .config)
+          .empty());
+  EXPECT_TRUE(
+      unsupported(
+          parse(job_with({{"zero_optimization",
+                           {{"stage", 3},
+                            {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}}))
               .config)
           .empty());
   // Every ZeRO stage is built.

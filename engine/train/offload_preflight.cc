@@ -1,0 +1,129 @@
+#include "engine/train/offload_preflight.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "comm/strings.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "zero/partition.h"
+#include "zero/zero_engine.h"
+
+namespace zerod {
+
+namespace fs = std::filesystem;
+
+namespace {
+double mib(int64_t b) {
+  return static_cast<double>(b) / (1 << 20);
+}
+}  // namespace
+
+std::string OffloadPlan::text() const {
+  return fmt::format("device {:.2f} MiB, host {:.2f} MiB, disk {:.2f} MiB per rank", mib(device),
+                     mib(host), mib(disk));
+}
+
+std::string optimizer_swap_path(const std::string& nvme_path, int rank) {
+  return (fs::path(nvme_path) / fmt::format("zerod-{}-rank{}.optimizer.swp", ::getpid(), rank))
+      .string();
+}
+
+SwapOptions swap_options(const JobConfig& cfg) {
+  const OffloadOptimizerConfig& oo = cfg.zero.offload_optimizer;
+  SwapOptions o;
+  o.group_elems = cfg.zero.sub_group_size;
+  o.buffer_count = static_cast<int>(oo.buffer_count);
+  o.pipeline_read = oo.pipeline_read;
+  o.pipeline_write = oo.pipeline_write;
+  o.pin_memory = oo.pin_memory;
+  o.aio.block_size = cfg.aio.block_size;
+  o.aio.queue_depth = static_cast<int>(cfg.aio.queue_depth);
+  o.aio.threads = static_cast<int>(cfg.aio.intra_op_parallelism);
+  o.aio.single_submit = cfg.aio.single_submit;
+  o.aio.overlap_events = cfg.aio.overlap_events;
+  return o;
+}
+
+OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world) {
+  const int stage = cfg.zero.stage;
+  const Partition part(layout, stage >= 1 ? world : 1);
+  const int64_t shard = part.shard_elems_total();
+  const int64_t esz = cfg.compute_dtype() == DType::kF32 ? 4 : 2;
+  OffloadPlan p;
+  p.device = esz * (stage >= 3 ? shard : part.padded_elems_total()) +
+             esz * (stage >= 2 ? shard : part.padded_elems_total());
+  const OffloadOptimizerConfig& oo = cfg.zero.offload_optimizer;
+  const int64_t states = 12 * shard;  // fp32 master, exp_avg, exp_avg_sq
+  switch (oo.device) {
+    case OffloadDevice::kNone:
+      p.device += esz == 4 ? 8 * shard : states;  // fp32: the weights are the master
+      break;
+    case OffloadDevice::kCpu:
+      p.host = static_cast<int64_t>(static_cast<double>(states) * oo.ratio);
+      p.device += states - p.host;
+      break;
+    case OffloadDevice::kNvme: {
+      const SwapOptions so = swap_options(cfg);
+      p.disk = StateSwapper::file_bytes_for(shard, so.group_elems);
+      p.host = StateSwapper::buffer_bytes_for(shard, so);
+      break;
+    }
+  }
+  return p;
+}
+
+std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what) {
+  std::error_code ec;
+  if (!fs::exists(nvme_path, ec)) return fmt::format("{} '{}' does not exist", what, nvme_path);
+  if (!fs::is_directory(nvme_path, ec))
+    return fmt::format("{} '{}' is not a folder", what, nvme_path);
+  const std::string probe =
+      (fs::path(nvme_path) / fmt::format(".zerod-probe-{}-{}", ::getpid(), gettid())).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return fmt::format("{} '{}' is not writable: {}", what, nvme_path, std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  struct statvfs st {};
+  if (::statvfs(nvme_path.c_str(), &st) != 0)
+    return fmt::format("{} '{}': statvfs failed: {}", what, nvme_path, std::strerror(errno));
+  const int64_t free_bytes = static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+  if (free_bytes < bytes) {
+    return fmt::format(
+        "{} '{}' has {} bytes ({:.2f} MiB) free; the swap files of this process's ranks need "
+        "{} bytes ({:.2f} MiB)",
+        what, nvme_path, free_bytes, mib(free_bytes), bytes, mib(bytes));
+  }
+  return "";
+}
+
+void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout) {
+  const OffloadOptimizerConfig& oo = cfg.zero.offload_optimizer;
+  if (oo.device == OffloadDevice::kNone) return;
+  const OffloadPlan plan = plan_offload(cfg, layout, ctx.world_size);
+  std::string mine;
+  if (oo.device == OffloadDevice::kNvme) {
+    // The ranks of this process share the folder; other nodes check their own.
+    mine = check_nvme_path(oo.nvme_path, plan.disk * ctx.local_world_size,
+                           "zero_optimization.offload_optimizer.nvme_path");
+  }
+  std::vector<std::string> all{mine};
+  if (ctx.world_size > 1) all = all_gather_strings(*ctx.comm, mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    ZD_THROW_INPUT("offload preflight (rank {}): {}. Plan: {}", r, all[r], plan.text());
+  }
+  if (ctx.rank == 0) {
+    spdlog::info("offload plan (optimizer states on {}): {}",
+                 oo.device == OffloadDevice::kNvme ? "nvme" : "cpu", plan.text());
+  }
+}
+
+}  // namespace zerod

@@ -1,0 +1,38 @@
+// Offload preflight (ZeRO-Infinity): before a rank allocates its model states, where they will
+// go (bytes per rank in the compute pool, in host memory and on disk), and with NVMe offload a
+// check that nvme_path is a writable folder with room for the swap files of this process's
+// ranks. A failure is an InputError (exit 2) with the numbers, before anything is written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/config/job_config.h"
+#include "engine/runtime/rank_context.h"
+#include "model/layout.h"
+#include "offload/state_swapper.h"
+
+namespace zerod {
+
+struct OffloadPlan {
+  int64_t device = 0;        // model states in the compute pool
+  int64_t host = 0;          // offloaded states in host memory, or NVMe swap buffers
+  int64_t disk = 0;          // NVMe swap file
+  std::string text() const;  // "device X MiB, host Y MiB, disk Z MiB per rank"
+};
+
+// Where rank `rank` of this process keeps its optimizer states under nvme_path.
+std::string optimizer_swap_path(const std::string& nvme_path, int rank);
+// The swapper settings of a job: sub_group_size, offload_optimizer's buffer_count, pipeline_*,
+// pin_memory, and the aio section.
+SwapOptions swap_options(const JobConfig& cfg);
+// The bytes of one rank of `world` for this job's ZeRO stage, dtype and offload settings.
+OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world);
+// Checks nvme_path (named `what` in messages, e.g. "zero_optimization.offload_optimizer.
+// nvme_path") for `bytes` of swap files: "" when fine, else the problem.
+std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what);
+// Runs the checks on every rank, collectively (every rank throws the same InputError when any
+// rank's check fails); the leader logs the plan.
+void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout);
+
+}  // namespace zerod
