@@ -42,9 +42,14 @@ void ParamGatherer::start_gather(int unit) {
     s.buffer = pool_.take(static_cast<size_t>(up.padded) * esz_, false);
     live_ += up.padded;
   }
-  s.work =
-      opt_.comm->all_gather_async(shards_ + part_.shard_offset(unit) * static_cast<int64_t>(esz_),
-                                  s.buffer.data(), up.shard, CommType::kF32);
+  const void* shard = shards_ + part_.shard_offset(unit) * static_cast<int64_t>(esz_);
+  if (opt_.shard_of) {
+    void* in_place = static_cast<char*>(s.buffer.data()) + static_cast<int64_t>(opt_.comm->rank()) *
+                                                               up.shard *
+                                                               static_cast<int64_t>(esz_);
+    shard = opt_.shard_of(unit, in_place);
+  }
+  s.work = opt_.comm->all_gather_async(shard, s.buffer.data(), up.shard, CommType::kF32);
 }
 
 void ParamGatherer::finish_gather(Slot& s) {

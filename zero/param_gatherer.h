@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -19,6 +20,10 @@ namespace zerod {
 
 struct GathererOptions {
   Communicator* comm = nullptr;
+  // Where unit u's shard is: given the place the gather wants it (this rank's part of the
+  // gathered buffer), returns a pointer to it, having copied it there if it had to be loaded
+  // (parameters offloaded to NVMe). Null: every shard is in `shards`.
+  std::function<const void*(int unit, void* in_place)> shard_of;
   int64_t prefetch_bucket_size = 50000000;
   int64_t param_persistence_threshold = 100000;
   int64_t max_live_parameters = 1000000000;

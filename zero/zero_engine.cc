@@ -40,8 +40,44 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
            "communicator is rank {} of {}, engine rank {} of {}", opt_.comm->rank(),
            opt_.comm->size(), opt_.rank, opt_.world_size);
   const int64_t shard_total = partition_.shard_elems_total();
-  const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
-  weights_ = be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
+  ZD_CHECK(opt_.param_states == StatesHome::kDevice || opt_.stage == 3,
+           "parameter offload needs stage 3, not {}", opt_.stage);
+  if (opt_.param_states == StatesHome::kDevice) {
+    const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
+    weights_ =
+        be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
+  } else {
+    // Parameter offload: the shards (or, with NVMe, those of the leading units that fit in
+    // max_in_cpu) in host memory.
+    int64_t resident = shard_total;
+    if (opt_.param_states == StatesHome::kNvme) {
+      resident_param_units_ = 0;
+      while (resident_param_units_ < layout_.num_units() &&
+             partition_.shard_offset(resident_param_units_) +
+                     partition_.unit(resident_param_units_).shard <=
+                 opt_.param_max_in_cpu) {
+        ++resident_param_units_;
+      }
+      resident = partition_.shard_offset(resident_param_units_);
+      std::vector<int64_t> regions;
+      int64_t most = 0;
+      for (int u = 0; u < layout_.num_units(); ++u) {
+        const int64_t n = u < resident_param_units_ ? 0 : partition_.unit(u).shard;
+        regions.push_back(n * static_cast<int64_t>(esz_));
+        most = std::max(most, n);
+      }
+      ZD_CHECK_INPUT(opt_.param_buffer_size >= most,
+                     "zero_optimization.offload_param.buffer_size: {} elements, but the largest "
+                     "parameter shard on NVMe has {} (a buffer holds one shard)",
+                     opt_.param_buffer_size, most);
+      param_swapper_ =
+          std::make_unique<ParamSwapper>(opt_.param_swap_path, std::move(regions),
+                                         opt_.param_buffer_size * static_cast<int64_t>(esz_),
+                                         opt_.param_pin_memory, opt_.param_aio, tracker);
+    }
+    if (resident > 0)
+      weights_ = host_alloc(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded, tracker);
+  }
   // Where the optimizer states live (ZeroOptions::optimizer_states).
   ZD_CHECK(opt_.offload_ratio > 0 && opt_.offload_ratio <= 1, "offload ratio {}",
            opt_.offload_ratio);
@@ -79,6 +115,13 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
     go.prefetch_bucket_size = opt_.prefetch_bucket_size;
     go.param_persistence_threshold = opt_.param_persistence_threshold;
     go.max_live_parameters = opt_.max_live_parameters;
+    if (param_swapper_) {
+      go.shard_of = [this](int u, void* in_place) -> const void* {
+        if (!param_on_nvme(u)) return weight_region(u);
+        param_swapper_->read(u, in_place);
+        return in_place;
+      };
+    }
     gatherer_ = std::make_unique<ParamGatherer>(partition_, be_, go, weights_.data(), tracker);
   }
 }
@@ -87,8 +130,17 @@ ZeroEngine::~ZeroEngine() = default;
 
 void* ZeroEngine::weight_region(int u) {
   const UnitPartition& up = partition_.unit(u);
+  if (param_on_nvme(u)) return nullptr;
   if (opt_.stage >= 3) return at(weights_.data(), partition_.shard_offset(u), esz_);
   return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank()), esz_);
+}
+
+void* ZeroEngine::weight_target(int u) {
+  return param_on_nvme(u) ? param_swapper_->stage(u) : weight_region(u);
+}
+
+void ZeroEngine::weight_written(int u, int64_t hi) {
+  if (param_on_nvme(u) && hi == partition_.unit(u).shard) param_swapper_->write_staged(u);
 }
 
 float* ZeroEngine::state(int which, int u) {
@@ -143,8 +195,9 @@ void ZeroEngine::init_weights(uint64_t seed) {
                  std::fill(pa, pa + (hi - lo), 0.0f);
                  std::fill(pv, pv + (hi - lo), 0.0f);
                  if (valid > lo) layout_.init_range(u, pm, begin + lo, begin + valid, seed);
-                 if (!fp32_alias())
-                   be_.cast_to_compute(at(weight_region(u), lo, esz_), pm, hi - lo);
+                 if (fp32_alias()) return;
+                 be_.cast_to_compute(at(weight_target(u), lo, esz_), pm, hi - lo);
+                 weight_written(u, hi);
                });
   publish_weights();
 }
@@ -164,7 +217,8 @@ void ZeroEngine::refresh_weights() {
   if (!fp32_alias()) {
     visit_states(StatesMode::kRead, 0, layout_.num_units(),
                  [&](int u, int64_t lo, int64_t hi, float* pm, float*, float*) {
-                   be_.cast_to_compute(at(weight_region(u), lo, esz_), pm, hi - lo);
+                   be_.cast_to_compute(at(weight_target(u), lo, esz_), pm, hi - lo);
+                   weight_written(u, hi);
                  });
   }
   publish_weights();
@@ -202,6 +256,12 @@ void ZeroEngine::gather_unit(int u, void* out) {
   if (opt_.stage < 3) {
     be_.copy(out, at(weights_.data(), partition_.padded_offset(u), esz_),
              static_cast<size_t>(up.padded) * esz_);
+    return;
+  }
+  if (param_on_nvme(u)) {
+    void* in_place = at(out, static_cast<int64_t>(opt_.rank) * up.shard, esz_);
+    param_swapper_->read(u, in_place);
+    opt_.comm->all_gather(in_place, out, up.shard, CommType::kF32);
     return;
   }
   opt_.comm->all_gather(weight_region(u), out, up.shard, CommType::kF32);
@@ -265,7 +325,7 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                  // Elements [lo, hi) of the shard: [sb + lo, sb + hi) of the unit.
                  const int64_t sb = partition_.unit(u).begin(owner);
                  char* grads = static_cast<char*>(reducer_->shard(u));
-                 void* weights = fp32_alias() ? nullptr : weight_region(u);
+                 void* weights = fp32_alias() ? nullptr : weight_target(u);
                  if (guard_ && lo == 0) guard_->before_update(u);
                  for (const DecayRange& d : partition_.decay_ranges(u)) {
                    const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
@@ -275,6 +335,7 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                    be_.adamw_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
                                     weights ? at(weights, a - sb, esz_) : nullptr, b - a, p);
                  }
+                 weight_written(u, hi);
                });
   publish_weights();
   return r;
@@ -294,7 +355,8 @@ ModelStateBytes ZeroEngine::measured_bytes() const {
   b.moments = tracker_->current(MemCategory::kMoments);
   b.host = tracker_->current(MemCategory::kOffloaded);
   b.swap_buffers = tracker_->peak(MemCategory::kSwap);
-  b.nvme = swapper_ ? swapper_->file_bytes() : 0;
+  b.nvme =
+      (swapper_ ? swapper_->file_bytes() : 0) + (param_swapper_ ? param_swapper_->file_bytes() : 0);
   b.buckets = tracker_->peak(MemCategory::kBuckets);
   b.gathered = tracker_->peak(MemCategory::kGathered);
   return b;
@@ -332,31 +394,50 @@ ModelStateBytes ZeroEngine::formula_bytes() const {
     b.swap_buffers = swapper_->buffer_bytes();
     b.master = b.moments = 0;
   }
+  if (opt_.param_states != StatesHome::kDevice) {  // stage 3 weight shards
+    const double total = static_cast<double>(partition_.shard_elems_total());
+    const double resident =
+        param_swapper_ ? static_cast<double>(partition_.shard_offset(resident_param_units_))
+                       : total;
+    const double frac = total > 0 ? resident / total : 1.0;
+    b.host += static_cast<int64_t>(static_cast<double>(b.weights) * frac);
+    if (param_swapper_) {
+      b.nvme += static_cast<int64_t>(static_cast<double>(b.weights) * (1 - frac));
+      b.swap_buffers += param_swapper_->buffer_bytes();
+    }
+    b.weights = 0;
+  }
   return b;
 }
 
 std::string ZeroEngine::memory_report() const {
-  if (opt_.optimizer_states == StatesHome::kHost) {
+  if (offloaded() || opt_.param_states != StatesHome::kDevice) {
+    auto home = [](StatesHome h) {
+      return h == StatesHome::kHost ? "cpu" : h == StatesHome::kNvme ? "nvme" : "device";
+    };
     const ModelStateBytes m = measured_bytes(), f = formula_bytes();
-    return fmt::format(
-        "model states (ZeRO-{}, N={}, optimizer offloaded to host{}): compute pool: weights "
-        "{:.2f} + gradients {:.2f} + master {:.2f} + moments {:.2f} = {:.2f} MiB (formula "
-        "{:.2f}); host: master + moments {:.2f} MiB (formula {:.2f})",
-        opt_.stage, opt_.world_size,
-        opt_.offload_ratio < 1 ? fmt::format(", ratio {}", opt_.offload_ratio) : "", mib(m.weights),
-        mib(m.gradients), mib(m.master), mib(m.moments), mib(m.states()), mib(f.states()),
-        mib(m.host), mib(f.host));
-  }
-  if (opt_.optimizer_states == StatesHome::kNvme) {
-    const ModelStateBytes m = measured_bytes(), f = formula_bytes();
-    return fmt::format(
-        "model states (ZeRO-{}, N={}, optimizer offloaded to NVMe): compute pool: weights {:.2f} "
-        "+ gradients {:.2f} = {:.2f} MiB (formula {:.2f}); host: {} swap buffers of {:.2f} MiB "
-        "(sub-groups of {} elements) = {:.2f} MiB; disk: {} {:.2f} MiB (formula 12Psi/N {:.2f})",
-        opt_.stage, opt_.world_size, mib(m.weights), mib(m.gradients), mib(m.states()),
-        mib(f.states()), std::min(opt_.swap.buffer_count, swapper_->num_groups()),
-        mib(3 * 4 * swapper_->group_elems()), swapper_->group_elems(), mib(f.swap_buffers),
-        swapper_->path(), mib(m.nvme), mib(f.nvme));
+    std::string where = fmt::format("optimizer states on {}", home(opt_.optimizer_states));
+    if (opt_.optimizer_states == StatesHome::kHost && opt_.offload_ratio < 1)
+      where += fmt::format(" (ratio {})", opt_.offload_ratio);
+    if (opt_.param_states != StatesHome::kDevice)
+      where += fmt::format(", parameters on {}", home(opt_.param_states));
+    std::string report = fmt::format(
+        "model states (ZeRO-{}, N={}, {}): compute pool: weights {:.2f} + gradients {:.2f} + "
+        "master {:.2f} + moments {:.2f} = {:.2f} MiB (formula {:.2f}); host: {:.2f} MiB "
+        "(formula {:.2f})",
+        opt_.stage, opt_.world_size, where, mib(m.weights), mib(m.gradients), mib(m.master),
+        mib(m.moments), mib(m.states()), mib(f.states()), mib(m.host), mib(f.host));
+    if (m.nvme > 0 || f.nvme > 0) {
+      report += fmt::format(
+          "; NVMe: {:.2f} MiB on disk (formula {:.2f}) through {:.2f} MiB of "
+          "swap buffers",
+          mib(m.nvme), mib(f.nvme), mib(f.swap_buffers));
+      if (swapper_)
+        report += fmt::format(" (optimizer: {} of {:.2f} MiB, sub-groups of {} elements)",
+                              std::min(opt_.swap.buffer_count, swapper_->num_groups()),
+                              mib(3 * 4 * swapper_->group_elems()), swapper_->group_elems());
+    }
+    return report;
   }
   const ModelStateBytes m = measured_bytes(), f = formula_bytes();
   const int st = opt_.stage;

@@ -26,6 +26,7 @@
 #include "kernels/backend.h"
 #include "model/layout.h"
 #include "model/param_source.h"
+#include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_gatherer.h"
@@ -60,6 +61,17 @@ struct ZeroOptions {
   double offload_ratio = 1.0;
   std::string swap_path;
   SwapOptions swap;
+  // offload_param.device (stage 3): where the compute-dtype weight shards live.
+  //   kHost (cpu): host memory (MemCategory::kOffloaded), gathered from there;
+  //   kNvme: the leading units whose shards fit in param_max_in_cpu elements stay in host
+  //     memory, the others live in param_swap_path (offload/param_swapper.h) and are read into
+  //     their gather buffer when gathered; the optimizer writes them back unit by unit.
+  StatesHome param_states = StatesHome::kDevice;
+  std::string param_swap_path;
+  int64_t param_buffer_size = 100000000;  // elements per swap buffer (>= the largest shard)
+  int64_t param_max_in_cpu = 1000000000;  // elements
+  bool param_pin_memory = false;
+  AioOptions param_aio;
 };
 
 // Hyper-parameters of one optimizer step.
@@ -165,8 +177,14 @@ class ZeroEngine : public ParamSource, public GradSink {
 
  private:
   bool fp32_alias() const {
-    return be_.compute_dtype() == DType::kF32 && opt_.optimizer_states == StatesHome::kDevice;
+    return be_.compute_dtype() == DType::kF32 && opt_.optimizer_states == StatesHome::kDevice &&
+           opt_.param_states == StatesHome::kDevice;
   }
+  bool param_on_nvme(int u) const { return param_swapper_ && u >= resident_param_units_; }
+  // Where the optimizer writes unit u's compute weights (the staging buffer for NVMe units),
+  // and the notice that elements [.., hi) of it are written (hi == shard: write it out).
+  void* weight_target(int u);
+  void weight_written(int u, int64_t hi);
   bool offloaded() const { return opt_.optimizer_states != StatesHome::kDevice; }
   void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u
   void gather_weights();       // stages 1-2: all-gather every unit's updated shard
@@ -184,7 +202,9 @@ class ZeroEngine : public ParamSource, public GradSink {
   // master (none when fp32 aliases weights_), exp_avg, exp_avg_sq.
   Buffer host_[3], dev_[3];
   int64_t split_ = 0;
-  std::unique_ptr<StateSwapper> swapper_;    // NVMe
+  std::unique_ptr<StateSwapper> swapper_;        // NVMe
+  std::unique_ptr<ParamSwapper> param_swapper_;  // stage 3 parameters on NVMe
+  int resident_param_units_ = 0;  // with param_swapper_: units [0, this) stay in weights_
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3

@@ -15,13 +15,6 @@ struct NotBuiltYet {
 };
 
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) { return c.zero.offload_param.device != OffloadDevice::kNone; },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "zero_optimization.offload_param.device: offload to \"{}\" is not "
-           "implemented yet in zerod",
-           config::offload_device_name(c.zero.offload_param.device));
-     }},
     {[](const JobConfig& c) { return c.aio.use_gds; },
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");

@@ -11,6 +11,7 @@
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "offload/param_swapper.h"
 #include "zero/partition.h"
 #include "zero/zero_engine.h"
 
@@ -31,6 +32,11 @@ std::string OffloadPlan::text() const {
 
 std::string optimizer_swap_path(const std::string& nvme_path, int rank) {
   return (fs::path(nvme_path) / fmt::format("zerod-{}-rank{}.optimizer.swp", ::getpid(), rank))
+      .string();
+}
+
+std::string param_swap_path(const std::string& nvme_path, int rank) {
+  return (fs::path(nvme_path) / fmt::format("zerod-{}-rank{}.params.swp", ::getpid(), rank))
       .string();
 }
 
@@ -70,11 +76,34 @@ OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int wo
       break;
     case OffloadDevice::kNvme: {
       const SwapOptions so = swap_options(cfg);
-      p.disk = StateSwapper::file_bytes_for(shard, so.group_elems);
+      p.optimizer_disk = StateSwapper::file_bytes_for(shard, so.group_elems);
       p.host = StateSwapper::buffer_bytes_for(shard, so);
       break;
     }
   }
+  // Parameter offload (stage 3): the weight shards leave the compute pool.
+  const OffloadParamConfig& op = cfg.zero.offload_param;
+  if (op.device != OffloadDevice::kNone && stage == 3) {
+    p.device -= esz * shard;
+    if (op.device == OffloadDevice::kCpu) {
+      p.host += esz * shard;
+    } else {
+      // The leading units whose shards fit in max_in_cpu stay in host memory (as ZeroEngine).
+      std::vector<int64_t> regions;
+      int64_t in_cpu = 0, most = 0;
+      bool resident = true;
+      for (int u = 0; u < part.num_units(); ++u) {
+        const int64_t n = part.unit(u).shard;
+        resident = resident && part.shard_offset(u) + n <= op.max_in_cpu;
+        if (resident) in_cpu += n;
+        regions.push_back(resident ? 0 : esz * n);
+        if (!resident) most = std::max(most, n);
+      }
+      p.param_disk = ParamSwapper::file_bytes_for(regions);
+      p.host += esz * in_cpu + 2 * ((esz * most + 4095) / 4096 * 4096);
+    }
+  }
+  p.disk = p.optimizer_disk + p.param_disk;
   return p;
 }
 
@@ -106,13 +135,22 @@ std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const s
 
 void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout) {
   const OffloadOptimizerConfig& oo = cfg.zero.offload_optimizer;
-  if (oo.device == OffloadDevice::kNone) return;
+  const OffloadParamConfig& op = cfg.zero.offload_param;
+  if (oo.device == OffloadDevice::kNone && op.device == OffloadDevice::kNone) return;
   const OffloadPlan plan = plan_offload(cfg, layout, ctx.world_size);
+  // The ranks of this process share the folders; other nodes check their own. When both
+  // sections name the same folder, it must hold both files.
+  const bool same = oo.device == OffloadDevice::kNvme && op.device == OffloadDevice::kNvme &&
+                    fs::weakly_canonical(oo.nvme_path) == fs::weakly_canonical(op.nvme_path);
   std::string mine;
   if (oo.device == OffloadDevice::kNvme) {
-    // The ranks of this process share the folder; other nodes check their own.
-    mine = check_nvme_path(oo.nvme_path, plan.disk * ctx.local_world_size,
-                           "zero_optimization.offload_optimizer.nvme_path");
+    mine = check_nvme_path(
+        oo.nvme_path, (plan.optimizer_disk + (same ? plan.param_disk : 0)) * ctx.local_world_size,
+        "zero_optimization.offload_optimizer.nvme_path");
+  }
+  if (mine.empty() && op.device == OffloadDevice::kNvme && !same) {
+    mine = check_nvme_path(op.nvme_path, plan.param_disk * ctx.local_world_size,
+                           "zero_optimization.offload_param.nvme_path");
   }
   std::vector<std::string> all{mine};
   if (ctx.world_size > 1) all = all_gather_strings(*ctx.comm, mine);
@@ -121,8 +159,11 @@ void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const Param
     ZD_THROW_INPUT("offload preflight (rank {}): {}. Plan: {}", r, all[r], plan.text());
   }
   if (ctx.rank == 0) {
-    spdlog::info("offload plan (optimizer states on {}): {}",
-                 oo.device == OffloadDevice::kNvme ? "nvme" : "cpu", plan.text());
+    auto name = [](OffloadDevice d) {
+      return d == OffloadDevice::kNvme ? "nvme" : d == OffloadDevice::kCpu ? "cpu" : "device";
+    };
+    spdlog::info("offload plan (optimizer states on {}, parameters on {}): {}", name(oo.device),
+                 name(op.device), plan.text());
   }
 }
 

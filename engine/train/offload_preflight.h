@@ -15,14 +15,16 @@
 namespace zerod {
 
 struct OffloadPlan {
-  int64_t device = 0;        // model states in the compute pool
-  int64_t host = 0;          // offloaded states in host memory, or NVMe swap buffers
-  int64_t disk = 0;          // NVMe swap file
+  int64_t device = 0;  // model states in the compute pool
+  int64_t host = 0;    // offloaded states in host memory, or NVMe swap buffers
+  int64_t disk = 0;    // NVMe swap files (optimizer states and parameters)
+  int64_t optimizer_disk = 0, param_disk = 0;
   std::string text() const;  // "device X MiB, host Y MiB, disk Z MiB per rank"
 };
 
-// Where rank `rank` of this process keeps its optimizer states under nvme_path.
+// Where rank `rank` of this process keeps its optimizer states / parameters under nvme_path.
 std::string optimizer_swap_path(const std::string& nvme_path, int rank);
+std::string param_swap_path(const std::string& nvme_path, int rank);
 // The swapper settings of a job: sub_group_size, offload_optimizer's buffer_count, pipeline_*,
 // pin_memory, and the aio section.
 SwapOptions swap_options(const JobConfig& cfg);

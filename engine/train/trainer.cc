@@ -87,6 +87,16 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     zo.swap = swap_options(cfg_);
   }
   zo.offload_ratio = oo.ratio;
+  const OffloadParamConfig& op = cfg_.zero.offload_param;
+  if (op.device == OffloadDevice::kCpu) zo.param_states = StatesHome::kHost;
+  if (op.device == OffloadDevice::kNvme) {
+    zo.param_states = StatesHome::kNvme;
+    zo.param_swap_path = param_swap_path(op.nvme_path, ctx_.rank);
+  }
+  zo.param_buffer_size = op.buffer_size;
+  zo.param_max_in_cpu = op.max_in_cpu;
+  zo.param_pin_memory = op.pin_memory;
+  zo.param_aio = swap_options(cfg_).aio;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit.

@@ -32,9 +32,6 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
     const char* path;
   };
   const Case cases[] = {
-      {{{"zero_optimization",
-         {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}},
-       "zero_optimization.offload_param.device: offload to \"nvme\""},
       {{{"activation_checkpointing", {{"partition_activations", true}}}},
        "activation_checkpointing.partition_activations:"},
       {{{"activation_checkpointing", {{"cpu_checkpointing", true}}}},
@@ -50,7 +47,7 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
     }
   }
   // Checkpointing, fine-tuning from a model file, TensorBoard, comms_logger and optimizer
-  // offload to cpu and nvme are built.
+  // offload (optimizer and parameters) to cpu and nvme are built.
   EXPECT_TRUE(
       unsupported(
           parse(
@@ -67,7 +64,8 @@ TEST(CheckSupported, EachUnbuiltOptionIsNamed) {
       unsupported(
           parse(job_with({{"zero_optimization",
                            {{"stage", 3},
-                            {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}}))
+                            {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/n"}}},
+                            {"offload_param", {{"device", "nvme"}, {"nvme_path", "/n"}}}}}}))
               .config)
           .empty());
   // Every ZeRO stage is built.

@@ -53,6 +53,9 @@ class OffloadNvme : public ::testing::Test {
     bool pipeline = true;
     double ratio = 1.0;
     std::string resume = "";
+    std::string param = "none";  // offload_param.device (stage 3)
+    int64_t max_in_cpu = 5000;   // elements: the embedding shard (4480 at world 2) stays in RAM
+    int64_t param_buffer = 100000000;
   };
   struct Result {
     std::vector<double> losses;
@@ -74,6 +77,14 @@ class OffloadNvme : public ::testing::Test {
     oo.pipeline_read = oo.pipeline_write = s.pipeline;
     oo.ratio = s.ratio;
     cfg.zero.sub_group_size = s.sub_group;
+    OffloadParamConfig& op = cfg.zero.offload_param;
+    if (s.param == "cpu") op.device = OffloadDevice::kCpu;
+    if (s.param == "nvme") {
+      op.device = OffloadDevice::kNvme;
+      op.nvme_path = (root_ / "nvme").string();
+    }
+    op.max_in_cpu = s.max_in_cpu;
+    op.buffer_size = s.param_buffer;
     return cfg;
   }
   Result run(const Spec& s) {
@@ -221,6 +232,51 @@ TEST_F(OffloadNvme, AnIoErrorStopsTrainingNamingTheFileAndTheLastCheckpointStays
   ASSERT_EQ(resumed.losses.size(), 4u);
   EXPECT_EQ(std::vector<double>(whole.losses.begin() + 2, whole.losses.end()), resumed.losses);
   EXPECT_TRUE(fs::is_empty(root_ / "nvme"));
+}
+
+TEST_F(OffloadNvme, ParameterOffloadAtStage3GivesTheSameLosses) {
+  for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
+    const Result base = run({.stage = 3, .dtype = dtype});
+    for (const std::string param : {"cpu", "nvme"}) {
+      for (const std::string opt : {"none", "cpu", "nvme"}) {
+        const std::string what =
+            "params " + param + ", optimizer " + opt + (dtype.empty() ? " fp32" : " bf16");
+        const Result r = run({.stage = 3, .dtype = dtype, .device = opt, .param = param});
+        EXPECT_EQ(base.losses, r.losses) << what;
+        // The weight shards left the compute pool: for host memory, or (all but the embedding,
+        // which fits in max_in_cpu) for the disk.
+        EXPECT_EQ(r.measured.weights, 0) << what;
+        EXPECT_GT(r.measured.host, 0) << what;
+        if (param == "nvme") {
+          EXPECT_GT(r.measured.nvme, base.measured.weights / 2) << what;
+          // (Files round up: each unit's region to 4 KiB, the last optimizer sub-group to a
+          // whole one of 4096 elements.)
+          EXPECT_NEAR(static_cast<double>(r.measured.nvme), static_cast<double>(r.formula.nvme),
+                      0.05 * static_cast<double>(r.formula.nvme) + 4 * 4096 + 12 * 4096)
+              << what;
+        }
+      }
+    }
+  }
+  // Every unit on NVMe (max_in_cpu 0) works too, and checkpoints resume exactly.
+  const Result whole = run({.stage = 3, .steps = 8, .param = "nvme", .max_in_cpu = 0});
+  run({.stage = 3, .steps = 4, .save_interval = 4, .param = "nvme", .max_in_cpu = 0});
+  const Result resumed =
+      run({.stage = 3, .steps = 8, .resume = "global_step4", .param = "nvme", .max_in_cpu = 0});
+  EXPECT_EQ(std::vector<double>(whole.losses.begin() + 4, whole.losses.end()), resumed.losses);
+  EXPECT_TRUE(fs::is_empty(root_ / "nvme"));
+}
+
+TEST_F(OffloadNvme, AParameterBufferSmallerThanAShardIsRefused) {
+  try {
+    run({.stage = 3, .param = "nvme", .param_buffer = 1000});
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("zero_optimization.offload_param.buffer_size: 1000 elements"),
+              std::string::npos)
+        << what;
+  }
 }
 
 TEST_F(OffloadNvme, PreflightRefusesABadFolderWithTheNumbers) {
