@@ -1,12 +1,11 @@
 #include "kernels/cpu/adamw.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
+#include <atomic>
 
+#include "core/cpu_info.h"
 #include "core/error.h"
+#include "kernels/cpu/adamw_simd.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/parallel.h"
 
@@ -40,61 +39,76 @@ AdamWConstants adamw_constants(const AdamWParams& p) {
 
 namespace {
 
-#if defined(__AVX512F__)
-// _mm512_sqrt_ps's undefined pass-through operand trips GCC 12's -Wmaybe-uninitialized; the
-// all-lanes masked form is the same instruction.
-inline __m512 sqrt16(__m512 x) {
-  return _mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xffff), x);
+std::atomic<AdamIsa> g_requested{AdamIsa::kAuto};
+
+AdamIsa resolve(AdamIsa isa) {
+  if (isa != AdamIsa::kAuto) return isa;
+  const CpuInfo& c = cpu_info();
+  if (c.avx512f) return AdamIsa::kAvx512;
+  if (c.avx2 && c.fma) return AdamIsa::kAvx2;
+  return AdamIsa::kScalar;
 }
-#endif
 
 template <bool kL2, bool kDecoupled>
-void span_loop(float* master, float* m, float* v, const float* grad, int64_t n,
-               const AdamWConstants& k) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  // adamw_element, 16 lanes at a time: the same operations in the same order.
-  const __m512 grad_scale = _mm512_set1_ps(k.grad_scale);
-  const __m512 wd = _mm512_set1_ps(k.weight_decay);
-  const __m512 b1 = _mm512_set1_ps(k.beta1);
-  const __m512 b2 = _mm512_set1_ps(k.beta2);
-  const __m512 omb1 = _mm512_set1_ps(k.one_minus_beta1);
-  const __m512 omb2 = _mm512_set1_ps(k.one_minus_beta2);
-  const __m512 sbc2 = _mm512_set1_ps(k.sqrt_bias_correction2);
-  const __m512 bc1 = _mm512_set1_ps(k.bias_correction1);
-  const __m512 eps = _mm512_set1_ps(k.eps);
-  const __m512 neg_lr = _mm512_set1_ps(k.neg_lr);
-  for (; i + 16 <= n; i += 16) {
-    __m512 p = _mm512_loadu_ps(master + i);
-    __m512 mm = _mm512_loadu_ps(m + i);
-    __m512 vv = _mm512_loadu_ps(v + i);
-    __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), grad_scale);
-    if constexpr (kL2) g = _mm512_fmadd_ps(wd, p, g);
-    mm = _mm512_fmadd_ps(b1, mm, _mm512_mul_ps(omb1, g));
-    vv = _mm512_fmadd_ps(b2, vv, _mm512_mul_ps(_mm512_mul_ps(omb2, g), g));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(sqrt16(vv), sbc2), eps);
-    __m512 update = _mm512_div_ps(_mm512_div_ps(mm, bc1), denom);
-    if constexpr (kDecoupled) update = _mm512_fmadd_ps(wd, p, update);
-    p = _mm512_fmadd_ps(neg_lr, update, p);
-    _mm512_storeu_ps(master + i, p);
-    _mm512_storeu_ps(m + i, mm);
-    _mm512_storeu_ps(v + i, vv);
+void scalar_loop(float* master, float* m, float* v, const float* grad, int64_t n,
+                 const AdamWConstants& k) {
+  for (int64_t i = 0; i < n; ++i) adamw_element<kL2, kDecoupled>(master[i], m[i], v[i], grad[i], k);
+}
+
+void scalar_span(float* master, float* m, float* v, const float* grad, int64_t n,
+                 const AdamWConstants& k) {
+  if (k.l2_decay) {
+    scalar_loop<true, false>(master, m, v, grad, n, k);
+  } else if (k.decoupled_decay) {
+    scalar_loop<false, true>(master, m, v, grad, n, k);
+  } else {
+    scalar_loop<false, false>(master, m, v, grad, n, k);
   }
-#endif
-  for (; i < n; ++i) adamw_element<kL2, kDecoupled>(master[i], m[i], v[i], grad[i], k);
 }
 
 }  // namespace
 
+void set_adamw_isa(AdamIsa isa) {
+  const CpuInfo& c = cpu_info();
+  if ((isa == AdamIsa::kAvx512 && !c.avx512f) || (isa == AdamIsa::kAvx2 && !(c.avx2 && c.fma))) {
+    ZD_THROW_INPUT("AdamW path '{}' requested, but this CPU ({}) does not have it",
+                   adamw_isa_name(isa), c.model.empty() ? "unknown model" : c.model);
+  }
+  g_requested.store(isa);
+}
+
+AdamIsa adamw_isa() {
+  return resolve(g_requested.load());
+}
+
+const char* adamw_isa_name(AdamIsa isa) {
+  switch (isa) {
+    case AdamIsa::kAuto:
+      return "auto";
+    case AdamIsa::kAvx512:
+      return "avx512";
+    case AdamIsa::kAvx2:
+      return "avx2";
+    case AdamIsa::kScalar:
+      return "scalar";
+  }
+  return "?";
+}
+
 void adamw_update_span(float* master, float* m, float* v, const float* grad, int64_t n,
                        const AdamWConstants& k) {
-  if (k.l2_decay) {
-    span_loop<true, false>(master, m, v, grad, n, k);
-  } else if (k.decoupled_decay) {
-    span_loop<false, true>(master, m, v, grad, n, k);
-  } else {
-    span_loop<false, false>(master, m, v, grad, n, k);
+  int64_t done = 0;
+  switch (adamw_isa()) {
+    case AdamIsa::kAvx512:
+      done = adamw_simd::span_avx512(master, m, v, grad, n, k);
+      break;
+    case AdamIsa::kAvx2:
+      done = adamw_simd::span_avx2(master, m, v, grad, n, k);
+      break;
+    default:
+      break;
   }
+  scalar_span(master + done, m + done, v + done, grad + done, n - done, k);
 }
 
 void adamw_update(float* master, float* m, float* v, const float* grad, float* param_out, int64_t n,

@@ -46,10 +46,18 @@ inline void adamw_element(float& p, float& m, float& v, float grad, const AdamWC
   p = std::fma(k.neg_lr, update, p);
 }
 
+// The vector path of adamw_update_span: chosen at run time from cpu_info() (AVX-512F, else AVX2
+// + FMA, else scalar), whatever the build's -march; set_adamw_isa forces one (tests,
+// benchmarks; an ISA this CPU lacks is an InputError) and kAuto restores the choice.
+enum class AdamIsa { kAuto, kAvx512, kAvx2, kScalar };
+void set_adamw_isa(AdamIsa isa);
+AdamIsa adamw_isa();  // the path in use (kAuto resolved)
+const char* adamw_isa_name(AdamIsa isa);
+
 // master, m, v (n) updated in place from grad (n) with the constants of one step (no rounded
-// copy): the loop the CPU-offload optimizer should call on its fp32 tiles. With AVX-512 it runs
-// 16 lanes of the same IEEE operations in the same order (explicit intrinsics: GCC does not
-// vectorise std::sqrt without -fno-math-errno), so it equals adamw_element bit for bit.
+// copy). The AVX-512 and AVX2 paths run 16 or 8 lanes of the same IEEE operations in the same
+// order (explicit intrinsics: GCC does not vectorise std::sqrt without -fno-math-errno), so
+// every path equals adamw_element bit for bit.
 void adamw_update_span(float* master, float* m, float* v, const float* grad, int64_t n,
                        const AdamWConstants& k);
 

@@ -3,17 +3,19 @@
 // CPU (Debian's python3-torch) with the same thread count, in the same run. Prints elements/s
 // of both and the ratio.
 //
-//   zerod_adam_bench [--params 100000000] [--steps 5] [--threads 2]
+//   zerod_adam_bench [--params 100000000] [--steps 5] [--threads 2] [--isa auto|avx512|avx2|scalar]
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/adamw.h"
 
 using namespace zerod;
 
@@ -25,7 +27,16 @@ int main(int argc, char** argv) {
   app.add_option("--params", n, "fp32 parameters")->capture_default_str();
   app.add_option("--steps", steps, "measured steps (after one warm-up)")->capture_default_str();
   app.add_option("--threads", threads, "threads for both")->capture_default_str();
+  std::string isa = "auto";
+  app.add_option("--isa", isa, "zerod's vector path")
+      ->check(CLI::IsMember({"auto", "avx512", "avx2", "scalar"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  const std::map<std::string, cpu::AdamIsa> isas = {{"auto", cpu::AdamIsa::kAuto},
+                                                    {"avx512", cpu::AdamIsa::kAvx512},
+                                                    {"avx2", cpu::AdamIsa::kAvx2},
+                                                    {"scalar", cpu::AdamIsa::kScalar}};
+  cpu::set_adamw_isa(isas.at(isa));
   omp_set_num_threads(threads);
 
   std::vector<float> master(static_cast<size_t>(n), 0.01f), m(static_cast<size_t>(n), 0.0f),
@@ -79,7 +90,8 @@ print(json.dumps({{"seconds": best, "torch": torch.__version__}}))
   const auto j = nlohmann::json::parse(
       out.substr(out.find('{') == std::string::npos ? 0 : out.rfind('{')), nullptr, false);
   fmt::print("CPU AdamW, {} fp32 parameters, {} threads (best of {} steps)\n", n, threads, steps);
-  fmt::print("zerod: {:.3f} s/step = {:.0f} M elements/s\n", best, ours / 1e6);
+  fmt::print("zerod ({} path): {:.3f} s/step = {:.0f} M elements/s\n",
+             cpu::adamw_isa_name(cpu::adamw_isa()), best, ours / 1e6);
   if (j.is_discarded() || !j.contains("seconds")) {
     fmt::print("torch: not measured ({})\n", out);
     return 1;

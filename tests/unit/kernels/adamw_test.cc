@@ -1,5 +1,8 @@
 #include "kernels/cpu/adamw.h"
 
+#include "core/cpu_info.h"
+#include "core/error.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,21 +99,35 @@ TEST(AdamW, MatchesDoubleFormulaInEveryMode) {
         }
 }
 
-// The vector loop (adamw_update_span, AVX-512 when available) equals the scalar definition
-// adamw_element bit for bit, which is what the CPU-offload optimizer relies on.
+// The paths this CPU can run (the scalar one always).
+std::vector<AdamIsa> available_isas() {
+  std::vector<AdamIsa> out = {AdamIsa::kScalar};
+  if (cpu_info().avx2 && cpu_info().fma) out.push_back(AdamIsa::kAvx2);
+  if (cpu_info().avx512f) out.push_back(AdamIsa::kAvx512);
+  return out;
+}
+
+// Every vector path of adamw_update_span (AVX-512, AVX2, chosen at run time) equals the scalar
+// definition adamw_element bit for bit, which is what the CPU-offload optimizer relies on.
 template <bool kL2, bool kDecoupled>
 void check_span_matches_element(const AdamWParams& P) {
   const int64_t n = 16 * 5 + 7;
   const State s0 = make_state(n, 600);
-  State a = s0, b = s0;
   const AdamWConstants k = adamw_constants(P);
   ASSERT_EQ(k.l2_decay, kL2);
   ASSERT_EQ(k.decoupled_decay, kDecoupled);
-  adamw_update_span(a.p.data(), a.m.data(), a.v.data(), a.g.data(), n, k);
+  State b = s0;
   for (int64_t i = 0; i < n; ++i) adamw_element<kL2, kDecoupled>(b.p[i], b.m[i], b.v[i], b.g[i], k);
-  EXPECT_TRUE(test::bitwise_equal(a.p, b.p));
-  EXPECT_TRUE(test::bitwise_equal(a.m, b.m));
-  EXPECT_TRUE(test::bitwise_equal(a.v, b.v));
+  for (const AdamIsa isa : available_isas()) {
+    set_adamw_isa(isa);
+    ASSERT_EQ(adamw_isa(), isa);
+    State a = s0;
+    adamw_update_span(a.p.data(), a.m.data(), a.v.data(), a.g.data(), n, k);
+    EXPECT_TRUE(test::bitwise_equal(a.p, b.p)) << adamw_isa_name(isa);
+    EXPECT_TRUE(test::bitwise_equal(a.m, b.m)) << adamw_isa_name(isa);
+    EXPECT_TRUE(test::bitwise_equal(a.v, b.v)) << adamw_isa_name(isa);
+  }
+  set_adamw_isa(AdamIsa::kAuto);
 }
 
 TEST(AdamW, VectorLoopEqualsScalarElementBitwise) {
@@ -125,6 +142,17 @@ TEST(AdamW, VectorLoopEqualsScalarElementBitwise) {
   check_span_matches_element<false, true>(P);
   P.weight_decay = 0.0f;
   check_span_matches_element<false, false>(P);
+}
+
+TEST(AdamW, TheRunTimeChoiceFollowsTheCpuAndRefusesWhatItLacks) {
+  set_adamw_isa(AdamIsa::kAuto);
+  const AdamIsa best = cpu_info().avx512f                    ? AdamIsa::kAvx512
+                       : (cpu_info().avx2 && cpu_info().fma) ? AdamIsa::kAvx2
+                                                             : AdamIsa::kScalar;
+  EXPECT_EQ(adamw_isa(), best);
+  if (!cpu_info().avx512f) {
+    EXPECT_THROW(set_adamw_isa(AdamIsa::kAvx512), InputError);
+  }
 }
 
 TEST(AdamW, ParamOutIsTheRoundedMaster) {
