@@ -1,5 +1,6 @@
 // Errors are exceptions with context. Every error carries a kind that maps to the process exit
-// code at main(): bad input (config, data, flags) exits 2, a lost peer exits 3, a bug exits 1.
+// code at main(): bad input (config, data, flags) exits 2, a lost peer exits 3, a bug or a
+// failure of the machine (a disk's I/O error) exits 1.
 // Nothing below main() calls exit(); worker threads hand exceptions back to their caller.
 #pragma once
 
@@ -14,6 +15,7 @@ enum class ErrorKind : int {
   kInternal = 1,  // a bug or an unexpected system failure
   kBadInput = 2,  // config, data file, flag or request the user can fix
   kPeerLost = 3,  // a peer rank/node died or a collective timed out
+  kSystem = 4,    // the machine failed under us (EIO from a disk): exit 1, not reported as a bug
 };
 
 class Error : public std::runtime_error {
@@ -21,7 +23,7 @@ class Error : public std::runtime_error {
   Error(ErrorKind kind, std::string message, const char* file = nullptr, int line = 0);
 
   ErrorKind kind() const { return kind_; }
-  int exit_code() const { return static_cast<int>(kind_); }
+  int exit_code() const { return kind_ == ErrorKind::kSystem ? 1 : static_cast<int>(kind_); }
   // "file:line" of the throw site, empty when unknown.
   const std::string& where() const { return where_; }
 

@@ -31,7 +31,7 @@ int64_t round_up(int64_t x) {
   const std::string what = fmt::format("{}: {} at offset {} failed: {}", path,
                                        write ? "write" : "read", offset, std::strerror(err));
   if (err == ENOSPC || err == EDQUOT) ZD_THROW_INPUT("{} (the disk is full)", what);
-  ZD_THROW("{}", what);
+  ZD_THROW_KIND(ErrorKind::kSystem, "{}", what);
 }
 
 std::once_flag g_fallback_warned;
