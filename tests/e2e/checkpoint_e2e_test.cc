@@ -43,24 +43,13 @@ class CheckpointCli : public ::testing::Test {
       "train": {"steps": )"
         << steps << R"(, "checkpoint_dir": "ckpt", "save_interval": )" << save_interval << "}}";
   }
-  std::unique_ptr<Process> start(std::vector<std::string> args, const std::string& log,
+  std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log,
                                  const std::string& env = "",
                                  const std::string& binary = zerod_binary()) {
-    std::vector<std::string> argv;
-    if (!env.empty()) {
-      argv = {"/usr/bin/env", env};
-    }
-    argv.push_back(binary);
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string());
-    EXPECT_TRUE(p->started());
-    return p;
+    return testing::start_in(dir_, args, log, env, binary);
   }
-  // The loss printed for step `step` (steps_per_print 1), or -1.
   static double loss_at(const std::string& out, int step) {
-    const std::regex re("step +" + std::to_string(step) + "/[0-9]+ \\| loss ([0-9.]+)");
-    std::smatch m;
-    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+    return testing::printed_loss(out, step);
   }
 
   fs::path dir_;

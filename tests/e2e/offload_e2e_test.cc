@@ -46,20 +46,12 @@ class OffloadCli : public ::testing::Test {
       "data": {"train": "data/c_train_*.bin"},
       "train": {"steps": 6, "checkpoint_dir": "ckpt", "save_interval": 2}})";
   }
-  std::unique_ptr<Process> start(std::vector<std::string> args, const std::string& log,
+  std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log,
                                  const std::string& env = "") {
-    std::vector<std::string> argv;
-    if (!env.empty()) argv = {"/usr/bin/env", env};
-    argv.push_back(zerod_binary());
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto p = std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string());
-    EXPECT_TRUE(p->started());
-    return p;
+    return testing::start_in(dir_, args, log, env);
   }
   static double loss_at(const std::string& out, int step) {
-    const std::regex re("step +" + std::to_string(step) + "/[0-9]+ \\| loss ([0-9.]+)");
-    std::smatch m;
-    return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+    return testing::printed_loss(out, step);
   }
 
   fs::path dir_;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
+#include <regex>
 
 #include "engine/data/corpus.h"
 
@@ -127,6 +129,28 @@ inline int free_port() {
 
 // A fresh directory for one test (named after it and this process) with byte-level token
 // shards data/c_train_*.bin and data/c_val_*.bin of `sentence` repeated.
+// Starts `binary args...` in `dir` with stdout+stderr to dir/log and, when given, `env`
+// ("NAME=VALUE") added to its environment.
+inline std::unique_ptr<Process> start_in(const std::filesystem::path& dir,
+                                         const std::vector<std::string>& args,
+                                         const std::string& log, const std::string& env = "",
+                                         const std::string& binary = zerod_binary()) {
+  std::vector<std::string> argv;
+  if (!env.empty()) argv = {"/usr/bin/env", env};
+  argv.push_back(binary);
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto p = std::make_unique<Process>(argv, dir.string(), (dir / log).string());
+  EXPECT_TRUE(p->started());
+  return p;
+}
+
+// The loss zerod printed for step `step` (steps_per_print 1), or -1.
+inline double printed_loss(const std::string& out, int step) {
+  const std::regex re("step +" + std::to_string(step) + "/[0-9]+ \\| loss ([0-9.]+)");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+}
+
 inline std::filesystem::path make_test_dir(const std::string& prefix, const std::string& sentence) {
   const auto dir = std::filesystem::temp_directory_path() /
                    (prefix + "_" + std::to_string(::getpid()) + "_" +
