@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/timer.h"
 
 namespace zerod {
 
@@ -79,7 +80,9 @@ void ParamSwapper::read(int i, void* dst) {
     std::memcpy(dst, staging_.data(), static_cast<size_t>(n));
     return;
   }
+  Stopwatch sw;
   aio_->read(*file_, offset_[static_cast<size_t>(i)], bounce_, n);
+  io_seconds_ += sw.seconds();
   std::memcpy(dst, bounce_.data(), static_cast<size_t>(n));
 }
 
@@ -93,7 +96,9 @@ void* ParamSwapper::stage(int i) {
 void ParamSwapper::write_staged(int i) {
   ZD_CHECK(staged_ == i, "write of region {}, but region {} is staged", i, staged_);
   staged_ = -1;
+  Stopwatch sw;
   aio_->write(*file_, offset_[static_cast<size_t>(i)], staging_, bytes_[static_cast<size_t>(i)]);
+  io_seconds_ += sw.seconds();
 }
 
 }  // namespace zerod

@@ -33,6 +33,7 @@ class ParamSwapper {
   void* stage(int i);
   void write_staged(int i);
 
+  double io_seconds() const { return io_seconds_; }  // spent in reads and writes, in all
   int64_t file_bytes() const { return file_bytes_; }
   int64_t buffer_bytes() const { return 2 * buffer_bytes_; }  // host
   const std::string& path() const { return path_; }
@@ -49,6 +50,7 @@ class ParamSwapper {
   std::unique_ptr<AioEngine> aio_;
   AlignedBuffer bounce_, staging_;
   int staged_ = -1;
+  double io_seconds_ = 0;
 };
 
 }  // namespace zerod

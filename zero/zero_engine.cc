@@ -346,6 +346,11 @@ double ZeroEngine::comm_wait_seconds() const {
          (gatherer_ ? gatherer_->wait_seconds() : 0);
 }
 
+double ZeroEngine::offload_io_seconds() const {
+  return (swapper_ ? swapper_->stats().wait_seconds : 0) +
+         (param_swapper_ ? param_swapper_->io_seconds() : 0);
+}
+
 ModelStateBytes ZeroEngine::measured_bytes() const {
   ModelStateBytes b;
   if (tracker_ == nullptr) return b;

@@ -169,6 +169,8 @@ class ZeroEngine : public ParamSource, public GradSink {
 
   // Seconds spent waiting for communication (gradient reductions, weight gathers).
   double comm_wait_seconds() const;
+  // Seconds spent blocked on NVMe offload I/O (optimizer sub-groups, parameter shards).
+  double offload_io_seconds() const;
   ModelStateBytes measured_bytes() const;
   // The ZeRO formula for this stage, world size and element sizes, over the padded parameters.
   ModelStateBytes formula_bytes() const;

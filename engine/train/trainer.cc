@@ -178,6 +178,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);
+  phases_.offload_io = engine_->offload_io_seconds();
   const double step_comm = engine_->comm_wait_seconds() - comm_before;
   phases_.optim += opt_sw.seconds() - step_comm;
   phases_.comm += step_comm;
@@ -238,12 +239,13 @@ void Trainer::log_breakdown() {
   const OpTimes& t = model_->times();
   spdlog::info(
       "time/step: data {:.1f} ms | forward {:.1f} ms | backward {:.1f} ms | comm wait {:.1f} ms | "
-      "optimizer {:.1f} ms || "
+      "optimizer {:.1f} ms | offload I/O wait {:.1f} ms || "
       "matmul fwd {:.1f} bwd {:.1f} | attention fwd {:.1f} bwd {:.1f} | layernorm {:.1f} | "
       "gelu {:.1f} | residual {:.1f} | classifier {:.1f} | encoder {:.1f} | rounding {:.1f} ms",
       (phases_.data - printed_phases_.data) / n * 1e3, t.forward / n * 1e3, t.backward / n * 1e3,
       (phases_.comm - printed_phases_.comm) / n * 1e3,
-      (phases_.optim - printed_phases_.optim) / n * 1e3, t.matmul_fwd / n * 1e3,
+      (phases_.optim - printed_phases_.optim) / n * 1e3,
+      (phases_.offload_io - printed_phases_.offload_io) / n * 1e3, t.matmul_fwd / n * 1e3,
       t.matmul_bwd / n * 1e3, t.attention_fwd / n * 1e3, t.attention_bwd / n * 1e3,
       t.layernorm / n * 1e3, t.gelu / n * 1e3, t.residual / n * 1e3, t.classifier / n * 1e3,
       t.encoder / n * 1e3, t.rounding / n * 1e3);
@@ -442,6 +444,7 @@ TrainResult Trainer::run() {
   result.fwd_bwd_seconds = phases_.fwd_bwd;
   result.comm_wait_seconds = phases_.comm;
   result.optimizer_seconds = phases_.optim;
+  result.offload_io_seconds = phases_.offload_io;
   result.tokens =
       static_cast<int64_t>(result.steps.size()) * cfg_.global_batch() * cfg_.model.seq_len;
   if (!result.steps.empty()) result.final_val_loss = result.steps.back().val_loss;

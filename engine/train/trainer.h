@@ -32,9 +32,10 @@ struct TrainResult {
   double seconds = 0;
   double peak_flops = 0;  // what MFU was measured against (per rank)
   double data_seconds = 0, fwd_bwd_seconds = 0, comm_wait_seconds = 0, optimizer_seconds = 0;
-  int64_t first_step = 1;  // > 1 after a resume
-  int64_t last_step = 0;   // the last step trained
-  bool stopped = false;    // SIGTERM/SIGUSR1 (or request_stop) ended the run early
+  double offload_io_seconds = 0;  // of fwd_bwd + optimizer: blocked on NVMe offload I/O
+  int64_t first_step = 1;         // > 1 after a resume
+  int64_t last_step = 0;          // the last step trained
+  bool stopped = false;           // SIGTERM/SIGUSR1 (or request_stop) ended the run early
   std::optional<std::string> last_checkpoint;  // the last checkpoint this run committed
   double checkpoint_blocked_seconds = 0;       // training time lost to saves (in save, and in
                                                // optimizer steps waiting for async writes)
@@ -108,6 +109,7 @@ class Trainer {
   // Seconds in each phase over the whole run, and their values at the last breakdown print.
   struct PhaseTimes {
     double data = 0, fwd_bwd = 0, comm = 0, optim = 0;
+    double offload_io = 0;  // blocked on NVMe offload I/O (inside fwd_bwd and optim)
   };
   PhaseTimes phases_, printed_phases_;
   int64_t breakdown_steps_ = 0;
