@@ -58,7 +58,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
                  opt_.param_max_in_cpu) {
         ++resident_param_units_;
       }
-      resident = partition_.shard_offset(resident_param_units_);
+      resident = resident_shard_elems();
       std::vector<int64_t> regions;
       int64_t most = 0;
       for (int u = 0; u < layout_.num_units(); ++u) {
@@ -133,6 +133,11 @@ void* ZeroEngine::weight_region(int u) {
   if (param_on_nvme(u)) return nullptr;
   if (opt_.stage >= 3) return at(weights_.data(), partition_.shard_offset(u), esz_);
   return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank()), esz_);
+}
+
+int64_t ZeroEngine::resident_shard_elems() const {
+  if (resident_param_units_ >= layout_.num_units()) return partition_.shard_elems_total();
+  return partition_.shard_offset(resident_param_units_);
 }
 
 void* ZeroEngine::weight_target(int u) {
@@ -401,9 +406,7 @@ ModelStateBytes ZeroEngine::formula_bytes() const {
   }
   if (opt_.param_states != StatesHome::kDevice) {  // stage 3 weight shards
     const double total = static_cast<double>(partition_.shard_elems_total());
-    const double resident =
-        param_swapper_ ? static_cast<double>(partition_.shard_offset(resident_param_units_))
-                       : total;
+    const double resident = param_swapper_ ? static_cast<double>(resident_shard_elems()) : total;
     const double frac = total > 0 ? resident / total : 1.0;
     b.host += static_cast<int64_t>(static_cast<double>(b.weights) * frac);
     if (param_swapper_) {

@@ -186,6 +186,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   // Where the optimizer writes unit u's compute weights (the staging buffer for NVMe units),
   // and the notice that elements [.., hi) of it are written (hi == shard: write it out).
   void* weight_target(int u);
+  int64_t resident_shard_elems() const;  // parameter NVMe offload: shard elements kept in RAM
   void weight_written(int u, int64_t hi);
   bool offloaded() const { return opt_.optimizer_states != StatesHome::kDevice; }
   void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u

@@ -1,9 +1,11 @@
 // ZeRO step-time benchmark: the benchmark shape trained by `--world` ranks (threads of this
 // process, Gloo over loopback) at each ZeRO stage, median step time per stage and its ratio to
-// stage 0 measured in the same run.
+// the first stage measured in the same run; with --offload, each offload setting at each stage
+// and its ratio to the same stage without offload, also measured in the same run.
 //
 //   zerod_zero_bench [--world 2] [--stages 0,1,2,3] [--steps 8] [--warmup 2] [--overlap]
-//                    [shape flags as zerod_train_bench]
+//                    [--offload none,opt-cpu,opt-nvme,param-cpu,param-nvme,all-nvme]
+//                    [--nvme-dir DIR] [--sub-group-size N] [shape flags as zerod_train_bench]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -30,9 +32,18 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "measured steps per stage")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
   app.add_flag("--overlap", overlap, "overlap_comm on at every stage (stage 3 always overlaps)");
-  bool offload = false;
-  app.add_flag("--offload-optimizer", offload,
-               "offload_optimizer device cpu (stages 1-3): master and moments in host memory");
+  std::vector<std::string> offloads = {"none"};
+  app.add_option("--offload", offloads,
+                 "offload settings to compare at each stage: none, opt-cpu, opt-nvme (stages 1-3), "
+                 "param-cpu, param-nvme, all-nvme (stage 3: optimizer and parameters on NVMe)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "opt-cpu", "opt-nvme", "param-cpu", "param-nvme", "all-nvme"}))
+      ->capture_default_str();
+  std::string nvme_dir = "/tmp";
+  app.add_option("--nvme-dir", nvme_dir, "nvme_path of the NVMe settings")->capture_default_str();
+  int64_t sub_group = 100000000;
+  app.add_option("--sub-group-size", sub_group, "zero_optimization.sub_group_size")
+      ->capture_default_str();
   shape.add_options(app);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
@@ -42,39 +53,59 @@ int main(int argc, char** argv) {
       "ZeRO benchmark: world {} (threads), {} layers, {} wide, seq {}, micro-batch {} per rank, "
       "vocab {}, {}\n",
       world, shape.layers, shape.embd, shape.seq, shape.batch, shape.vocab, shape.dtype);
-  fmt::print("{:>5} {:>10} {:>10} {:>14} {:>10} {:>16}\n", "stage", "step ms", "tokens/s",
-             "comm wait ms", "vs stage 0", "model states MiB");
-  double base = 0;
+  fmt::print("{:>5} {:>10} {:>10} {:>10} {:>14} {:>12} {:>10} {:>12} {:>16}\n", "stage", "offload",
+             "step ms", "tokens/s", "comm wait ms", "offload I/O", "vs first", "vs no offl.",
+             "model states MiB");
+  double first = 0;
   for (int stage : stages) {
-    const std::string zero =
-        fmt::format(R"({{"stage": {}{}{}}})", stage, overlap ? R"(, "overlap_comm": true)" : "",
-                    offload && stage >= 1 ? R"(, "offload_optimizer": {"device": "cpu"})" : "");
-    const JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
-    std::mutex mu;
-    std::vector<double> seconds;
-    double comm = 0, states = 0;
-    LocalRanksOptions o;
-    o.world_size = world;
-    o.local_world_size = world;
-    o.store = std::make_shared<MemoryStore>();
-    o.store_prefix = fmt::format("stage{}", stage);
-    run_local_ranks(o, [&](const RankContext& ctx) {
-      TrainerOptions opts;
-      opts.log_steps = false;
-      Trainer t(job, ctx, opts);
-      const TrainResult r = t.run();
-      if (ctx.rank != 0) return;
-      std::lock_guard<std::mutex> lock(mu);
-      for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
-        seconds.push_back(r.steps[i].seconds);
-      comm = r.comm_wait_seconds / static_cast<double>(r.steps.size());
-      states = static_cast<double>(t.engine().measured_bytes().states()) / (1 << 20);
-    });
-    std::sort(seconds.begin(), seconds.end());
-    const double median = seconds[seconds.size() / 2];
-    if (stage == stages.front()) base = median;
-    fmt::print("{:>5} {:>10.1f} {:>10.0f} {:>14.1f} {:>10.2f} {:>16.1f}\n", stage, median * 1e3,
-               double(shape.batch) * world * shape.seq / median, comm * 1e3, median / base, states);
+    double none = 0;
+    for (const std::string& off : offloads) {
+      const bool opt = off == "opt-cpu" || off == "opt-nvme" || off == "all-nvme";
+      const bool param = off == "param-cpu" || off == "param-nvme" || off == "all-nvme";
+      if ((opt && stage == 0) || (param && stage != 3)) continue;  // (not valid there)
+      const bool nvme = off.find("nvme") != std::string::npos;
+      const std::string dev = nvme ? "nvme" : "cpu";
+      const std::string path = nvme ? fmt::format(R"(, "nvme_path": "{}")", nvme_dir) : "";
+      std::string zero = fmt::format(R"({{"stage": {}, "sub_group_size": {}{})", stage, sub_group,
+                                     overlap ? R"(, "overlap_comm": true)" : "");
+      if (opt)
+        zero += fmt::format(R"(, "offload_optimizer": {{"device": "{}"{}, "pipeline_read": true,
+                               "pipeline_write": true}})",
+                            dev, path);
+      if (param) zero += fmt::format(R"(, "offload_param": {{"device": "{}"{}}})", dev, path);
+      zero += "}";
+      const JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
+      std::mutex mu;
+      std::vector<double> seconds;
+      double comm = 0, io = 0, states = 0;
+      LocalRanksOptions o;
+      o.world_size = world;
+      o.local_world_size = world;
+      o.store = std::make_shared<MemoryStore>();
+      o.store_prefix = fmt::format("stage{}_{}", stage, off);
+      run_local_ranks(o, [&](const RankContext& ctx) {
+        TrainerOptions opts;
+        opts.log_steps = false;
+        Trainer t(job, ctx, opts);
+        const TrainResult r = t.run();
+        if (ctx.rank != 0) return;
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
+          seconds.push_back(r.steps[i].seconds);
+        comm = r.comm_wait_seconds / static_cast<double>(r.steps.size());
+        io = r.offload_io_seconds / static_cast<double>(r.steps.size());
+        states = static_cast<double>(t.engine().measured_bytes().states()) / (1 << 20);
+      });
+      std::sort(seconds.begin(), seconds.end());
+      const double median = seconds[seconds.size() / 2];
+      if (first == 0) first = median;
+      if (off == "none") none = median;
+      fmt::print(
+          "{:>5} {:>10} {:>10.1f} {:>10.0f} {:>14.1f} {:>12.1f} {:>10.2f} {:>12} {:>16.1f}\n",
+          stage, off, median * 1e3, double(shape.batch) * world * shape.seq / median, comm * 1e3,
+          io * 1e3, median / first,
+          none > 0 ? fmt::format("{:.2f}", median / none) : std::string("-"), states);
+    }
   }
   return 0;
 }

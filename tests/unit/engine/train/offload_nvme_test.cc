@@ -265,7 +265,11 @@ TEST_F(OffloadNvme, ParameterOffloadAtStage3GivesTheSameLosses) {
       }
     }
   }
-  // Every unit on NVMe (max_in_cpu 0) works too, and checkpoints resume exactly.
+  // Every unit in RAM (max_in_cpu above the shard: nothing on disk) ...
+  const Result in_cpu = run({.stage = 3, .param = "nvme", .max_in_cpu = 1000000000});
+  EXPECT_EQ(run({.stage = 3}).losses, in_cpu.losses);
+  EXPECT_EQ(in_cpu.measured.nvme, 0);
+  // ... and every unit on NVMe (max_in_cpu 0) work too, and checkpoints resume exactly.
   const Result whole = run({.stage = 3, .steps = 8, .param = "nvme", .max_in_cpu = 0});
   run({.stage = 3, .steps = 4, .save_interval = 4, .param = "nvme", .max_in_cpu = 0});
   const Result resumed =
