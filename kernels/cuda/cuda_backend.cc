@@ -1,0 +1,388 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/bias.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/crossentropy.h"
+#include "kernels/cuda/encoder.h"
+#include "kernels/cuda/gelu.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/residual.h"
+#include "kernels/cuda/storage.h"
+
+namespace zerod {
+
+namespace cuda {
+
+namespace {
+
+static_assert(static_cast<int>(Storage::kF32) == static_cast<int>(DType::kF32));
+static_assert(static_cast<int>(Storage::kBF16) == static_cast<int>(DType::kBF16));
+static_assert(static_cast<int>(Storage::kF16) == static_cast<int>(DType::kF16));
+
+// Host-side staging of casts from / to host memory, in pieces of this many elements.
+constexpr int64_t kStageElems = int64_t{16} << 20;
+
+void device_release(void* data, size_t) {
+  cudaFree(data);  // a destructor path: errors cannot be reported
+}
+
+// True for memory a kernel may read (device or managed); false for host memory, registered or
+// not.
+bool on_device(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // clear the error of an unknown pointer: it is host memory
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+size_t align_up(size_t x, size_t a = 256) {
+  return (x + a - 1) / a * a;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(DType dtype, int device) : dtype_(dtype), st_(static_cast<Storage>(dtype)) {
+    const int count = device_count();
+    ZD_CHECK(device >= 0 && device < count, "CUDA device {} requested but {} visible", device,
+             count);
+    device_ = device;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    try {
+      matmul_ = std::make_unique<Matmul>(st_, stream_);
+    } catch (...) {
+      cudaStreamDestroy(stream_);
+      throw;
+    }
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    matmul_.reset();
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const char* name() const override { return "cuda"; }
+  DType compute_dtype() const override { return dtype_; }
+  size_t compute_elem_size() const override { return dtype_size(dtype_); }
+
+  // ---- memory ---------------------------------------------------------------------------------
+  Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) override {
+    if (bytes == 0) return Buffer(nullptr, 0, nullptr, category, tracker);
+    activate();
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      ZD_THROW("out of GPU memory on device {} allocating {} bytes for {}: {}", device_, bytes,
+               mem_category_name(category), cudaGetErrorString(status));
+    }
+    Buffer buffer(p, bytes, device_release, category, tracker);
+    // Zeroed like host_alloc(), ordered before every later op of this backend.
+    check(cudaMemsetAsync(p, 0, bytes, stream_), "allocate: cudaMemsetAsync");
+    return buffer;
+  }
+
+  void memset_zero(void* p, size_t bytes) override {
+    if (bytes == 0) return;
+    activate();
+    check(cudaMemsetAsync(p, 0, bytes, stream_), "memset_zero: cudaMemsetAsync");
+  }
+
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    activate();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy: cudaMemcpyAsync");
+    // Host memory on either side: done (readable / reusable) when copy() returns.
+    if (!on_device(dst) || !on_device(src)) synchronize();
+  }
+
+  void synchronize() override {
+    activate();
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  // ---- precision --------------------------------------------------------------------------------
+  void round_to_compute(void*, int64_t) override {}  // storage already has the dtype
+
+  void cast_to_compute(void* out, const float* in, int64_t n) override {
+    if (n <= 0) return;
+    if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
+    activate();
+    const bool in_dev = on_device(in), out_dev = on_device(out);
+    for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
+      const int64_t len = std::min(kStageElems, n - i0);
+      const float* src = in + i0;
+      auto* dst = static_cast<uint16_t*>(out) + i0;
+      float* stage_in = nullptr;
+      uint16_t* stage_out = nullptr;
+      stage(in_dev ? 0 : len, out_dev ? 0 : len, &stage_in, &stage_out);
+      if (!in_dev) {
+        check(cudaMemcpyAsync(stage_in, src, static_cast<size_t>(len) * 4, cudaMemcpyDefault,
+                              stream_),
+              "cast_to_compute: cudaMemcpyAsync in");
+        src = stage_in;
+      }
+      uint16_t* cast_out = out_dev ? dst : stage_out;
+      if (st_ == Storage::kBF16) {
+        cast_f32_to_bf16(cast_out, src, len, stream_);
+      } else {
+        cast_f32_to_f16(cast_out, src, len, stream_);
+      }
+      if (!out_dev) {
+        check(cudaMemcpyAsync(dst, stage_out, static_cast<size_t>(len) * 2, cudaMemcpyDefault,
+                              stream_),
+              "cast_to_compute: cudaMemcpyAsync out");
+      }
+      if (!in_dev || !out_dev) synchronize();  // the staging buffer is reused next piece
+    }
+  }
+
+  void cast_from_compute(float* out, const void* in, int64_t n) override {
+    if (n <= 0) return;
+    if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
+    activate();
+    const bool in_dev = on_device(in), out_dev = on_device(out);
+    for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
+      const int64_t len = std::min(kStageElems, n - i0);
+      const uint16_t* src = static_cast<const uint16_t*>(in) + i0;
+      float* dst = out + i0;
+      float* stage_out = nullptr;
+      uint16_t* stage_in = nullptr;
+      stage(out_dev ? 0 : len, in_dev ? 0 : len, &stage_out, &stage_in);
+      if (!in_dev) {
+        check(cudaMemcpyAsync(stage_in, src, static_cast<size_t>(len) * 2, cudaMemcpyDefault,
+                              stream_),
+              "cast_from_compute: cudaMemcpyAsync in");
+        src = stage_in;
+      }
+      float* cast_out = out_dev ? dst : stage_out;
+      if (st_ == Storage::kBF16) {
+        cast_bf16_to_f32(cast_out, src, len, stream_);
+      } else {
+        cast_f16_to_f32(cast_out, src, len, stream_);
+      }
+      if (!out_dev) {
+        check(cudaMemcpyAsync(dst, stage_out, static_cast<size_t>(len) * 4, cudaMemcpyDefault,
+                              stream_),
+              "cast_from_compute: cudaMemcpyAsync out");
+      }
+      if (!in_dev || !out_dev) synchronize();
+    }
+  }
+
+  // ---- encoder ----------------------------------------------------------------------------------
+  void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                       int T, int C) override {
+    activate();
+    cuda::encoder_forward(st_, out, tokens, wte, wpe, B, T, C, stream_);
+  }
+
+  void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    activate();
+    const size_t bytes = encoder_backward_scratch_bytes(static_cast<int64_t>(B) * T);
+    cuda::encoder_backward(st_, dwte, dwpe, dout, tokens, B, T, C, scratch(bytes), bytes, stream_);
+  }
+
+  // ---- layernorm --------------------------------------------------------------------------------
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int64_t N, int C) override {
+    activate();
+    cuda::layernorm_forward(st_, out, mean, rstd, inp, weight, bias, N, C, stream_);
+  }
+
+  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int64_t N,
+                          int C) override {
+    activate();
+    float* partial = static_cast<float*>(scratch(layernorm_backward_scratch_bytes(N, C)));
+    cuda::layernorm_backward(st_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                             partial, stream_);
+  }
+
+  // ---- matmul -----------------------------------------------------------------------------------
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                      int C, int OC) override {
+    activate();
+    matmul_->forward(out, inp, weight, bias, N, C, OC);
+  }
+
+  void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int64_t N, int C, int OC,
+                       bool accumulate_dinp) override {
+    activate();
+    matmul_->backward(dinp, dweight, dout, inp, weight, N, C, OC, accumulate_dinp);
+    if (dbias != nullptr) {
+      float* partial = static_cast<float*>(scratch(bias_backward_scratch_bytes(N, OC)));
+      bias_backward(st_, dbias, dout, N, OC, partial, stream_);
+    }
+  }
+
+  // ---- attention --------------------------------------------------------------------------------
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                         int NH) override {
+    check_heads(C, NH);
+    activate();
+    cuda::attention_forward(st_, out, lse, qkv, B, T, C, NH, stream_);
+  }
+
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    check_heads(C, NH);
+    activate();
+    float* D = static_cast<float*>(scratch(attention_backward_scratch_bytes(B, T, NH)));
+    cuda::attention_backward(st_, dqkv, dout, qkv, out, lse, B, T, C, NH, D, stream_);
+  }
+
+  // ---- elementwise ------------------------------------------------------------------------------
+  void gelu_forward(void* out, const void* inp, int64_t n) override {
+    activate();
+    cuda::gelu_forward(st_, out, inp, n, stream_);
+  }
+
+  void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
+    activate();
+    cuda::gelu_backward(st_, dinp, inp, dout, n, stream_);
+  }
+
+  void residual_forward(void* out, const void* a, const void* b, int64_t n) override {
+    activate();
+    cuda::residual_forward(st_, out, a, b, n, stream_);
+  }
+
+  // ---- cross-entropy ----------------------------------------------------------------------------
+  void crossentropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N,
+                            int V, int Vp) override {
+    check_vocab(V, Vp);
+    activate();
+    cuda::crossentropy_forward(st_, losses, logits, targets, N, V, Vp, stream_);
+  }
+
+  void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets, int64_t N,
+                          int V, int Vp, float dloss) override {
+    check_vocab(V, Vp);
+    activate();
+    cuda::crossentropy_fused(st_, losses, logits_to_dlogits, targets, N, V, Vp, dloss, stream_);
+  }
+
+  // ---- optimizer --------------------------------------------------------------------------------
+  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
+                    const AdamWParams& p) override {
+    const cpu::AdamWConstants c = cpu::adamw_constants(p);  // the CPU's constants, bit for bit
+    AdamWStep k{};
+    k.neg_lr = c.neg_lr;
+    k.beta1 = c.beta1;
+    k.beta2 = c.beta2;
+    k.one_minus_beta1 = c.one_minus_beta1;
+    k.one_minus_beta2 = c.one_minus_beta2;
+    k.eps = c.eps;
+    k.weight_decay = c.weight_decay;
+    k.grad_scale = c.grad_scale;
+    k.bias_correction1 = c.bias_correction1;
+    k.sqrt_bias_correction2 = c.sqrt_bias_correction2;
+    k.l2_decay = c.l2_decay;
+    k.decoupled_decay = c.decoupled_decay;
+    activate();
+    cuda::adamw_update(st_, master, m, v, grad, param_out, n, k, stream_);
+  }
+
+  double sum_squares(const void* x, int64_t n) override {
+    if (n <= 0) return 0.0;
+    activate();
+    auto* partial = static_cast<double*>(scratch(kSumSquaresMaxBlocks * sizeof(double)));
+    const int k = sum_squares_partials(st_, partial, x, n, stream_);
+    std::vector<double> host(static_cast<size_t>(k));
+    check(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_),
+          "sum_squares: cudaMemcpyAsync");
+    synchronize();
+    double total = 0.0;
+    for (double s : host) total += s;
+    return total;
+  }
+
+  void scale(void* x, float s, int64_t n) override {
+    activate();
+    cuda::scale(st_, x, s, n, stream_);
+  }
+
+ private:
+  // Makes this backend's device current for the calling thread (cheap when it already is).
+  void activate() { check(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  // Device scratch of at least `bytes`, owned by the backend and reused by every op (all ops are
+  // ordered on one stream). Growing it waits for the stream (cudaFree synchronizes).
+  void* scratch(size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      const size_t grown = align_up(std::max(bytes, scratch_bytes_ + scratch_bytes_ / 2));
+      synchronize();
+      if (scratch_ != nullptr) cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
+      const cudaError_t status = cudaMalloc(&scratch_, grown);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        ZD_THROW("out of GPU memory on device {} allocating {} bytes of kernel scratch: {}",
+                 device_, grown, cudaGetErrorString(status));
+      }
+      scratch_bytes_ = grown;
+    }
+    return scratch_;
+  }
+
+  // Two staging areas in the scratch: `a` of a_elems floats and `b` of b_elems uint16s.
+  void stage(int64_t a_elems, int64_t b_elems, float** a, uint16_t** b) {
+    const size_t a_bytes = align_up(static_cast<size_t>(a_elems) * sizeof(float));
+    const size_t b_bytes = static_cast<size_t>(b_elems) * sizeof(uint16_t);
+    char* base = static_cast<char*>(scratch(a_bytes + b_bytes));
+    *a = reinterpret_cast<float*>(base);
+    *b = reinterpret_cast<uint16_t*>(base + a_bytes);
+  }
+
+  void check_heads(int C, int NH) const {
+    ZD_CHECK(NH > 0 && C % NH == 0, "attention channels C={} must be a multiple of heads NH={}", C,
+             NH);
+    const int hs = C / NH;
+    ZD_CHECK(hs >= 1 && hs <= kAttentionMaxHeadSize,
+             "CUDA attention supports head sizes 1..{}, got C/NH = {}/{} = {}",
+             kAttentionMaxHeadSize, C, NH, hs);
+  }
+
+  static void check_vocab(int V, int Vp) {
+    ZD_CHECK(V > 0 && V <= Vp, "cross-entropy vocabulary V={} must be in [1, Vp={}]", V, Vp);
+  }
+
+  DType dtype_;
+  Storage st_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Matmul> matmul_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(DType compute_dtype, int device) {
+  return std::make_unique<cuda::CudaBackend>(compute_dtype, device);
+}
+
+}  // namespace zerod

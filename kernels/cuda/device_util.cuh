@@ -1,0 +1,124 @@
+// Device-side helpers shared by the .cu files of the CUDA backend (C++17, nvcc only): loads and
+// stores of compute-dtype storage as fp32, the dtype dispatch of the launchers, warp and block
+// reductions, grid sizing. Not for .cc files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/storage.h"
+
+namespace zerod::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---- compute dtype <-> fp32 ------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f32(__half x) {
+  return __half2float(x);
+}
+
+// Round to nearest even (NaN stays NaN, fp16 overflows to infinity), as core/dtype.h.
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
+
+// ---- dtype dispatch (host) -------------------------------------------------------------------
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T the device type of `s` (float, __nv_bfloat16 or __half).
+template <class Fn>
+void dispatch(Storage s, Fn&& fn) {
+  switch (s) {
+    case Storage::kF32:
+      fn(TypeTag<float>{});
+      return;
+    case Storage::kBF16:
+      fn(TypeTag<__nv_bfloat16>{});
+      return;
+    case Storage::kF16:
+      fn(TypeTag<__half>{});
+      return;
+  }
+}
+
+// ---- launch shapes ---------------------------------------------------------------------------
+constexpr int kElementwiseThreads = 256;
+
+// Blocks of a grid-stride loop over n elements (capped; the loop covers the rest).
+inline int grid_stride_blocks(int64_t n, int threads = kElementwiseThreads) {
+  const int64_t b = (n + threads - 1) / threads;
+  constexpr int64_t kMaxBlocks = int64_t{132} * 32;  // a few waves of every SM of an H100/H200
+  return static_cast<int>(b < kMaxBlocks ? (b > 0 ? b : 1) : kMaxBlocks);
+}
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+struct SumOp {
+  template <class V>
+  __device__ __forceinline__ V operator()(V a, V b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Every lane of the warp gets the reduction of the 32 lanes' values.
+template <class V, class Op>
+__device__ __forceinline__ V warp_all_reduce(V v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  return warp_all_reduce(v, SumOp{});
+}
+__device__ __forceinline__ float warp_max(float v) {
+  return warp_all_reduce(v, MaxOp{});
+}
+
+// Every thread of the block gets the reduction of all threads' values. blockDim.x must be a
+// multiple of 32; `shared` holds 32 values. Contains __syncthreads(): call from all threads.
+template <class V, class Op>
+__device__ V block_all_reduce(V v, Op op, V identity, V* shared) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  v = warp_all_reduce(v, op);
+  __syncthreads();  // `shared` may still be read by the previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < warps ? shared[lane] : identity;
+  return warp_all_reduce(v, op);
+}
+
+}  // namespace zerod::cuda

@@ -1,0 +1,137 @@
+// forward: grid-stride over B*T*C, 256 threads. backward: dwpe one thread per (t, c) looping
+// over b (grid-stride over T*C); dwte: iota + cub::DeviceRadixSort::SortPairs on (token, row),
+// then grid (B*T sorted rows, ceil(C/128)) of 128 threads where only the first row of each
+// token's run works, walking the run in order.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/encoder.h"
+
+namespace zerod::cuda {
+
+namespace {
+
+constexpr int kDwteThreads = 128;
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+size_t sort_temp_bytes(int64_t rows) {
+  size_t bytes = 0;
+  check(cub::DeviceRadixSort::SortPairs(
+            nullptr, bytes, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+            static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), rows),
+        "cub::DeviceRadixSort::SortPairs (temp size)");
+  return bytes;
+}
+
+template <class T>
+__global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                       int T_, int C, int64_t total) {
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const int64_t row = i / C;
+    const int c = static_cast<int>(i - row * C);
+    const int64_t t = row % T_;
+    const float e = to_f32(wte[static_cast<int64_t>(tokens[row]) * C + c]);
+    out[i] = from_f32<T>(e + to_f32(wpe[t * C + c]));
+  }
+}
+
+// dwpe[t, c] += sum over b (in order) of dout[b, t, c].
+template <class T>
+__global__ void encoder_dwpe_kernel(T* dwpe, const T* dout, int B, int T_, int C) {
+  const int64_t total = static_cast<int64_t>(T_) * C;
+  const int64_t batch_stride = total;
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    float acc = to_f32(dwpe[i]);
+    for (int b = 0; b < B; ++b) acc += to_f32(dout[b * batch_stride + i]);
+    dwpe[i] = from_f32<T>(acc);
+  }
+}
+
+__global__ void iota_kernel(int32_t* x, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) x[i] = static_cast<int32_t>(i);
+}
+
+// Block (i, cb): if sorted row i starts a run of equal tokens, channels [cb*128, cb*128+128) of
+// that token's dwte row += the dout rows of the run, in position order.
+template <class T>
+__global__ void encoder_dwte_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
+                                    const int32_t* sorted_rows, int64_t rows, int C) {
+  const int64_t i = blockIdx.x;
+  const int32_t token = sorted_tokens[i];
+  if (i > 0 && sorted_tokens[i - 1] == token) return;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  T* d = dwte + static_cast<int64_t>(token) * C + c;
+  float acc = to_f32(*d);
+  for (int64_t j = i; j < rows && sorted_tokens[j] == token; ++j) {
+    acc += to_f32(dout[static_cast<int64_t>(sorted_rows[j]) * C + c]);
+  }
+  *d = from_f32<T>(acc);
+}
+
+}  // namespace
+
+void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                     int B, int T, int C, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(B) * T * C;
+  if (total <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    encoder_forward_kernel<E><<<grid_stride_blocks(total), kElementwiseThreads, 0, stream>>>(
+        static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe), T, C,
+        total);
+  });
+  check(cudaGetLastError(), "encoder_forward kernel launch");
+}
+
+size_t encoder_backward_scratch_bytes(int64_t rows) {
+  if (rows <= 0) return 0;
+  const size_t ints = align_up(static_cast<size_t>(rows) * sizeof(int32_t));
+  return 3 * ints + align_up(sort_temp_bytes(rows));
+}
+
+void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                      int B, int T, int C, void* scratch, size_t scratch_bytes,
+                      cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  if (rows <= 0 || C <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    encoder_dwpe_kernel<E>
+        <<<grid_stride_blocks(static_cast<int64_t>(T) * C), kElementwiseThreads, 0, stream>>>(
+            static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
+  });
+  check(cudaGetLastError(), "encoder_backward dwpe kernel launch");
+
+  // Scratch: sorted tokens, row indices, sorted row indices, the sort's temporary storage.
+  const size_t ints = align_up(static_cast<size_t>(rows) * sizeof(int32_t));
+  size_t temp_bytes = sort_temp_bytes(rows);
+  if (scratch_bytes < 3 * ints + temp_bytes) {
+    check(cudaErrorInvalidValue, "encoder_backward: scratch too small");
+  }
+  auto* base = static_cast<char*>(scratch);
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(base);
+  auto* row_ids = reinterpret_cast<int32_t*>(base + ints);
+  auto* sorted_rows = reinterpret_cast<int32_t*>(base + 2 * ints);
+  void* temp = base + 3 * ints;
+  iota_kernel<<<grid_stride_blocks(rows), kElementwiseThreads, 0, stream>>>(row_ids, rows);
+  check(cudaGetLastError(), "encoder_backward iota kernel launch");
+  check(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, sorted_tokens, row_ids,
+                                        sorted_rows, rows, 0, 32, stream),
+        "encoder_backward: cub::DeviceRadixSort::SortPairs");
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>((C + kDwteThreads - 1) / kDwteThreads));
+  dispatch(dt, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    encoder_dwte_kernel<E><<<grid, kDwteThreads, 0, stream>>>(
+        static_cast<E*>(dwte), static_cast<const E*>(dout), sorted_tokens, sorted_rows, rows, C);
+  });
+  check(cudaGetLastError(), "encoder_backward dwte kernel launch");
+}
+
+}  // namespace zerod::cuda

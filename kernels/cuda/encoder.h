@@ -1,0 +1,29 @@
+// Token + position embedding on the device. Device pointers (tokens too); asynchronous on
+// `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/storage.h"
+
+namespace zerod::cuda {
+
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
+void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                     int B, int T, int C, cudaStream_t stream);
+
+// Bytes of device scratch encoder_backward needs for B*T rows.
+size_t encoder_backward_scratch_bytes(int64_t rows);
+
+// dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C). Deterministic, without atomics: the rows are
+// sorted by token (stable radix sort of (token, row)), and each distinct token's row of dwte is
+// accumulated by one thread per channel in position order, in fp32 starting from its old value
+// (the order of kernels/cpu/encoder.cc). `scratch` holds encoder_backward_scratch_bytes(B*T).
+void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                      int B, int T, int C, void* scratch, size_t scratch_bytes,
+                      cudaStream_t stream);
+
+}  // namespace zerod::cuda

@@ -1,0 +1,186 @@
+// Row-major X (rows, cols) is column-major (cols, rows) with the same leading dimension, so each
+// product is handed to cuBLASLt (column-major) on those views:
+//   forward: out as (OC,N)  = op_T(weight as (C,OC)) x inp as (C,N)   [+ bias per row of D]
+//   dinp:    dinp as (C,N)  = weight as (C,OC) x dout as (OC,N)       [beta 0, or 1 to accumulate]
+//   dweight: dW as (C,OC)  += inp as (C,N) x op_T(dout as (OC,N))     [beta 1]
+// Descriptors and the heuristic query are built per call (tens of microseconds; not cached).
+#include "kernels/cuda/matmul.h"
+
+#include "core/error.h"
+#include "kernels/cuda/bias.h"
+#include "kernels/cuda/cast.h"
+
+namespace zerod::cuda {
+
+namespace {
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    ZD_THROW("{}: cuBLASLt error {}: {}", what, cublasLtGetStatusName(status),
+             cublasLtGetStatusString(status));
+  }
+}
+
+cudaDataType_t data_type(Storage dt) {
+  switch (dt) {
+    case Storage::kF32:
+      return CUDA_R_32F;
+    case Storage::kBF16:
+      return CUDA_R_16BF;
+    case Storage::kF16:
+      return CUDA_R_16F;
+  }
+  return CUDA_R_32F;
+}
+
+// The largest power of two (at most 256) dividing the address: what the heuristic may assume.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a >>= 1;
+  return a;
+}
+
+// Owners of the cuBLASLt descriptors of one call.
+struct OpDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~OpDesc() {
+    if (d) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct LayoutDesc {
+  cublasLtMatrixLayout_t d = nullptr;
+  ~LayoutDesc() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+  }
+};
+struct PrefDesc {
+  cublasLtMatmulPreference_t d = nullptr;
+  ~PrefDesc() {
+    if (d) cublasLtMatmulPreferenceDestroy(d);
+  }
+};
+
+template <class V>
+void set_op(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value,
+            const char* what) {
+  check_lt(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+}
+
+template <class V>
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& value) {
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+           "cublasLtMatmulPreferenceSetAttribute");
+}
+
+}  // namespace
+
+Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
+    : dt_(dt), stream_(stream), workspace_bytes_(workspace_bytes) {
+  check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+  if (workspace_bytes_ > 0) {
+    const cudaError_t status = cudaMalloc(&workspace_, workspace_bytes_);
+    if (status != cudaSuccess) {
+      cublasLtDestroy(handle_);
+      check(status, "cudaMalloc of the cuBLASLt workspace");
+    }
+  }
+}
+
+Matmul::~Matmul() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
+                  int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
+                  const void* bias) {
+  const cudaDataType_t type = data_type(dt_);
+  OpDesc op;
+  check_lt(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
+           "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    set_op(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
+
+  // Stored shapes (before the op): A is (k,m) when transposed, else (m,k); B likewise.
+  LayoutDesc a_layout, b_layout, d_layout;
+  check_lt(cublasLtMatrixLayoutCreate(&a_layout.d, type, trans_a ? k : m, trans_a ? m : k, lda),
+           "cublasLtMatrixLayoutCreate(A)");
+  check_lt(cublasLtMatrixLayoutCreate(&b_layout.d, type, trans_b ? n : k, trans_b ? k : n, ldb),
+           "cublasLtMatrixLayoutCreate(B)");
+  check_lt(cublasLtMatrixLayoutCreate(&d_layout.d, type, m, n, ldd),
+           "cublasLtMatrixLayoutCreate(D)");
+
+  PrefDesc pref;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
+  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+           static_cast<uint64_t>(workspace_bytes_));
+  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(A));
+  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(B));
+  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(D));
+  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(D));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle_, op.d, a_layout.d, b_layout.d, d_layout.d, d_layout.d, pref.d, 1, &result, &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    if (bias != nullptr) return false;
+    check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+    ZD_THROW("cuBLASLt has no algorithm for a (m={}, n={}, k={}) matmul, transa={}, transb={}", m,
+             n, k, trans_a, trans_b);
+  }
+  const float alpha = 1.0f;
+  check_lt(cublasLtMatmul(handle_, op.d, &alpha, A, a_layout.d, B, b_layout.d, &beta, D, d_layout.d,
+                          D, d_layout.d, &result.algo, workspace_, workspace_bytes_, stream_),
+           "cublasLtMatmul");
+  return true;
+}
+
+void Matmul::forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                     int C, int OC) {
+  if (N <= 0 || OC <= 0) return;
+  if (C <= 0) {  // empty inner dimension: out = bias (or 0)
+    if (bias != nullptr) {
+      add_bias(dt_, out, bias, N, OC, /*overwrite=*/true, stream_);
+    } else {
+      const size_t elem = dt_ == Storage::kF32 ? 4 : 2;
+      check(cudaMemsetAsync(out, 0, static_cast<size_t>(N) * OC * elem, stream_),
+            "matmul_forward: cudaMemsetAsync");
+    }
+    return;
+  }
+  // The epilogue wants a 16-byte aligned bias; otherwise (or without an algorithm) add it after.
+  const bool epilogue = bias != nullptr && alignment_of(bias) >= 16;
+  if (epilogue && gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f, bias)) return;
+  gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f, nullptr);
+  if (bias != nullptr) add_bias(dt_, out, bias, N, OC, /*overwrite=*/false, stream_);
+}
+
+void Matmul::backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                      const void* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
+  if (N <= 0 || C <= 0) return;
+  if (dinp != nullptr) {
+    if (OC > 0) {
+      gemm(false, false, C, N, OC, weight, C, dout, OC, dinp, C, accumulate_dinp ? 1.0f : 0.0f,
+           nullptr);
+    } else if (!accumulate_dinp) {
+      const size_t elem = dt_ == Storage::kF32 ? 4 : 2;
+      check(cudaMemsetAsync(dinp, 0, static_cast<size_t>(N) * C * elem, stream_),
+            "matmul_backward: cudaMemsetAsync");
+    }
+  }
+  if (OC > 0) gemm(false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, nullptr);
+}
+
+}  // namespace zerod::cuda

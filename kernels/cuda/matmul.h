@@ -1,0 +1,46 @@
+// Matmul forward/backward through cuBLASLt: bf16/fp16 inputs with fp32 accumulation, fp32 inputs
+// with fp32 compute (no TF32). Row-major tensors as kernels/backend.h; device pointers;
+// asynchronous on the stream given to the constructor. Host code (C++20, links cuBLASLt).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/storage.h"
+
+namespace zerod::cuda {
+
+class Matmul {
+ public:
+  // Creates the cuBLASLt handle and a workspace of `workspace_bytes` device memory.
+  Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes = size_t{32} << 20);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // out (N,OC) = inp (N,C) x weight (OC,C)^T + bias (OC, may be null; the cuBLASLt bias
+  // epilogue, or a separate broadcast add when no algorithm offers it for these pointers).
+  void forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N, int C,
+               int OC);
+  // dinp (N,C) = (+= when accumulate_dinp) dout (N,OC) x weight (OC,C), skipped when null;
+  // dweight (OC,C) += dout^T x inp (beta = 1). dbias is not handled here (see bias.h).
+  void backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                int64_t N, int C, int OC, bool accumulate_dinp);
+
+ private:
+  // Column-major D (m,n) = op(A) (m,k) x op(B) (k,n) + beta D [+ bias (m) per row of D].
+  // Returns false (nothing launched) when `bias` is set and no algorithm has the bias epilogue.
+  bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
+            const void* B, int64_t ldb, void* D, int64_t ldd, float beta, const void* bias);
+
+  Storage dt_;
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace zerod::cuda

@@ -1,0 +1,80 @@
+// Layer normalisation of the CUDA backend against the CPU reference (metric and limits:
+// cuda_test_util.h). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda_test_util.h"
+
+namespace zerod {
+namespace {
+
+using test::Backends;
+using test::VecF;
+
+struct Shape {
+  int64_t N;
+  int C;
+};
+constexpr Shape kShapes[] = {{37, 48}, {300, 771}, {2048, 64}};
+
+TEST(CudaLayerNorm, ForwardMatchesTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " N=" + std::to_string(s.N) +
+                   " C=" + std::to_string(s.C));
+      Backends be(dt);
+      const int64_t NC = s.N * s.C;
+      const VecF inp = be.round(test::randn(NC, 50, 2.0f, 0.5f));
+      const VecF w = be.round(test::randn(s.C, 51)), b = be.round(test::randn(s.C, 52));
+      VecF out(NC), mean(s.N), rstd(s.N);
+      be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                                b.data(), s.N, s.C);
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_b = be.compute(b);
+      Buffer d_out = be.poisoned_compute(NC);
+      Buffer d_mean = be.poisoned_f32(s.N), d_rstd = be.poisoned_f32(s.N);
+      be.gpu->layernorm_forward(d_out.data(), d_mean.as<float>(), d_rstd.as<float>(), d_inp.data(),
+                                d_w.data(), d_b.data(), s.N, s.C);
+      EXPECT_TRUE(test::close(be.read_compute(d_out, NC), out, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_f32(d_mean, s.N), mean, 1e-5));  // fp32 both sides
+      EXPECT_TRUE(test::close(be.read_f32(d_rstd, s.N), rstd, 1e-5));
+    }
+  }
+}
+
+TEST(CudaLayerNorm, BackwardAccumulatesLikeTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " N=" + std::to_string(s.N) +
+                   " C=" + std::to_string(s.C));
+      Backends be(dt);
+      const int64_t NC = s.N * s.C;
+      const VecF inp = be.round(test::randn(NC, 60, 2.0f, 0.5f));
+      const VecF w = be.round(test::randn(s.C, 61));
+      const VecF dout = be.round(test::randn(NC, 62));
+      VecF mean(s.N), rstd(s.N), out(NC);
+      const VecF zero_bias(s.C, 0.0f);
+      be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                                zero_bias.data(), s.N, s.C);
+      // += outputs start from random values on both sides.
+      VecF dinp = be.round(test::randn(NC, 63, 0.1f));
+      VecF dw = be.round(test::randn(s.C, 64, 0.1f)), db = be.round(test::randn(s.C, 65, 0.1f));
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
+      Buffer d_mean = be.f32(mean), d_rstd = be.f32(rstd);
+      Buffer d_dinp = be.compute(dinp), d_dw = be.compute(dw), d_db = be.compute(db);
+      be.cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                 w.data(), mean.data(), rstd.data(), s.N, s.C);
+      be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(),
+                                 d_inp.data(), d_w.data(), d_mean.as<float>(), d_rstd.as<float>(),
+                                 s.N, s.C);
+      EXPECT_TRUE(test::close(be.read_compute(d_dinp, NC), dinp, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_compute(d_dw, s.C), dw, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_compute(d_db, s.C), db, test::tolerance(dt)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerod

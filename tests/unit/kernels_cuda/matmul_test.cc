@@ -1,0 +1,91 @@
+// Matmul (cuBLASLt) of the CUDA backend against the CPU reference (metric and limits:
+// cuda_test_util.h). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda_test_util.h"
+
+namespace zerod {
+namespace {
+
+using test::Backends;
+using test::VecF;
+
+struct Shape {
+  int64_t N;
+  int C, OC;
+};
+// A model-like shape, odd sizes (unaligned leading dimensions) and a tall one.
+constexpr Shape kShapes[] = {{64, 128, 192}, {37, 50, 70}, {1000, 64, 96}};
+
+std::string label(DType dt, const Shape& s) {
+  return std::string(dtype_name(dt)) + " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+         " OC=" + std::to_string(s.OC);
+}
+
+TEST(CudaMatmul, ForwardMatchesTheCpuWithAndWithoutBias) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(label(dt, s));
+      Backends be(dt);
+      const VecF inp = be.round(test::randn(s.N * s.C, 70));
+      const VecF w = be.round(test::randn(int64_t{s.OC} * s.C, 71, 0.2f));
+      // One spare element in front: bias + 1 is a 2- or 4-byte aligned bias pointer, which
+      // takes the path without the cuBLASLt epilogue.
+      const VecF b = be.round(test::randn(s.OC + 1, 72));
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_b = be.compute(b);
+      const int64_t NO = s.N * s.OC;
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE(variant == 0 ? "aligned bias" : variant == 1 ? "unaligned bias" : "no bias");
+        const float* cpu_bias = variant == 0 ? b.data() : variant == 1 ? b.data() + 1 : nullptr;
+        const void* gpu_bias = variant == 0   ? d_b.data()
+                               : variant == 1 ? d_b.as<char>() + be.gpu->compute_elem_size()
+                                              : nullptr;
+        VecF out(NO);
+        be.cpu->matmul_forward(out.data(), inp.data(), w.data(), cpu_bias, s.N, s.C, s.OC);
+        Buffer d_out = be.poisoned_compute(NO);
+        be.gpu->matmul_forward(d_out.data(), d_inp.data(), d_w.data(), gpu_bias, s.N, s.C, s.OC);
+        EXPECT_TRUE(test::close(be.read_compute(d_out, NO), out, test::tolerance(dt)));
+      }
+    }
+  }
+}
+
+TEST(CudaMatmul, BackwardOverwritesOrAccumulatesLikeTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: dinp =, with dbias; 1: dinp +=, with dbias; 2: no dinp, no dbias.
+        SCOPED_TRACE(label(dt, s) + " variant " + std::to_string(variant));
+        Backends be(dt);
+        const int64_t NC = s.N * s.C, OCC = int64_t{s.OC} * s.C;
+        const VecF inp = be.round(test::randn(NC, 80));
+        const VecF w = be.round(test::randn(OCC, 81, 0.2f));
+        const VecF dout = be.round(test::randn(s.N * s.OC, 82));
+        VecF dinp = be.round(test::randn(NC, 83, 0.5f));
+        VecF dw = be.round(test::randn(OCC, 84, 0.5f)), db = be.round(test::randn(s.OC, 85, 0.5f));
+        Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
+        Buffer d_dinp = variant == 0 ? be.poisoned_compute(NC) : be.compute(dinp);
+        Buffer d_dw = be.compute(dw), d_db = be.compute(db);
+        const bool with_dinp = variant != 2, with_db = variant != 2, acc = variant == 1;
+        be.cpu->matmul_backward(with_dinp ? dinp.data() : nullptr, dw.data(),
+                                with_db ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
+                                s.N, s.C, s.OC, acc);
+        be.gpu->matmul_backward(with_dinp ? d_dinp.data() : nullptr, d_dw.data(),
+                                with_db ? d_db.data() : nullptr, d_dout.data(), d_inp.data(),
+                                d_w.data(), s.N, s.C, s.OC, acc);
+        EXPECT_TRUE(test::close(be.read_compute(d_dw, OCC), dw, test::tolerance(dt)));
+        EXPECT_TRUE(test::close(be.read_compute(d_db, s.OC), db, test::tolerance(dt)));
+        if (with_dinp) {
+          EXPECT_TRUE(test::close(be.read_compute(d_dinp, NC), dinp, test::tolerance(dt)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerod
