@@ -5,7 +5,8 @@
 //
 //   zerod_zero_bench [--world 2] [--stages 0,1,2,3] [--steps 8] [--warmup 2] [--overlap]
 //                    [--offload none,opt-cpu,opt-nvme,param-cpu,param-nvme,all-nvme]
-//                    [--nvme-dir DIR] [--sub-group-size N] [shape flags as zerod_train_bench]
+//                    [--nvme-dir DIR] [--sub-group-size N] [--max-in-cpu N]
+//                    [shape flags as zerod_train_bench]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -44,6 +45,10 @@ int main(int argc, char** argv) {
   int64_t sub_group = 100000000;
   app.add_option("--sub-group-size", sub_group, "zero_optimization.sub_group_size")
       ->capture_default_str();
+  int64_t max_in_cpu = 0;
+  app.add_option("--max-in-cpu", max_in_cpu,
+                 "offload_param.max_in_cpu of param-nvme/all-nvme (elements kept in RAM)")
+      ->capture_default_str();
   shape.add_options(app);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
@@ -72,7 +77,9 @@ int main(int argc, char** argv) {
         zero += fmt::format(R"(, "offload_optimizer": {{"device": "{}"{}, "pipeline_read": true,
                                "pipeline_write": true}})",
                             dev, path);
-      if (param) zero += fmt::format(R"(, "offload_param": {{"device": "{}"{}}})", dev, path);
+      if (param)
+        zero += fmt::format(R"(, "offload_param": {{"device": "{}"{}{}}})", dev, path,
+                            nvme ? fmt::format(R"(, "max_in_cpu": {})", max_in_cpu) : "");
       zero += "}";
       const JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
       std::mutex mu;
