@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -110,6 +111,44 @@ TEST_F(Aio, BadPathsAndAFullDiskAreClearErrors) {
   o = {};
   o.queue_depth = 0;
   EXPECT_THROW(AioEngine{o}, InputError);
+}
+
+// Kernel errors on an O_DIRECT file, injected (ZEROD_AIO_FAULT): ENOSPC is bad input (exit 2),
+// EIO a failure of the machine (exit 1, not reported as a bug); both name the file and offset
+// of the failing request, and the engine works again afterwards.
+TEST_F(Aio, InjectedKernelErrorsNameTheFileAndOffset) {
+  AioOptions o;
+  o.block_size = 4096;
+  AioEngine e(o);
+  const std::string path = (dir_ / "inject.bin").string();
+  AioFile f(path, AioFile::Mode::kCreate);
+  AlignedBuffer b(3 * 4096);
+  fill(b, 3 * 4096, 5);
+  ::setenv("ZEROD_AIO_FAULT", "ENOSPC:write:2:inject.bin", 1);
+  e.write(f, 0, b, 4096);  // request 1 passes
+  try {
+    e.write(f, 8192, b, 3 * 4096);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find(path + ": write at offset 8192 failed"), std::string::npos) << m;
+    EXPECT_NE(m.find("disk is full"), std::string::npos) << m;
+  }
+  ::setenv("ZEROD_AIO_FAULT", "EIO:read:1", 1);
+  try {
+    e.read(f, 4096, b, 4096);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError&) {
+    ADD_FAILURE() << "EIO reported as bad input";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kSystem);
+    EXPECT_EQ(err.exit_code(), 1);
+    EXPECT_NE(std::string(err.what()).find("read at offset 4096 failed: Input/output error"),
+              std::string::npos)
+        << err.what();
+  }
+  ::unsetenv("ZEROD_AIO_FAULT");
+  EXPECT_EQ(e.read(f, 0, b, 4096), 4096);
 }
 
 }  // namespace
