@@ -149,6 +149,8 @@ StepMetrics Trainer::train_step(int64_t step) {
   LossScaler& scaler = *data_->scaler;
   const double loss_scale = scaler.scale();
   engine_->zero_grad();
+  // (NVMe offload I/O of this step only: not the initial writes, not checkpoints.)
+  const double io_before = engine_->offload_io_seconds();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     engine_->begin_micro_batch(micro + 1 == accum);
@@ -178,7 +180,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);
-  phases_.offload_io = engine_->offload_io_seconds();
+  phases_.offload_io += engine_->offload_io_seconds() - io_before;
   const double step_comm = engine_->comm_wait_seconds() - comm_before;
   phases_.optim += opt_sw.seconds() - step_comm;
   phases_.comm += step_comm;
