@@ -22,6 +22,9 @@ using namespace std::chrono_literals;
 class MultiNode : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifndef ZEROD_HAVE_GRPC
+    GTEST_SKIP() << "built without gRPC: multi-node training is refused (MultiNodeWithoutGrpc)";
+#endif
     dir_ = fs::temp_directory_path() /
            ("zerod_multinode_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -32,7 +35,9 @@ class MultiNode : public ::testing::Test {
     write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
                       (dir_ / "data").string(), 0.1, 1 << 20, "m");
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+  }
 
   void write_job(const std::string& name, int steps, const std::string& extra = "",
                  double lr = 3e-3) {
@@ -178,6 +183,21 @@ TEST_F(MultiNode, BadLaunchesEndWithAClearErrorNotAHang) {
     EXPECT_NE(p->output().find("world size 3"), std::string::npos) << p->output();
   }
 }
+
+#ifndef ZEROD_HAVE_GRPC
+// A build without gRPC refuses --nnodes above 1 with exit 2 and says why.
+TEST(MultiNodeWithoutGrpc, IsRefusedWithExit2) {
+  const fs::path dir = fs::temp_directory_path() / ("zerod_nogrpc_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto p = std::make_unique<Process>(
+      std::vector<std::string>{zerod_binary(), "train", "--nnodes", "2", "--node-rank", "0",
+                               "--master", "127.0.0.1:29999"},
+      dir.string(), (dir / "out.log").string());
+  EXPECT_EQ(p->wait_for(30s), 2) << p->output();
+  EXPECT_NE(p->output().find("built without gRPC"), std::string::npos) << p->output();
+  fs::remove_all(dir);
+}
+#endif
 
 }  // namespace
 }  // namespace zerod
