@@ -94,26 +94,43 @@ int64_t StateSwapper::buffer_bytes() const {
   return buffer_bytes_for(elems_, opt_);
 }
 
+void StateSwapper::ensure_slots() {
+  if (!slots_.empty()) return;
+  const int n = std::min(opt_.buffer_count, num_groups_);
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->buf = AlignedBuffer(stride_);
+    if (opt_.pin_memory && ::mlock(s->buf.data(), static_cast<size_t>(s->buf.capacity())) != 0) {
+      const int err = errno;
+      std::call_once(g_mlock_warned, [&] {
+        spdlog::warn("pin_memory: cannot lock the swap buffers in RAM ({}); they stay pageable",
+                     std::strerror(err));
+      });
+    }
+    if (tracker_) tracker_->add(MemCategory::kSwap, s->buf.capacity());
+    slots_.push_back(std::move(s));
+  }
+}
+
+void StateSwapper::prefetch() {
+  if (!opt_.pipeline_read || num_groups_ == 0 || prefetched_ > 0) return;
+  ensure_slots();
+  // (Every request of the last visit finished before it returned: no write to wait for.)
+  prefetched_ = std::min(static_cast<int>(slots_.size()), num_groups_);
+  for (int g = 0; g < prefetched_; ++g) {
+    Slot& s = *slots_[static_cast<size_t>(g)];
+    stats_.read_bytes += stride_;
+    s.io = std::async(std::launch::async, [this, &s, g] {
+      aio_->read(*file_, static_cast<int64_t>(g) * stride_, s.buf, stride_);
+    });
+  }
+}
+
 void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& fn) {
   ZD_CHECK(0 <= begin && begin <= end && end <= elems_, "visit [{}, {}) of {} elements", begin, end,
            elems_);
   if (begin == end) return;
-  if (slots_.empty()) {
-    const int n = std::min(opt_.buffer_count, num_groups_);
-    for (int i = 0; i < n; ++i) {
-      auto s = std::make_unique<Slot>();
-      s->buf = AlignedBuffer(stride_);
-      if (opt_.pin_memory && ::mlock(s->buf.data(), static_cast<size_t>(s->buf.capacity())) != 0) {
-        const int err = errno;
-        std::call_once(g_mlock_warned, [&] {
-          spdlog::warn("pin_memory: cannot lock the swap buffers in RAM ({}); they stay pageable",
-                       std::strerror(err));
-        });
-      }
-      if (tracker_) tracker_->add(MemCategory::kSwap, s->buf.capacity());
-      slots_.push_back(std::move(s));
-    }
-  }
+  ensure_slots();
   const int g0 = static_cast<int>(begin / group_elems_);
   const int g1 = static_cast<int>((end - 1) / group_elems_) + 1;
   const int ns = static_cast<int>(slots_.size());
@@ -140,7 +157,16 @@ void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& f
   const bool prefetch = opt_.pipeline_read && ns >= 2;
   const bool write_behind = opt_.pipeline_write && ns >= 2;
   int next_read = g0;  // reads of [g0, next_read) have been started
+  // Sub-groups read ahead by prefetch() (into slot g % ns) serve a visit that reads from the
+  // first sub-group; any other visit lets them finish and reads for itself.
+  const int ahead = prefetched_;
+  prefetched_ = 0;
   try {
+    if (ahead > 0 && g0 == 0 && mode != Mode::kOverwrite) {
+      next_read = std::min(ahead, g1);
+    } else if (ahead > 0) {
+      for (auto& s : slots_) wait(*s);
+    }
     for (int g = g0; g < g1; ++g) {
       if (next_read == g) start_read(next_read++);
       Slot& s = slot(g);

@@ -10,7 +10,8 @@
 // so one O_DIRECT request moves one sub-group. visit() walks sub-groups in order through
 // buffer_count host buffers (each 12 * group_elems bytes): with pipeline_read the next
 // sub-group is read while this one is processed, with pipeline_write the last one is written
-// meanwhile, so an optimizer step overlaps read, update and write. The file is allocated in
+// meanwhile, so an optimizer step overlaps read, update and write; prefetch() reads the first
+// sub-groups ahead, during the step's backward. The file is allocated in
 // full when created (posix_fallocate), so a disk that fills up later cannot fail a step; it is
 // removed with the swapper. Host memory: buffer_count buffers, charged to MemCategory::kSwap,
 // locked in RAM (mlock) with pin_memory.
@@ -63,6 +64,12 @@ class StateSwapper {
   // Visits [begin, end) sub-group by sub-group, in order (see the header comment). An I/O error
   // is thrown (naming the file and offset) after the requests in flight have finished.
   void visit(Mode mode, int64_t begin, int64_t end, const Visitor& fn);
+  // With pipeline_read: starts reading the first sub-groups into every buffer now, so that the
+  // next visit from element 0 (an optimizer step) finds them read; ZeRO calls it when the last
+  // micro-batch of a step begins, so the reads overlap its forward and backward. A visit of
+  // another kind waits for them and reads for itself. No-op without pipeline_read or when a
+  // prefetch is already pending.
+  void prefetch();
 
   int64_t elems() const { return elems_; }
   int64_t group_elems() const { return group_elems_; }
@@ -79,6 +86,7 @@ class StateSwapper {
 
  private:
   struct Slot;
+  void ensure_slots();  // the buffers, made on first use
   std::string path_;
   int64_t elems_, group_elems_, stride_;
   int num_groups_;
@@ -87,6 +95,7 @@ class StateSwapper {
   std::unique_ptr<AioFile> file_;
   std::unique_ptr<AioEngine> aio_;
   std::vector<std::unique_ptr<Slot>> slots_;  // made on first use
+  int prefetched_ = 0;  // sub-groups [0, prefetched_) are being read into slots [0, ..)
   SwapStats stats_;
 };
 

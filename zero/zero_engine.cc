@@ -277,6 +277,8 @@ void ZeroEngine::zero_grad() {
 }
 void ZeroEngine::begin_micro_batch(bool last) {
   reducer_->begin_micro_batch(last);
+  // NVMe optimizer states: the step's first sub-groups are read during this micro-batch.
+  if (last && swapper_) swapper_->prefetch();
 }
 
 const void* ZeroEngine::acquire(int unit) {

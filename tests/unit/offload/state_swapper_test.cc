@@ -188,6 +188,57 @@ TEST_F(Swapper, PipelineReadStartsTheNextSubGroupBeforeThisOneIsProcessed) {
   }
 }
 
+TEST_F(Swapper, PrefetchReadsTheFirstSubGroupsAheadAndOtherVisitsStillSeeTheFile) {
+  SwapOptions o;
+  o.group_elems = 1024;
+  o.buffer_count = 3;
+  o.pipeline_read = o.pipeline_write = true;
+  StateSwapper sw(file(), 7 * 1024 + 5, o, nullptr);
+  const int64_t stride = 12 * 1024;
+  auto fill_with = [&](float base) {
+    sw.visit(Mode::kOverwrite, 0, sw.elems(), [&](int64_t b, int64_t e, float* m, float*, float*) {
+      for (int64_t i = b; i < e; ++i) m[i - b] = base + static_cast<float>(i);
+    });
+  };
+  auto check = [&](float base) {
+    int64_t bad = 0;
+    sw.visit(Mode::kRead, 0, sw.elems(), [&](int64_t b, int64_t e, float* m, float*, float*) {
+      for (int64_t i = b; i < e; ++i) bad += m[i - b] != base + static_cast<float>(i);
+    });
+    return bad;
+  };
+  fill_with(0);
+  // A prefetch starts three reads (one per buffer) before the update visits its first piece.
+  sw.prefetch();
+  const int64_t before = sw.stats().read_bytes;
+  std::vector<int64_t> started;
+  sw.visit(Mode::kUpdate, 0, sw.elems(), [&](int64_t b, int64_t e, float* m, float*, float*) {
+    started.push_back((sw.stats().read_bytes - before) / stride);
+    for (int64_t i = b; i < e; ++i) m[i - b] += 1;
+  });
+  ASSERT_EQ(started.size(), 8u);
+  EXPECT_EQ(started[0], 0);  // (the first three were read by the prefetch)
+  EXPECT_EQ(sw.stats().read_bytes - before, 5 * stride);  // 8 sub-groups, 3 prefetched
+  EXPECT_EQ(check(1), 0);
+  // A prefetch followed by an overwrite: the overwrite wins, and a later read sees it.
+  sw.prefetch();
+  fill_with(100);
+  EXPECT_EQ(check(100), 0);
+  // A prefetch followed by a partial read that starts elsewhere, then by the update.
+  sw.prefetch();
+  sw.visit(Mode::kRead, 3000, 5000, [](int64_t, int64_t, float*, float*, float*) {});
+  sw.prefetch();
+  sw.visit(Mode::kUpdate, 0, sw.elems(), [&](int64_t b, int64_t e, float* m, float*, float*) {
+    for (int64_t i = b; i < e; ++i) m[i - b] += 1;
+  });
+  EXPECT_EQ(check(101), 0);
+  // A pending prefetch is not repeated, and the swapper ends with it in flight.
+  sw.prefetch();
+  const int64_t reads = sw.stats().read_bytes;
+  sw.prefetch();
+  EXPECT_EQ(sw.stats().read_bytes, reads);
+}
+
 TEST_F(Swapper, AnIoErrorNamesTheFileAndOffsetAndDrainsTheRequestsInFlight) {
   SwapOptions o;
   o.group_elems = 1024;
