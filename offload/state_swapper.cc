@@ -112,10 +112,27 @@ void StateSwapper::ensure_slots() {
   }
 }
 
+void StateSwapper::drain() {
+  try {
+    for (auto& s : slots_) {
+      if (!s->io.valid()) continue;
+      Stopwatch sw;
+      s->io.get();
+      stats_.wait_seconds += sw.seconds();
+    }
+  } catch (...) {
+    for (auto& s : slots_) {
+      if (s->io.valid()) s->io.wait();
+      s->io = {};
+    }
+    throw;
+  }
+}
+
 void StateSwapper::prefetch() {
   if (!opt_.pipeline_read || num_groups_ == 0 || prefetched_ > 0) return;
   ensure_slots();
-  // (Every request of the last visit finished before it returned: no write to wait for.)
+  drain();  // the last visit's write-behind (a failed write is reported here)
   prefetched_ = std::min(static_cast<int>(slots_.size()), num_groups_);
   for (int g = 0; g < prefetched_; ++g) {
     Slot& s = *slots_[static_cast<size_t>(g)];
@@ -164,8 +181,8 @@ void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& f
   try {
     if (ahead > 0 && g0 == 0 && mode != Mode::kOverwrite) {
       next_read = std::min(ahead, g1);
-    } else if (ahead > 0) {
-      for (auto& s : slots_) wait(*s);
+    } else {
+      for (auto& s : slots_) wait(*s);  // a prefetch, or the last visit's write-behind
     }
     for (int g = g0; g < g1; ++g) {
       if (next_read == g) start_read(next_read++);
@@ -189,7 +206,11 @@ void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& f
         stats_.wait_seconds += sw.seconds();
       }
     }
-    for (auto& s : slots_) wait(*s);
+    // With pipeline_write the last writes go on after the visit returns (the next visit or
+    // prefetch waits for them and reports their errors); reads are all done by now.
+    if (!write_behind || !writes) {
+      for (auto& s : slots_) wait(*s);
+    }
   } catch (...) {
     for (auto& s : slots_) {
       if (s->io.valid()) s->io.wait();

@@ -11,7 +11,9 @@
 // buffer_count host buffers (each 12 * group_elems bytes): with pipeline_read the next
 // sub-group is read while this one is processed, with pipeline_write the last one is written
 // meanwhile, so an optimizer step overlaps read, update and write; prefetch() reads the first
-// sub-groups ahead, during the step's backward. The file is allocated in
+// sub-groups ahead, during the step's backward, and with pipeline_write the last writes finish
+// after the visit returned (the next visit or prefetch waits for them and reports their errors;
+// so does a checkpoint, which visits to read). The file is allocated in
 // full when created (posix_fallocate), so a disk that fills up later cannot fail a step; it is
 // removed with the swapper. Host memory: buffer_count buffers, charged to MemCategory::kSwap,
 // locked in RAM (mlock) with pin_memory.
@@ -62,7 +64,8 @@ class StateSwapper {
   using Visitor = std::function<void(int64_t begin, int64_t end, float* master, float* exp_avg,
                                      float* exp_avg_sq)>;
   // Visits [begin, end) sub-group by sub-group, in order (see the header comment). An I/O error
-  // is thrown (naming the file and offset) after the requests in flight have finished.
+  // is thrown (naming the file and offset) after the requests in flight have finished; with
+  // pipeline_write, an error of the last writes is thrown by the next visit or prefetch.
   void visit(Mode mode, int64_t begin, int64_t end, const Visitor& fn);
   // With pipeline_read: starts reading the first sub-groups into every buffer now, so that the
   // next visit from element 0 (an optimizer step) finds them read; ZeRO calls it when the last
@@ -87,6 +90,7 @@ class StateSwapper {
  private:
   struct Slot;
   void ensure_slots();  // the buffers, made on first use
+  void drain();         // waits for every request in flight (rethrows the first error)
   std::string path_;
   int64_t elems_, group_elems_, stride_;
   int num_groups_;

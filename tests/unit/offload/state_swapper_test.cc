@@ -267,6 +267,31 @@ TEST_F(Swapper, AnIoErrorNamesTheFileAndOffsetAndDrainsTheRequestsInFlight) {
   EXPECT_EQ(after, 8);
 }
 
+TEST_F(Swapper, AFailedWriteBehindIsReportedByTheNextVisit) {
+  SwapOptions o;
+  o.group_elems = 1024;
+  o.buffer_count = 2;
+  o.pipeline_read = o.pipeline_write = true;
+  StateSwapper sw(file(), 2 * 1024, o, nullptr);  // two sub-groups, a buffer each
+  sw.visit(Mode::kOverwrite, 0, sw.elems(), [](int64_t, int64_t, float*, float*, float*) {});
+  sw.visit(Mode::kRead, 0, 1, [](int64_t, int64_t, float*, float*, float*) {});  // (drains it)
+  // The update's two writes are both still in flight when it returns; the second one to start
+  // fails ...
+  ::setenv("ZEROD_AIO_FAULT", "EIO:write:2:opt.swp", 1);
+  sw.visit(Mode::kUpdate, 0, sw.elems(), [](int64_t, int64_t, float*, float*, float*) {});
+  // ... and the next visit (a checkpoint's read, say) reports it before reading anything.
+  int visited = 0;
+  try {
+    sw.visit(Mode::kRead, 0, 1024, [&](int64_t, int64_t, float*, float*, float*) { ++visited; });
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(file() + ": write at offset "), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(visited, 0);
+  ::unsetenv("ZEROD_AIO_FAULT");
+}
+
 TEST_F(Swapper, ABadFaultSpecIsRefused) {
   ::setenv("ZEROD_AIO_FAULT", "EWHAT:read:1", 1);
   SwapOptions o;
