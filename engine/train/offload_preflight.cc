@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -30,13 +32,21 @@ std::string OffloadPlan::text() const {
                      mib(host), mib(disk));
 }
 
+std::string swap_file_prefix() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "localhost");
+  return fmt::format("zerod-{}-", host);
+}
+
 std::string optimizer_swap_path(const std::string& nvme_path, int rank) {
-  return (fs::path(nvme_path) / fmt::format("zerod-{}-rank{}.optimizer.swp", ::getpid(), rank))
+  return (fs::path(nvme_path) /
+          fmt::format("{}{}-rank{}.optimizer.swp", swap_file_prefix(), ::getpid(), rank))
       .string();
 }
 
 std::string param_swap_path(const std::string& nvme_path, int rank) {
-  return (fs::path(nvme_path) / fmt::format("zerod-{}-rank{}.params.swp", ::getpid(), rank))
+  return (fs::path(nvme_path) /
+          fmt::format("{}{}-rank{}.params.swp", swap_file_prefix(), ::getpid(), rank))
       .string();
 }
 
@@ -107,6 +117,33 @@ OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int wo
   return p;
 }
 
+std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path) {
+  std::vector<std::string> removed;
+  const std::string prefix = swap_file_prefix();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(nvme_path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.size() < 4 ||
+        name.compare(name.size() - 4, 4, ".swp") != 0)
+      continue;
+    const std::string rest = name.substr(prefix.size());  // "PID-rankR.KIND.swp"
+    const size_t dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0) continue;
+    long long pid = 0;
+    try {
+      size_t used = 0;
+      pid = std::stoll(rest.substr(0, dash), &used);
+      if (used != dash) continue;
+    } catch (...) {
+      continue;
+    }
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    if (fs::remove(entry.path(), rm)) removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
 std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what) {
   std::error_code ec;
   if (!fs::exists(nvme_path, ec)) return fmt::format("{} '{}' does not exist", what, nvme_path);
@@ -120,6 +157,9 @@ std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const s
   }
   ::close(fd);
   ::unlink(probe.c_str());
+  // Swap files this host's killed runs left behind would eat the room (and the disk).
+  for (const std::string& f : remove_stale_swap_files(nvme_path))
+    spdlog::warn("{}: removed the stale swap file {} (its process is gone)", what, f);
   struct statvfs st {};
   if (::statvfs(nvme_path.c_str(), &st) != 0)
     return fmt::format("{} '{}': statvfs failed: {}", what, nvme_path, std::strerror(errno));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/config/job_config.h"
 #include "engine/runtime/rank_context.h"
@@ -22,7 +23,8 @@ struct OffloadPlan {
   std::string text() const;  // "device X MiB, host Y MiB, disk Z MiB per rank"
 };
 
-// Where rank `rank` of this process keeps its optimizer states / parameters under nvme_path.
+// Where rank `rank` of this process keeps its optimizer states / parameters under nvme_path:
+// zerod-HOST-PID-rankR.optimizer.swp / .params.swp.
 std::string optimizer_swap_path(const std::string& nvme_path, int rank);
 std::string param_swap_path(const std::string& nvme_path, int rank);
 // The swapper settings of a job: sub_group_size, offload_optimizer's buffer_count, pipeline_*,
@@ -30,6 +32,9 @@ std::string param_swap_path(const std::string& nvme_path, int rank);
 SwapOptions swap_options(const JobConfig& cfg);
 // The bytes of one rank of `world` for this job's ZeRO stage, dtype and offload settings.
 OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world);
+// Removes the swap files in nvme_path that processes of this host which no longer exist left
+// behind (killed runs); returns their paths. Other hosts' files (a shared folder) are left.
+std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path);
 // Checks nvme_path (named `what` in messages, e.g. "zero_optimization.offload_optimizer.
 // nvme_path") for `bytes` of swap files: "" when fine, else the problem.
 std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what);

@@ -290,6 +290,30 @@ TEST_F(OffloadNvme, AParameterBufferSmallerThanAShardIsRefused) {
   }
 }
 
+TEST_F(OffloadNvme, SwapFilesOfKilledRunsOnThisHostAreRemovedAtStart) {
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  const fs::path nvme = root_ / "nvme";
+  const std::string mine = std::string("zerod-") + host + "-";
+  auto touch = [&](const std::string& name) { std::ofstream(nvme / name) << "x"; };
+  touch(mine + "999999999-rank0.optimizer.swp");                 // no such process: stale
+  touch(mine + "999999998-rank1.params.swp");                    // stale
+  touch(mine + "1-rank0.optimizer.swp");                         // pid 1 is alive: kept
+  touch("zerod-some-other-host-999999999-rank0.optimizer.swp");  // another host's: kept
+  touch("notes.swp");                                            // not ours: kept
+  run({.world = 1, .stage = 1, .steps = 1, .device = "nvme"});
+  EXPECT_FALSE(fs::exists(nvme / (mine + "999999999-rank0.optimizer.swp")));
+  EXPECT_FALSE(fs::exists(nvme / (mine + "999999998-rank1.params.swp")));
+  EXPECT_TRUE(fs::exists(nvme / (mine + "1-rank0.optimizer.swp")));
+  EXPECT_TRUE(fs::exists(nvme / "zerod-some-other-host-999999999-rank0.optimizer.swp"));
+  EXPECT_TRUE(fs::exists(nvme / "notes.swp"));
+  // The run's own files are gone too (removed at its end), so exactly the three kept remain.
+  int64_t left = 0;
+  for (const auto& e : fs::directory_iterator(nvme)) left += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(left, 3);
+  for (const auto& e : fs::directory_iterator(nvme)) fs::remove(e.path());
+}
+
 TEST_F(OffloadNvme, PreflightRefusesABadFolderWithTheNumbers) {
   auto refused = [&](const std::string& nvme_path, const std::string& want) {
     JobConfig cfg = job({.world = 1, .device = "nvme"});
