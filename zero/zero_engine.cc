@@ -39,13 +39,45 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   ZD_CHECK(opt_.comm->size() == opt_.world_size && opt_.comm->rank() == opt_.rank,
            "communicator is rank {} of {}, engine rank {} of {}", opt_.comm->rank(),
            opt_.comm->size(), opt_.rank, opt_.world_size);
+  place_parameters();
+  place_optimizer_states();
+  ReducerOptions ro;
+  ro.stage = opt_.stage;
+  ro.rank = owner_rank();
+  ro.comm = opt_.comm;
+  ro.reduce_bucket_size = opt_.reduce_bucket_size;
+  ro.overlap_comm = opt_.overlap_comm;
+  reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
+  if (opt_.stage >= 3) {
+    GathererOptions go;
+    go.comm = opt_.comm;
+    go.prefetch_bucket_size = opt_.prefetch_bucket_size;
+    go.param_persistence_threshold = opt_.param_persistence_threshold;
+    go.max_live_parameters = opt_.max_live_parameters;
+    if (param_swapper_) {
+      go.shard_of = [this](int u, void* in_place) -> const void* {
+        if (!param_on_nvme(u)) return weight_region(u);
+        param_swapper_->read(u, in_place);
+        return in_place;
+      };
+    }
+    gatherer_ = std::make_unique<ParamGatherer>(partition_, be_, go, weights_.data(), tracker);
+  }
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+// The compute weights: in the compute pool (stages 0-2 whole, stage 3 its shards), or with
+// parameter offload (stage 3) in host memory, and with NVMe for the units beyond max_in_cpu in
+// the parameter swapper.
+void ZeroEngine::place_parameters() {
   const int64_t shard_total = partition_.shard_elems_total();
   ZD_CHECK(opt_.param_states == StatesHome::kDevice || opt_.stage == 3,
            "parameter offload needs stage 3, not {}", opt_.stage);
   if (opt_.param_states == StatesHome::kDevice) {
     const int64_t weight_elems = opt_.stage >= 3 ? shard_total : partition_.padded_elems_total();
     weights_ =
-        be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker);
+        be_.allocate(static_cast<size_t>(weight_elems) * esz_, MemCategory::kWeights, tracker_);
   } else {
     // Parameter offload: the shards (or, with NVMe, those of the leading units that fit in
     // max_in_cpu) in host memory.
@@ -73,16 +105,21 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
       param_swapper_ =
           std::make_unique<ParamSwapper>(opt_.param_swap_path, std::move(regions),
                                          opt_.param_buffer_size * static_cast<int64_t>(esz_),
-                                         opt_.param_pin_memory, opt_.param_aio, tracker);
+                                         opt_.param_pin_memory, opt_.param_aio, tracker_);
     }
     if (resident > 0)
-      weights_ = host_alloc(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded, tracker);
+      weights_ =
+          host_alloc(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded, tracker_);
   }
-  // Where the optimizer states live (ZeroOptions::optimizer_states).
+}
+
+// The fp32 master weights and Adam moments (ZeroOptions::optimizer_states).
+void ZeroEngine::place_optimizer_states() {
+  const int64_t shard_total = partition_.shard_elems_total();
   ZD_CHECK(opt_.offload_ratio > 0 && opt_.offload_ratio <= 1, "offload ratio {}",
            opt_.offload_ratio);
   if (opt_.optimizer_states == StatesHome::kNvme) {
-    swapper_ = std::make_unique<StateSwapper>(opt_.swap_path, shard_total, opt_.swap, tracker);
+    swapper_ = std::make_unique<StateSwapper>(opt_.swap_path, shard_total, opt_.swap, tracker_);
   } else {
     split_ = 0;
     if (opt_.optimizer_states == StatesHome::kHost) {
@@ -98,35 +135,11 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
     for (int k = fp32_alias() ? 1 : 0; k < 3; ++k) {
       const MemCategory c = k == 0 ? MemCategory::kMaster : MemCategory::kMoments;
       if (split_ > 0)
-        host_[k] = host_alloc(static_cast<size_t>(split_) * 4, MemCategory::kOffloaded, tracker);
-      if (dev > 0) dev_[k] = host_alloc(static_cast<size_t>(dev) * 4, c, tracker);
+        host_[k] = host_alloc(static_cast<size_t>(split_) * 4, MemCategory::kOffloaded, tracker_);
+      if (dev > 0) dev_[k] = host_alloc(static_cast<size_t>(dev) * 4, c, tracker_);
     }
-  }
-  ReducerOptions ro;
-  ro.stage = opt_.stage;
-  ro.rank = owner_rank();
-  ro.comm = opt_.comm;
-  ro.reduce_bucket_size = opt_.reduce_bucket_size;
-  ro.overlap_comm = opt_.overlap_comm;
-  reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
-  if (opt_.stage >= 3) {
-    GathererOptions go;
-    go.comm = opt_.comm;
-    go.prefetch_bucket_size = opt_.prefetch_bucket_size;
-    go.param_persistence_threshold = opt_.param_persistence_threshold;
-    go.max_live_parameters = opt_.max_live_parameters;
-    if (param_swapper_) {
-      go.shard_of = [this](int u, void* in_place) -> const void* {
-        if (!param_on_nvme(u)) return weight_region(u);
-        param_swapper_->read(u, in_place);
-        return in_place;
-      };
-    }
-    gatherer_ = std::make_unique<ParamGatherer>(partition_, be_, go, weights_.data(), tracker);
   }
 }
-
-ZeroEngine::~ZeroEngine() = default;
 
 void* ZeroEngine::weight_region(int u) {
   const UnitPartition& up = partition_.unit(u);

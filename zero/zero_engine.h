@@ -189,9 +189,11 @@ class ZeroEngine : public ParamSource, public GradSink {
   int64_t resident_shard_elems() const;  // parameter NVMe offload: shard elements kept in RAM
   void weight_written(int u, int64_t hi);
   bool offloaded() const { return opt_.optimizer_states != StatesHome::kDevice; }
-  void* weight_region(int u);  // the compute weights this rank's optimizer writes for unit u
-  void gather_weights();       // stages 1-2: all-gather every unit's updated shard
-  void publish_weights();      // after the compute weights changed: gather (1-2) or re-gather (3)
+  void place_parameters();        // allocates weights_ (and the parameter swapper)
+  void place_optimizer_states();  // allocates host_/dev_ (or the state swapper)
+  void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
+  void gather_weights();          // stages 1-2: all-gather every unit's updated shard
+  void publish_weights();  // after the compute weights changed: gather (1-2) or re-gather (3)
   float* state(int which, int u);  // 0 master, 1 exp_avg, 2 exp_avg_sq of unit u (in memory)
 
   const ParamLayout& layout_;
