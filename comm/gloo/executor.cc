@@ -3,6 +3,7 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <pthread.h>
 
 #include <optional>
@@ -58,6 +59,7 @@ std::shared_ptr<Executor> Executor::start(std::shared_ptr<gloo::Context> context
                                           std::shared_ptr<PeerMonitor> monitor) {
   std::shared_ptr<Executor> e(new Executor(std::move(context), timeout, std::move(monitor)));
   e->thread_ = std::thread([raw = e.get()] { raw->thread_main(); });
+  if (e->size_ > 1) e->watcher_ = std::thread([raw = e.get()] { raw->watch_main(); });
   return e;
 }
 
@@ -103,14 +105,54 @@ void Executor::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+    if (probe_ != nullptr) probe_->abortWaitRecv();
     if (current_ != nullptr) {
       current_->abort(fmt::format("the communicator of rank {} was destroyed", rank_));
     }
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();  // it fails the queued tasks
+  if (watcher_.joinable()) watcher_.join();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !running_; });  // a task running inline in a waiting caller
+}
+
+void Executor::watch_main() {
+  constexpr uint64_t kProbeSlot = 0x5Bull << 56;  // (our collectives use 0x5A..., Gloo's 0x01-0x08)
+  constexpr auto kStuckAfter = std::chrono::milliseconds(1000);
+  pthread_setname_np(pthread_self(), fmt::format("zd-watch-{}", rank_).substr(0, 15).c_str());
+  char byte = 0;
+  std::unique_ptr<gloo::transport::UnboundBuffer> probe;
+  std::string why;
+  try {
+    probe = context_->createUnboundBuffer(&byte, 1);
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) probe->recv(p, kProbeSlot, 0, 1);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;
+      probe_ = probe.get();
+    }
+    // Nobody sends on the probe slot: this returns false when shutdown() aborts the wait, and
+    // throws when a pair fails.
+    while (probe->waitRecv(nullptr, std::chrono::hours(24 * 365 * 10))) {
+    }
+  } catch (const std::exception& e) {
+    why = tidy_gloo_message(e.what());
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  probe_ = nullptr;
+  if (why.empty()) return;
+  const Link* aborted = nullptr;
+  while (!stopping_) {
+    if (current_ != nullptr && current_ != aborted &&
+        Clock::now() - current_since_ >= kStuckAfter) {
+      current_->abort(fmt::format("a connection of rank {} failed: {}", rank_, why));
+      aborted = current_;
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
+  }
 }
 
 void Executor::thread_main() {
@@ -177,6 +219,7 @@ void Executor::execute(Task& task) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       current_ = &link;
+      current_since_ = Clock::now();
       if (stopping_) link.abort(fmt::format("the communicator of rank {} was destroyed", rank_));
     }
     struct Forget {  // runs before `link` is destroyed

@@ -33,6 +33,10 @@ namespace gloo {
 class Context;
 }
 
+namespace gloo::transport {
+class UnboundBuffer;
+}
+
 namespace zerod::gloo_backend {
 
 class GlooWork;
@@ -70,6 +74,14 @@ class Executor : public std::enable_shared_from_this<Executor> {
   Executor(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
            std::shared_ptr<PeerMonitor> monitor);
   void thread_main();
+  // The connection watcher (size > 1). Gloo's TCP pair does not fail an unbound-buffer send
+  // whose bytes are queued on it when the connection then closes (it signals the queued sends
+  // of bound buffers only), so such a send would wait for the whole timeout. The watcher keeps
+  // one receive posted to every peer on a slot nobody sends to and blocks on it; a pair that
+  // fails signals that receive too. From then on, a collective that has run for kStuckAfter is
+  // aborted with the pair's error. (Not at once: a peer that finished the last collective and
+  // closed its connections must not fail ours, which is completing.)
+  void watch_main();
   // Runs `work`'s task in the calling thread if it is next and nothing runs.
   void run_if_next(const GlooWork* work);
   // Runs a task taken off the queue (running_ is set); clears running_ when done.
@@ -88,10 +100,13 @@ class Executor : public std::enable_shared_from_this<Executor> {
   int64_t seq_ = 0;
   bool running_ = false;     // a task runs (on the thread or inline)
   Link* current_ = nullptr;  // its Link, once it has one
+  Clock::time_point current_since_{};
+  gloo::transport::UnboundBuffer* probe_ = nullptr;  // the watcher's receive, while it waits
   bool stopping_ = false;
   std::string broken_;  // the first failure; non-empty: submissions throw
   CollectiveLog log_;
   std::thread thread_;
+  std::thread watcher_;
 };
 
 }  // namespace zerod::gloo_backend
