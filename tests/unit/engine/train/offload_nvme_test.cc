@@ -62,7 +62,7 @@ class OffloadNvme : public ::testing::Test {
     ModelStateBytes measured, formula;
     int64_t swap_peak = 0;
     int groups = 0;
-    double io_seconds = 0, busy_seconds = 0;  // offload I/O wait; forward+backward+optimizer
+    double io_seconds = 0, step_seconds = 0;  // offload I/O wait; the steps' wall time
   };
   JobConfig job(const Spec& s) const {
     const std::string train = R"(, "checkpoint_dir": ")" + (root_ / "ckpt").string() +
@@ -103,7 +103,7 @@ class OffloadNvme : public ::testing::Test {
       out.formula = t.engine().formula_bytes();
       out.swap_peak = t.memory().peak(MemCategory::kSwap);
       out.io_seconds = r.offload_io_seconds;
-      out.busy_seconds = r.fwd_bwd_seconds + r.optimizer_seconds;
+      for (const auto& st : r.steps) out.step_seconds += st.seconds;
       if (t.engine().swapper()) out.groups = t.engine().swapper()->num_groups();
     });
     return out;
@@ -153,9 +153,10 @@ TEST_F(OffloadNvme, HostHoldsTheSwapBuffersWhileTheDiskHoldsTheStates) {
               0.05 * static_cast<double>(r.formula.nvme));
   // Host memory in all: no master or moments outside the swap buffers.
   EXPECT_EQ(r.measured.master + r.measured.moments + r.measured.host, 0);
-  // The breakdown's offload I/O wait is measured, and part of the step's busy time.
+  // The breakdown's offload I/O wait is measured, and part of the steps' time (it includes the
+  // wait for the last step's write-behind when the next step's prefetch starts).
   EXPECT_GT(r.io_seconds, 0);
-  EXPECT_LT(r.io_seconds, r.busy_seconds);
+  EXPECT_LT(r.io_seconds, r.step_seconds);
   EXPECT_EQ(run({.world = 1, .stage = 1}).io_seconds, 0);
 }
 
