@@ -13,15 +13,9 @@
 
 namespace zerod {
 
-namespace {
-int64_t round_up(int64_t x) {
-  return (x + kAioAlign - 1) / kAioAlign * kAioAlign;
-}
-}  // namespace
-
 int64_t ParamSwapper::file_bytes_for(const std::vector<int64_t>& region_bytes) {
   int64_t total = 0;
-  for (int64_t b : region_bytes) total += round_up(b);
+  for (int64_t b : region_bytes) total += aio_round_up(b);
   return total;
 }
 
@@ -32,14 +26,14 @@ ParamSwapper::ParamSwapper(std::string path, std::vector<int64_t> region_bytes,
   int64_t most = 0;
   for (int64_t b : bytes_) {
     offset_.push_back(file_bytes_);
-    file_bytes_ += round_up(b);
+    file_bytes_ += aio_round_up(b);
     most = std::max(most, b);
   }
   ZD_CHECK_INPUT(buffer_bytes >= most,
                  "zero_optimization.offload_param.buffer_size: {} bytes per buffer, but the "
                  "largest parameter shard on NVMe takes {} bytes",
                  buffer_bytes, most);
-  buffer_bytes_ = round_up(std::max<int64_t>(most, 1));  // (only what the largest shard needs)
+  buffer_bytes_ = aio_round_up(std::max<int64_t>(most, 1));  // (only what the largest shard needs)
   aio_ = std::make_unique<AioEngine>(aio);
   file_ = std::make_unique<AioFile>(path_, AioFile::Mode::kCreate);
   if (file_bytes_ > 0) {

@@ -23,10 +23,6 @@ namespace zerod {
 
 namespace {
 
-int64_t round_up(int64_t x) {
-  return (x + kAioAlign - 1) / kAioAlign * kAioAlign;
-}
-
 [[noreturn]] void io_error(const std::string& path, bool write, int64_t offset, int err) {
   const std::string what = fmt::format("{}: {} at offset {} failed: {}", path,
                                        write ? "write" : "read", offset, std::strerror(err));
@@ -100,7 +96,7 @@ void maybe_inject_fault(const std::string& path, bool write, int64_t offset) {
 // ---- AlignedBuffer --------------------------------------------------------------------------
 
 AlignedBuffer::AlignedBuffer(int64_t bytes)
-    : bytes_(bytes), capacity_(round_up(std::max<int64_t>(bytes, 1))) {
+    : bytes_(bytes), capacity_(aio_round_up(std::max<int64_t>(bytes, 1))) {
   data_ = static_cast<char*>(std::aligned_alloc(kAioAlign, static_cast<size_t>(capacity_)));
   ZD_CHECK(data_ != nullptr, "cannot allocate {} aligned bytes", capacity_);
 }
@@ -195,7 +191,7 @@ int64_t AioEngine::write(AioFile& f, int64_t offset, const AlignedBuffer& buf, i
            buf.capacity());
   int64_t n = bytes;
   if (f.direct()) {
-    n = round_up(bytes);
+    n = aio_round_up(bytes);
     ZD_CHECK(n <= buf.capacity(), "write of {} bytes needs a buffer of {}", bytes, n);
     std::memset(buf.data() + bytes, 0, static_cast<size_t>(n - bytes));
   }
@@ -203,7 +199,7 @@ int64_t AioEngine::write(AioFile& f, int64_t offset, const AlignedBuffer& buf, i
 }
 
 int64_t AioEngine::read(AioFile& f, int64_t offset, AlignedBuffer& buf, int64_t bytes) {
-  const int64_t n = f.direct() ? round_up(bytes) : bytes;
+  const int64_t n = f.direct() ? aio_round_up(bytes) : bytes;
   ZD_CHECK(n <= buf.capacity(), "read of {} bytes into a buffer of {}", bytes, buf.capacity());
   return std::min(bytes, run(f, false, offset, buf.data(), n));
 }

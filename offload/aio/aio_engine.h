@@ -26,6 +26,11 @@ namespace zerod {
 
 inline constexpr int64_t kAioAlign = 4096;
 
+// x rounded up to whole kAioAlign blocks (what an O_DIRECT request of x bytes moves).
+inline constexpr int64_t aio_round_up(int64_t x) {
+  return (x + kAioAlign - 1) / kAioAlign * kAioAlign;
+}
+
 struct AioOptions {
   int64_t block_size = 1 << 20;  // bytes per iocb (a multiple of kAioAlign)
   int queue_depth = 8;           // iocbs in flight per thread
