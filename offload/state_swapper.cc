@@ -182,7 +182,7 @@ void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& f
     if (ahead > 0 && g0 == 0 && mode != Mode::kOverwrite) {
       next_read = std::min(ahead, g1);
     } else {
-      for (auto& s : slots_) wait(*s);  // a prefetch, or the last visit's write-behind
+      drain();  // a prefetch, or the last visit's write-behind
     }
     for (int g = g0; g < g1; ++g) {
       if (next_read == g) start_read(next_read++);
@@ -208,9 +208,7 @@ void StateSwapper::visit(Mode mode, int64_t begin, int64_t end, const Visitor& f
     }
     // With pipeline_write the last writes go on after the visit returns (the next visit or
     // prefetch waits for them and reports their errors); reads are all done by now.
-    if (!write_behind || !writes) {
-      for (auto& s : slots_) wait(*s);
-    }
+    if (!write_behind || !writes) drain();
   } catch (...) {
     for (auto& s : slots_) {
       if (s->io.valid()) s->io.wait();
