@@ -10,18 +10,7 @@ namespace zerod::cuda {
 namespace {
 
 constexpr int kColumnThreads = 128;
-constexpr int64_t kMinChunkRows = 32;
-constexpr int64_t kMaxChunks = 1024;
-
-int64_t chunk_rows(int64_t N) {
-  const int64_t even = (N + kMaxChunks - 1) / kMaxChunks;
-  return even > kMinChunkRows ? even : kMinChunkRows;
-}
-
-int64_t chunk_count(int64_t N) {
-  const int64_t rows = chunk_rows(N);
-  return (N + rows - 1) / rows;
-}
+constexpr int64_t kMinChunkRows = 32;  // (row_chunks)
 
 template <class T>
 __global__ void add_bias_kernel(T* out, const T* bias, int64_t total, int OC, bool overwrite) {
@@ -69,14 +58,15 @@ void add_bias(Storage dt, void* out, const void* bias, int64_t N, int OC, bool o
 
 size_t bias_backward_scratch_bytes(int64_t N, int OC) {
   if (N <= 0 || OC <= 0) return 0;
-  return static_cast<size_t>(chunk_count(N)) * static_cast<size_t>(OC) * sizeof(float);
+  return static_cast<size_t>(row_chunks(N, kMinChunkRows).count) * static_cast<size_t>(OC) *
+         sizeof(float);
 }
 
 void bias_backward(Storage dt, void* dbias, const void* dout, int64_t N, int OC, float* scratch,
                    cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
-  const int64_t rows_per_chunk = chunk_rows(N);
-  const int64_t chunks = chunk_count(N);
+  const RowChunks rc = row_chunks(N, kMinChunkRows);
+  const int64_t rows_per_chunk = rc.rows, chunks = rc.count;
   const unsigned blocks = static_cast<unsigned>((OC + kColumnThreads - 1) / kColumnThreads);
   dispatch(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;

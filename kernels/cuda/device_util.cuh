@@ -67,6 +67,19 @@ void dispatch(Storage s, Fn&& fn) {
 // ---- launch shapes ---------------------------------------------------------------------------
 constexpr int kElementwiseThreads = 256;
 
+// How a deterministic column sum over N rows is cut (a partial per chunk of rows, then the
+// partials added in chunk order): at most 1024 chunks of at least min_rows rows each.
+struct RowChunks {
+  int64_t rows;   // rows per chunk (the last one may have fewer)
+  int64_t count;  // chunks
+};
+inline RowChunks row_chunks(int64_t N, int64_t min_rows) {
+  constexpr int64_t kMaxChunks = 1024;
+  const int64_t even = (N + kMaxChunks - 1) / kMaxChunks;
+  const int64_t rows = even > min_rows ? even : min_rows;
+  return {rows, (N + rows - 1) / rows};
+}
+
 // Blocks of a grid-stride loop over n elements (capped; the loop covers the rest).
 inline int grid_stride_blocks(int64_t n, int threads = kElementwiseThreads) {
   const int64_t b = (n + threads - 1) / threads;

@@ -14,18 +14,7 @@ constexpr float kEps = 1e-5f;
 constexpr int kRowThreads = 256;
 constexpr int kRowsPerBlock = kRowThreads / 32;
 constexpr int kChannelThreads = 128;
-constexpr int64_t kMinChunkRows = 16;
-constexpr int64_t kMaxChunks = 1024;
-
-int64_t chunk_rows(int64_t N) {
-  const int64_t even = (N + kMaxChunks - 1) / kMaxChunks;
-  return even > kMinChunkRows ? even : kMinChunkRows;
-}
-
-int64_t chunk_count(int64_t N) {
-  const int64_t rows = chunk_rows(N);
-  return (N + rows - 1) / rows;
-}
+constexpr int64_t kMinChunkRows = 16;  // (row_chunks)
 
 template <class T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
@@ -139,15 +128,16 @@ void layernorm_forward(Storage dt, void* out, float* mean, float* rstd, const vo
 
 size_t layernorm_backward_scratch_bytes(int64_t N, int C) {
   if (N <= 0 || C <= 0) return 0;
-  return static_cast<size_t>(chunk_count(N)) * 2 * static_cast<size_t>(C) * sizeof(float);
+  return static_cast<size_t>(row_chunks(N, kMinChunkRows).count) * 2 * static_cast<size_t>(C) *
+         sizeof(float);
 }
 
 void layernorm_backward(Storage dt, void* dinp, void* dweight, void* dbias, const void* dout,
                         const void* inp, const void* weight, const float* mean, const float* rstd,
                         int64_t N, int C, float* scratch, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  const int64_t rows_per_chunk = chunk_rows(N);
-  const int64_t chunks = chunk_count(N);
+  const RowChunks rc = row_chunks(N, kMinChunkRows);
+  const int64_t rows_per_chunk = rc.rows, chunks = rc.count;
   const unsigned channel_blocks =
       static_cast<unsigned>((C + kChannelThreads - 1) / kChannelThreads);
   dispatch(dt, [&](auto tag) {
