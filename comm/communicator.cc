@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <cstdint>
+
 #include "core/error.h"
 
 namespace zerod {
@@ -44,6 +46,17 @@ const char* reduce_op_name(ReduceOp op) {
       return "max";
   }
   ZD_THROW("unknown ReduceOp {}", static_cast<int>(op));
+}
+
+size_t checked_collective_bytes(const char* op, const void* a, const void* b, int64_t count,
+                                CommType type, int64_t ranks) {
+  ZD_CHECK(count >= 0, "{}: negative count {}", op, count);
+  ZD_CHECK(count == 0 || (a != nullptr && b != nullptr), "{}: null buffer for {} elements", op,
+           count);
+  const auto limit = static_cast<uint64_t>(INT64_MAX) / comm_type_size(type) / ranks;
+  ZD_CHECK(static_cast<uint64_t>(count) <= limit, "{}: {} elements of {} overflow", op, count,
+           comm_type_name(type));
+  return static_cast<size_t>(count) * comm_type_size(type);
 }
 
 }  // namespace zerod

@@ -30,6 +30,10 @@ enum class ReduceOp : uint8_t { kSum, kMax };
 size_t comm_type_size(CommType t);
 const char* comm_type_name(CommType t);
 const char* reduce_op_name(ReduceOp op);
+// The argument checks of a collective over `ranks` blocks of `count` elements (Error kInternal:
+// negative count, null buffer, a byte size that overflows); returns the bytes of one block.
+size_t checked_collective_bytes(const char* op, const void* a, const void* b, int64_t count,
+                                CommType type, int64_t ranks);
 
 class Work {
  public:

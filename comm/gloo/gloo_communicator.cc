@@ -102,8 +102,6 @@ class GlooCommunicator final : public Communicator {
   WorkPtr barrier_async() override;
 
  private:
-  void check_args(const char* op, const void* a, const void* b, int64_t count, CommType type,
-                  int64_t ranks) const;
   GlooAlgorithm choose(size_t bytes, size_t direct_max) const;
 
   const int rank_;
@@ -116,23 +114,13 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo_backend::Executor> executor_;
 };
 
-void GlooCommunicator::check_args(const char* op, const void* a, const void* b, int64_t count,
-                                  CommType type, int64_t ranks) const {
-  ZD_CHECK(count >= 0, "{}: negative count {}", op, count);
-  ZD_CHECK(count == 0 || (a != nullptr && b != nullptr), "{}: null buffer for {} elements", op,
-           count);
-  const auto limit = static_cast<uint64_t>(INT64_MAX) / comm_type_size(type) / ranks;
-  ZD_CHECK(static_cast<uint64_t>(count) <= limit, "{}: {} elements of {} overflow", op, count,
-           comm_type_name(type));
-}
-
 GlooAlgorithm GlooCommunicator::choose(size_t bytes, size_t direct_max) const {
   if (algorithm_ != GlooAlgorithm::kAuto) return algorithm_;
   return bytes <= direct_max ? GlooAlgorithm::kDirect : GlooAlgorithm::kRing;
 }
 
 WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) {
-  check_args("all_reduce", data, data, count, type, 1);
+  checked_collective_bytes("all_reduce", data, data, count, type, 1);
   reduce_op_name(op);
   const auto n = static_cast<size_t>(count);
   return executor_->submit(
@@ -154,7 +142,7 @@ WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType t
 
 WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
                                                CommType type, ReduceOp op) {
-  check_args("reduce_scatter", send, recv, count, type, size_);
+  checked_collective_bytes("reduce_scatter", send, recv, count, type, size_);
   reduce_op_name(op);
   const auto n = static_cast<size_t>(count);
   return executor_->submit(
@@ -185,7 +173,7 @@ WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int
 
 WorkPtr GlooCommunicator::all_gather_async(const void* send, void* recv, int64_t count,
                                            CommType type) {
-  check_args("all_gather", send, recv, count, type, size_);
+  checked_collective_bytes("all_gather", send, recv, count, type, size_);
   const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
   return executor_->submit(
       "all_gather", fmt::format("{} x {} per rank", count, comm_type_name(type)),
@@ -205,7 +193,7 @@ WorkPtr GlooCommunicator::all_gather_async(const void* send, void* recv, int64_t
 }
 
 WorkPtr GlooCommunicator::broadcast_async(void* data, int64_t count, CommType type, int root) {
-  check_args("broadcast", data, data, count, type, 1);
+  checked_collective_bytes("broadcast", data, data, count, type, 1);
   ZD_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a world of {} ranks", root,
            size_);
   const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);

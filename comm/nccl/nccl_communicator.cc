@@ -90,9 +90,6 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static const NcclOptions& checked(const NcclOptions& o);
-  // Count, null and overflow checks (as the Gloo backend): the byte size of `count` elements.
-  size_t checked_bytes(const char* op, const void* a, const void* b, int64_t count, CommType type,
-                       int64_t ranks) const;
   // `bytes` at `p` must be device memory of this rank's GPU (or managed memory).
   void check_device_buffer(const char* op, const char* name, const void* p) const;
   // Numbers the collective, orders it after the compute stream, launches it on the
@@ -126,17 +123,6 @@ const NcclOptions& NcclCommunicator::checked(const NcclOptions& o) {
                  "rank {}: GPU {} does not exist: this process sees {} GPU{} (0 to {})", o.rank,
                  o.device, gpus, gpus == 1 ? "" : "s", gpus - 1);
   return o;
-}
-
-size_t NcclCommunicator::checked_bytes(const char* op, const void* a, const void* b, int64_t count,
-                                       CommType type, int64_t ranks) const {
-  ZD_CHECK(count >= 0, "{}: negative count {}", op, count);
-  ZD_CHECK(count == 0 || (a != nullptr && b != nullptr), "{}: null buffer for {} elements", op,
-           count);
-  const auto limit = static_cast<uint64_t>(INT64_MAX) / comm_type_size(type) / ranks;
-  ZD_CHECK(static_cast<uint64_t>(count) <= limit, "{}: {} elements of {} overflow", op, count,
-           comm_type_name(type));
-  return static_cast<size_t>(count) * comm_type_size(type);
 }
 
 void NcclCommunicator::check_device_buffer(const char* op, const char* name, const void* p) const {
@@ -186,7 +172,7 @@ WorkPtr NcclCommunicator::issue(const char* op, const std::string& detail, int64
 }
 
 WorkPtr NcclCommunicator::all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) {
-  const size_t bytes = checked_bytes("all_reduce", data, data, count, type, 1);
+  const size_t bytes = checked_collective_bytes("all_reduce", data, data, count, type, 1);
   const ncclDataType_t dt = nccl_backend::nccl_type(type);
   const ncclRedOp_t red = nccl_backend::nccl_op(op);
   if (count > 0) check_device_buffer("all_reduce", "data", data);
@@ -200,7 +186,7 @@ WorkPtr NcclCommunicator::all_reduce_async(void* data, int64_t count, CommType t
 
 WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
                                                CommType type, ReduceOp op) {
-  const size_t bytes = checked_bytes("reduce_scatter", send, recv, count, type, size_);
+  const size_t bytes = checked_collective_bytes("reduce_scatter", send, recv, count, type, size_);
   const ncclDataType_t dt = nccl_backend::nccl_type(type);
   const ncclRedOp_t red = nccl_backend::nccl_op(op);
   if (count > 0) {
@@ -221,7 +207,7 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const void* send, void* recv, int
 
 WorkPtr NcclCommunicator::all_gather_async(const void* send, void* recv, int64_t count,
                                            CommType type) {
-  const size_t bytes = checked_bytes("all_gather", send, recv, count, type, size_);
+  const size_t bytes = checked_collective_bytes("all_gather", send, recv, count, type, size_);
   const ncclDataType_t dt = nccl_backend::nccl_type(type);
   if (count > 0) {
     check_device_buffer("all_gather", "send", send);
@@ -239,7 +225,7 @@ WorkPtr NcclCommunicator::all_gather_async(const void* send, void* recv, int64_t
 }
 
 WorkPtr NcclCommunicator::broadcast_async(void* data, int64_t count, CommType type, int root) {
-  const size_t bytes = checked_bytes("broadcast", data, data, count, type, 1);
+  const size_t bytes = checked_collective_bytes("broadcast", data, data, count, type, 1);
   ZD_CHECK(root >= 0 && root < size_, "broadcast: root {} outside a world of {} ranks", root,
            size_);
   const ncclDataType_t dt = nccl_backend::nccl_type(type);
