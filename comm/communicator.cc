@@ -18,6 +18,9 @@ size_t comm_type_size(CommType t) {
       return 8;
     case CommType::kU8:
       return 1;
+    case CommType::kBF16:
+    case CommType::kF16:
+      return 2;
   }
   ZD_THROW("unknown CommType {}", static_cast<int>(t));
 }
@@ -34,6 +37,10 @@ const char* comm_type_name(CommType t) {
       return "i64";
     case CommType::kU8:
       return "u8";
+    case CommType::kBF16:
+      return "bf16";
+    case CommType::kF16:
+      return "f16";
   }
   ZD_THROW("unknown CommType {}", static_cast<int>(t));
 }

@@ -24,7 +24,10 @@ namespace zerod {
 
 class CollectiveLog;
 
-enum class CommType : uint8_t { kF32, kF64, kI32, kI64, kU8 };
+// kBF16 / kF16: 16-bit floats, the compute dtype of GPU tensors. The NCCL backend reduces them
+// natively; the Gloo backend moves them (gather, broadcast) but does not reduce them (CPU ranks
+// keep every compute tensor in fp32).
+enum class CommType : uint8_t { kF32, kF64, kI32, kI64, kU8, kBF16, kF16 };
 enum class ReduceOp : uint8_t { kSum, kMax };
 
 size_t comm_type_size(CommType t);

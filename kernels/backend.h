@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/memory.h"
@@ -50,6 +51,25 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Blocks until all queued work of this backend is done (no-op on the CPU).
   virtual void synchronize() {}
+  // True when allocate() returns memory the host must not touch (a GPU's): host code then reads
+  // and writes it only through copy() and the casts, which accept host memory on either side.
+  virtual bool device_memory() const { return false; }
+  // Host memory for data that moves to and from this backend's memory: pinned (page-locked, so
+  // copies are asynchronous DMA) on a GPU backend, plain host_alloc() on the CPU. Zero-filled.
+  virtual Buffer allocate_host(size_t bytes, MemCategory category, MemoryTracker* tracker) {
+    return host_alloc(bytes, category, tracker);
+  }
+  // The backend's native queue (a cudaStream_t on CUDA), null on the CPU: collectives on device
+  // memory order themselves after the work queued on it.
+  virtual void* native_stream() const { return nullptr; }
+  // Device memory as the device's allocator sees it (bytes free and total), false on the CPU.
+  virtual bool device_memory_info(int64_t* free_bytes, int64_t* total_bytes) const {
+    (void)free_bytes;
+    (void)total_bytes;
+    return false;
+  }
+  // The device's name ("NVIDIA H200"), empty on the CPU.
+  virtual std::string device_name() const { return {}; }
 
   // ---- precision ----------------------------------------------------------------------------
   // x (n) = round(x) to the compute dtype, in place. No-op for fp32 and for real bf16 storage.
@@ -104,7 +124,7 @@ class Backend {
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) = 0;
 
   // ---- residual ------------------------------------------------------------------------------
-  // out (n) = a + b
+  // out (n) = a + b; out may be a or b (in place, e.g. accumulating gradients)
   virtual void residual_forward(void* out, const void* a, const void* b, int64_t n) = 0;
 
   // ---- softmax cross-entropy over the padded vocabulary -------------------------------------

@@ -57,15 +57,18 @@ class TimedGrads : public GradSink {
   double& seconds_;
 };
 
-// Runs f, adding its wall time to *slot when timing is on.
+// Runs f, adding its wall time to *slot when timing is on (be not null). The backend is
+// synchronized around f, so asynchronous (GPU) work is charged to the op that queued it.
 template <class F>
-void timed(bool on, double& slot, F&& f) {
-  if (!on) {
+void timed(Backend* be, double& slot, F&& f) {
+  if (be == nullptr) {
     f();
     return;
   }
+  be->synchronize();
   Stopwatch sw;
   f();
+  be->synchronize();
   slot += sw.seconds();
 }
 
@@ -121,6 +124,9 @@ Gpt::Gpt(const GptSpec& spec, Backend& backend, int B, int T, bool activation_ch
   lnf_rstd_ = stat(BT);
   logits_ = act(BT * static_cast<size_t>(s.vp()));
   losses_ = stat(BT);
+  tokens_ = reinterpret_cast<int32_t*>(stat(BT));  // (4-byte elements, as floats)
+  targets_ = reinterpret_cast<int32_t*>(stat(BT));
+  host_losses_.resize(BT);
   dres_ = act(BT * C);
   d_a_ = act(BT * 4 * C);
   d_b_ = act(BT * 3 * C);
@@ -131,12 +137,13 @@ int64_t Gpt::activation_bytes(const GptSpec& s, int B, int T, bool activation_ch
                               size_t esz) {
   // Mirrors the constructor: per block ln1, qkv (3C), atty, res2, ln2, fch (4C), fch_gelu (4C)
   // and the statistics ln1/ln2 mean and rstd and lse (NH); then the residual stream (L + 1),
-  // proj_tmp, lnf, logits (Vp), dres, d_a (4C), d_b (3C), d_c and lnf mean/rstd and losses.
+  // proj_tmp, lnf, logits (Vp), dres, d_a (4C), d_b (3C), d_c and lnf mean/rstd, losses and
+  // the tokens and targets.
   const int64_t BT = int64_t{B} * T, C = s.n_embd, NH = s.n_head, L = s.n_layer;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = BT * (15 * C * e + (4 + NH) * 4);
   const int64_t blocks = activation_checkpointing ? 1 : L;
-  return blocks * block + BT * (((L + 1) * C + 11 * C + s.vp()) * e + 3 * 4);
+  return blocks * block + BT * (((L + 1) * C + 11 * C + s.vp()) * e + 5 * 4);
 }
 
 void* Gpt::act(size_t elems) {
@@ -150,13 +157,13 @@ float* Gpt::stat(size_t elems) {
 }
 
 void Gpt::round(void* x, int64_t n) {
-  if (rounding_) timed(timing_, times_.rounding, [&] { be_.round_to_compute(x, n); });
+  if (rounding_) timed(timer(), times_.rounding, [&] { be_.round_to_compute(x, n); });
 }
 
 void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   const GptSpec& s = spec();
   const void* w = params.acquire(layout_.embedding_unit());
-  timed(timing_, times_.encoder, [&] {
+  timed(timer(), times_.encoder, [&] {
     be_.encoder_forward(res_[0], inputs, w, at(w, layout_.wpe_offset(), esz_), B_, T_, s.n_embd);
   });
   params.release(layout_.embedding_unit());
@@ -168,42 +175,42 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   const int C = s.n_embd, NH = s.n_head;
   const int64_t N = int64_t{B_} * T_;
   const auto& o = layout_.block();
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, at(w, o.ln1_w, esz_),
                           at(w, o.ln1_b, esz_), N, C);
   });
   round(a.ln1, N * C);
-  timed(timing_, times_.matmul_fwd, [&] {
+  timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(a.qkv, a.ln1, at(w, o.qkv_w, esz_), at(w, o.qkv_b, esz_), N, C, 3 * C);
   });
   round(a.qkv, N * 3 * C);
-  timed(timing_, times_.attention_fwd,
+  timed(timer(), times_.attention_fwd,
         [&] { be_.attention_forward(a.atty, a.lse, a.qkv, B_, T_, C, NH); });
   round(a.atty, N * C);
-  timed(timing_, times_.matmul_fwd, [&] {
+  timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.atty, at(w, o.attproj_w, esz_), at(w, o.attproj_b, esz_), N, C,
                        C);
   });
   round(proj_tmp_, N * C);
-  timed(timing_, times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
+  timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
   round(a.res2, N * C);
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, at(w, o.ln2_w, esz_),
                           at(w, o.ln2_b, esz_), N, C);
   });
   round(a.ln2, N * C);
-  timed(timing_, times_.matmul_fwd, [&] {
+  timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(a.fch, a.ln2, at(w, o.fc_w, esz_), at(w, o.fc_b, esz_), N, C, 4 * C);
   });
   round(a.fch, N * 4 * C);
-  timed(timing_, times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * 4 * C); });
+  timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * 4 * C); });
   round(a.fch_gelu, N * 4 * C);
-  timed(timing_, times_.matmul_fwd, [&] {
+  timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.fch_gelu, at(w, o.fcproj_w, esz_), at(w, o.fcproj_b, esz_), N,
                        4 * C, C);
   });
   round(proj_tmp_, N * C);
-  timed(timing_, times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
+  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
   round(res_out, N * C);
   (void)l;
 }
@@ -215,38 +222,38 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   const int64_t N = int64_t{B_} * T_;
   const auto& o = layout_.block();
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
-  timed(timing_, times_.matmul_bwd, [&] {
+  timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_a_, at(dw, o.fcproj_w, esz_), at(dw, o.fcproj_b, esz_), dres_, a.fch_gelu,
                         at(w, o.fcproj_w, esz_), N, 4 * C, C, false);
   });
   round(d_a_, N * 4 * C);
-  timed(timing_, times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * 4 * C); });
+  timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * 4 * C); });
   round(d_a_, N * 4 * C);
-  timed(timing_, times_.matmul_bwd, [&] {
+  timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, at(dw, o.fc_w, esz_), at(dw, o.fc_b, esz_), d_a_, a.ln2,
                         at(w, o.fc_w, esz_), N, C, 4 * C, false);
   });
   round(d_c_, N * C);
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, at(dw, o.ln2_w, esz_), at(dw, o.ln2_b, esz_), d_c_, a.res2,
                            at(w, o.ln2_w, esz_), a.ln2_mean, a.ln2_rstd, N, C);
   });
   round(dres_, N * C);
   // Attention: res2 = res_in + attproj(attention(qkv(ln1(res_in))))
-  timed(timing_, times_.matmul_bwd, [&] {
+  timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, at(dw, o.attproj_w, esz_), at(dw, o.attproj_b, esz_), dres_, a.atty,
                         at(w, o.attproj_w, esz_), N, C, C, false);
   });
   round(d_c_, N * C);
-  timed(timing_, times_.attention_bwd,
+  timed(timer(), times_.attention_bwd,
         [&] { be_.attention_backward(d_b_, d_c_, a.qkv, a.atty, a.lse, B_, T_, C, NH); });
   round(d_b_, N * 3 * C);
-  timed(timing_, times_.matmul_bwd, [&] {
+  timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, at(dw, o.qkv_w, esz_), at(dw, o.qkv_b, esz_), d_b_, a.ln1,
                         at(w, o.qkv_w, esz_), N, C, 3 * C, false);
   });
   round(d_c_, N * C);
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, at(dw, o.ln1_w, esz_), at(dw, o.ln1_b, esz_), d_c_, res_in,
                            at(w, o.ln1_w, esz_), a.ln1_mean, a.ln1_rstd, N, C);
   });
@@ -269,14 +276,14 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
     params.release(u);
   }
   const void* wf = params.acquire(layout_.final_unit());
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
                           at(wf, layout_.lnf_w_offset(), esz_),
                           at(wf, layout_.lnf_b_offset(), esz_), N, C);
   });
   round(lnf_, N * C);
   const void* we = params.acquire(layout_.embedding_unit());
-  timed(timing_, times_.matmul_fwd, [&] {
+  timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(logits_, lnf_, at(we, layout_.wte_offset(), esz_), nullptr, N, C, Vp);
   });
   round(logits_, N * Vp);
@@ -284,13 +291,20 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   return wf;
 }
 
-float Gpt::mean_loss(const int32_t* targets) const {
+void Gpt::upload(const int32_t* inputs, const int32_t* targets) {
+  const size_t bytes = static_cast<size_t>(B_) * T_ * sizeof(int32_t);
+  be_.copy(tokens_, inputs, bytes);
+  be_.copy(targets_, targets, bytes);
+}
+
+float Gpt::mean_loss(const int32_t* targets) {
   const int64_t N = int64_t{B_} * T_;
+  be_.copy(host_losses_.data(), losses_, static_cast<size_t>(N) * sizeof(float));
   double sum = 0;
   int n = 0;
   for (int64_t i = 0; i < N; ++i) {
     if (targets[i] < 0) continue;
-    sum += losses_[i];
+    sum += host_losses_[static_cast<size_t>(i)];
     ++n;
   }
   return n > 0 ? static_cast<float>(sum / n) : 0.0f;
@@ -300,9 +314,10 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, ParamSource& p
   const GptSpec& s = spec();
   const int64_t N = int64_t{B_} * T_;
   const void* wte_unit = nullptr;
-  forward_to_logits(inputs, params, &wte_unit);
-  timed(timing_, times_.classifier,
-        [&] { be_.crossentropy_forward(losses_, logits_, targets, N, s.vocab_size, s.vp()); });
+  upload(inputs, targets);
+  forward_to_logits(tokens_, params, &wte_unit);
+  timed(timer(), times_.classifier,
+        [&] { be_.crossentropy_forward(losses_, logits_, targets_, N, s.vocab_size, s.vp()); });
   params.release(layout_.embedding_unit());
   params.release(layout_.final_unit());
   return mean_loss(targets);
@@ -334,14 +349,15 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   const int C = s.n_embd, Vp = s.vp();
   const int64_t N = int64_t{B_} * T_;
   const void* we = nullptr;
-  const void* wf = forward_to_logits(inputs, params, &we);
+  upload(inputs, targets);
+  const void* wf = forward_to_logits(tokens_, params, &we);
 
   // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
   int valid = 0;
   for (int64_t i = 0; i < N; ++i) valid += targets[i] >= 0;
   const float dloss = valid > 0 ? loss_weight / static_cast<float>(valid) : 0.0f;
-  timed(timing_, times_.classifier,
-        [&] { be_.crossentropy_fused(losses_, logits_, targets, N, s.vocab_size, Vp, dloss); });
+  timed(timer(), times_.classifier,
+        [&] { be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, Vp, dloss); });
   round(logits_, N * Vp);
   const float loss = mean_loss(targets);
   if (phase_clock_ != nullptr) {  // the forward phase ends with the loss
@@ -351,7 +367,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
 
   // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
   void* dwe = grads.grad_buffer(layout_.embedding_unit());
-  timed(timing_, times_.matmul_bwd, [&] {
+  timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf_,
                         at(we, layout_.wte_offset(), esz_), N, C, Vp, false);
   });
@@ -359,7 +375,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   round(d_c_, N * C);
   void* dwf = grads.grad_buffer(layout_.final_unit());
   be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
-  timed(timing_, times_.layernorm, [&] {
+  timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, at(dwf, layout_.lnf_w_offset(), esz_),
                            at(dwf, layout_.lnf_b_offset(), esz_), d_c_,
                            res_[static_cast<size_t>(s.n_layer)],
@@ -383,9 +399,9 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
     grads.unit_done(u);
   }
 
-  timed(timing_, times_.encoder, [&] {
+  timed(timer(), times_.encoder, [&] {
     be_.encoder_backward(at(dwe, layout_.wte_offset(), esz_), at(dwe, layout_.wpe_offset(), esz_),
-                         dres_, inputs, B_, T_, C);
+                         dres_, tokens_, B_, T_, C);
   });
   round(dwe, layout_.unit(layout_.embedding_unit()).numel);
   grads.unit_done(layout_.embedding_unit());

@@ -44,7 +44,7 @@ class Gpt {
   int seq() const { return T_; }
 
   // Mean cross-entropy over the positions whose target is >= 0 (evaluation; no gradients).
-  // inputs, targets (B,T), tokens in [0, V).
+  // inputs, targets (B,T), tokens in [0, V), in host memory (copied to the backend's memory).
   float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params);
 
   // Forward and backward of one micro-batch. Returns the mean loss. The gradient of
@@ -81,8 +81,12 @@ class Gpt {
   // Encoder, blocks, final LayerNorm and logits. Leaves the final-norm unit (returned) and the
   // embedding unit (*wte_unit) acquired; the caller releases both.
   const void* forward_to_logits(const int32_t* inputs, ParamSource& params, const void** wte_unit);
-  float mean_loss(const int32_t* targets) const;
+  // Mean of the losses of the positions whose target is >= 0 (read back from the backend).
+  float mean_loss(const int32_t* targets);
+  // inputs and targets (host) into tokens_ and targets_ (the backend's memory).
+  void upload(const int32_t* inputs, const int32_t* targets);
   void round(void* x, int64_t n);
+  Backend* timer() { return timing_ ? &be_ : nullptr; }  // for timed() in gpt.cc
   void* act(size_t elems);
   float* stat(size_t elems);
   BlockActs& acts_for(int l) { return checkpointing_ ? work_ : blocks_[static_cast<size_t>(l)]; }
@@ -103,12 +107,15 @@ class Gpt {
   void* lnf_;               // (B,T,C)
   float* lnf_mean_;
   float* lnf_rstd_;
-  void* logits_;   // (B,T,Vp), becomes dlogits in backward
-  float* losses_;  // (B,T)
-  void* dres_;     // (B,T,C) gradient of the residual stream
-  void* d_a_;      // (B,T,4C)
-  void* d_b_;      // (B,T,3C)
-  void* d_c_;      // (B,T,C)
+  void* logits_;                    // (B,T,Vp), becomes dlogits in backward
+  float* losses_;                   // (B,T)
+  int32_t* tokens_;                 // (B,T) the inputs, in the backend's memory
+  int32_t* targets_;                // (B,T)
+  std::vector<float> host_losses_;  // (B,T)
+  void* dres_;                      // (B,T,C) gradient of the residual stream
+  void* d_a_;                       // (B,T,4C)
+  void* d_b_;                       // (B,T,3C)
+  void* d_c_;                       // (B,T,C)
 
   bool timing_ = false;
   OpTimes times_;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "zero/compute_comm.h"
 
 namespace zerod {
 
@@ -18,10 +19,9 @@ GradReducer::GradReducer(const Partition& partition, Backend& backend,
       opt_(options),
       comm_(options.comm),
       esz_(backend.compute_elem_size()),
-      ctype_(CommType::kF32),
+      ctype_(compute_comm_type(backend)),
       pool_(backend, MemCategory::kBuckets, tracker),
       scratch_(static_cast<size_t>(partition.num_units())) {
-  ZD_CHECK(esz_ == 4, "gradient reduction supports 4-byte storage (got {} bytes)", esz_);
   if (sharded_grads()) {
     shard_ = be_.allocate(static_cast<size_t>(part_.shard_elems_total()) * esz_,
                           MemCategory::kGradients, tracker);
@@ -125,9 +125,7 @@ void GradReducer::unit_done(int unit) {
     if (micro_index_ == 0) {
       be_.copy(dst, p.scratch.data(), static_cast<size_t>(up.shard) * esz_);
     } else {
-      float* d = static_cast<float*>(dst);
-      const float* s = p.scratch.as<float>();
-      for (int64_t i = 0; i < up.shard; ++i) d[i] += s[i];
+      be_.residual_forward(dst, dst, p.scratch.data(), up.shard);  // dst += scratch
       be_.round_to_compute(dst, up.shard);
     }
     pool_.give(std::move(p.scratch));
@@ -157,9 +155,7 @@ void GradReducer::retire_oldest() {
     const UnitPartition& up = part_.unit(p.unit);
     in_flight_elems_ -= up.padded;
     if (!p.partial.empty()) {
-      float* d = static_cast<float*>(shard(p.unit));
-      const float* s = p.partial.as<float>();
-      for (int64_t i = 0; i < up.shard; ++i) d[i] += s[i];
+      be_.residual_forward(shard(p.unit), shard(p.unit), p.partial.data(), up.shard);  // +=
       pool_.give(std::move(p.partial));
     }
     be_.round_to_compute(shard(p.unit), up.shard);
@@ -170,7 +166,8 @@ void GradReducer::retire_oldest() {
 void GradReducer::finish() {
   while (!pending_.empty()) retire_oldest();
   if (!sharded_grads() && distributed()) {
-    // Stages 0-1 reduced in fp32 arrays: round the sums to the compute dtype (no-op for fp32).
+    // Stages 0-1 reduced in the storage arrays: round the sums to the compute dtype (no-op for
+    // fp32 and for real 16-bit storage).
     for (int u = 0; u < part_.num_units(); ++u) be_.round_to_compute(shard(u), part_.unit(u).shard);
   }
 }

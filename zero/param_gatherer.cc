@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "zero/compute_comm.h"
 
 namespace zerod {
 
@@ -49,7 +50,7 @@ void ParamGatherer::start_gather(int unit) {
                                                                static_cast<int64_t>(esz_);
     shard = opt_.shard_of(unit, in_place);
   }
-  s.work = opt_.comm->all_gather_async(shard, s.buffer.data(), up.shard, CommType::kF32);
+  s.work = opt_.comm->all_gather_async(shard, s.buffer.data(), up.shard, compute_comm_type(be_));
 }
 
 void ParamGatherer::finish_gather(Slot& s) {

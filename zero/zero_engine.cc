@@ -8,6 +8,8 @@
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "kernels/cpu/adamw.h"
+#include "zero/compute_comm.h"
 
 namespace zerod {
 
@@ -33,7 +35,11 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
            "rank {} of world {}", opt_.rank, opt_.world_size);
   if (opt_.comm == nullptr) {
     ZD_CHECK(opt_.world_size == 1, "world size {} needs a communicator", opt_.world_size);
-    self_comm_ = std::make_unique<SelfCommunicator>();
+    SelfCommunicator::Copy copy;
+    if (be_.device_memory()) {
+      copy = [this](void* dst, const void* src, size_t bytes) { be_.copy(dst, src, bytes); };
+    }
+    self_comm_ = std::make_unique<SelfCommunicator>(std::chrono::minutes(5), nullptr, copy);
     opt_.comm = self_comm_.get();
   }
   ZD_CHECK(opt_.comm->size() == opt_.world_size && opt_.comm->rank() == opt_.rank,
@@ -54,12 +60,8 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
     go.prefetch_bucket_size = opt_.prefetch_bucket_size;
     go.param_persistence_threshold = opt_.param_persistence_threshold;
     go.max_live_parameters = opt_.max_live_parameters;
-    if (param_swapper_) {
-      go.shard_of = [this](int u, void* in_place) -> const void* {
-        if (!param_on_nvme(u)) return weight_region(u);
-        param_swapper_->read(u, in_place);
-        return in_place;
-      };
+    if (param_swapper_ || params_on_host()) {
+      go.shard_of = [this](int u, void* in_place) { return shard_in_place(u, in_place); };
     }
     gatherer_ = std::make_unique<ParamGatherer>(partition_, be_, go, weights_.data(), tracker);
   }
@@ -108,8 +110,8 @@ void ZeroEngine::place_parameters() {
                                          opt_.param_pin_memory, opt_.param_aio, tracker_);
     }
     if (resident > 0)
-      weights_ =
-          host_alloc(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded, tracker_);
+      weights_ = be_.allocate_host(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded,
+                                   tracker_);
   }
 }
 
@@ -135,8 +137,9 @@ void ZeroEngine::place_optimizer_states() {
     for (int k = fp32_alias() ? 1 : 0; k < 3; ++k) {
       const MemCategory c = k == 0 ? MemCategory::kMaster : MemCategory::kMoments;
       if (split_ > 0)
-        host_[k] = host_alloc(static_cast<size_t>(split_) * 4, MemCategory::kOffloaded, tracker_);
-      if (dev > 0) dev_[k] = host_alloc(static_cast<size_t>(dev) * 4, c, tracker_);
+        host_[k] =
+            be_.allocate_host(static_cast<size_t>(split_) * 4, MemCategory::kOffloaded, tracker_);
+      if (dev > 0) dev_[k] = be_.allocate(static_cast<size_t>(dev) * 4, c, tracker_);
     }
   }
 }
@@ -203,32 +206,104 @@ void ZeroEngine::visit_states(StatesMode mode, int u0, int u1, const StatesVisit
   });
 }
 
+bool ZeroEngine::states_on_host(int u) const {
+  if (!be_.device_memory() || swapper_) return true;
+  return partition_.shard_offset(u) < split_;
+}
+
+bool ZeroEngine::states_addressable() const {
+  return swapper_ == nullptr && (!be_.device_memory() || split_ == partition_.shard_elems_total());
+}
+
+void ZeroEngine::visit_states_host(StatesMode mode, int u0, int u1, const StatesVisitor& fn) {
+  visit_states(mode, u0, u1, [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+    if (states_on_host(u)) return fn(u, lo, hi, pm, pa, pv);
+    // Device states: through a host copy of the piece.
+    const int64_t n = hi - lo;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    float* host = host_stage(3 * n);
+    float* dev[3] = {pm, pa, pv};
+    if (mode != StatesMode::kOverwrite) {
+      for (int k = 0; k < 3; ++k) be_.copy(host + k * n, dev[k], bytes);
+    }
+    fn(u, lo, hi, host, host + n, host + 2 * n);
+    if (mode != StatesMode::kRead) {
+      for (int k = 0; k < 3; ++k) be_.copy(dev[k], host + k * n, bytes);
+    }
+  });
+}
+
+float* ZeroEngine::host_stage(int64_t floats) {
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (host_stage_.bytes() < bytes) {
+    host_stage_.reset();
+    host_stage_ = be_.allocate_host(bytes, MemCategory::kPinned, tracker_);
+  }
+  return host_stage_.as<float>();
+}
+
+bool ZeroEngine::params_on_host() const {
+  return opt_.param_states != StatesHome::kDevice && be_.device_memory();
+}
+
+const void* ZeroEngine::shard_in_place(int u, void* in_place) {
+  const size_t bytes = static_cast<size_t>(partition_.unit(u).shard) * esz_;
+  if (param_on_nvme(u)) {
+    if (!be_.device_memory()) {
+      param_swapper_->read(u, in_place);
+    } else {  // NVMe -> a host buffer -> the device
+      void* staged = host_stage((static_cast<int64_t>(bytes) + 3) / 4);
+      param_swapper_->read(u, staged);
+      be_.copy(in_place, staged, bytes);
+    }
+    return in_place;
+  }
+  if (params_on_host()) {  // host -> the device, where the collective runs
+    be_.copy(in_place, weight_region(u), bytes);
+    return in_place;
+  }
+  return weight_region(u);
+}
+
+double ZeroEngine::sum_over_ranks(double local) {
+  if (!be_.device_memory()) {
+    opt_.comm->all_reduce(&local, 1, CommType::kF64, ReduceOp::kSum);
+    return local;
+  }
+  // Collectives on a GPU backend run on device memory.
+  if (scalar_.empty()) scalar_ = be_.allocate(sizeof(double), MemCategory::kWorkspace, tracker_);
+  be_.copy(scalar_.data(), &local, sizeof(double));
+  opt_.comm->all_reduce(scalar_.data(), 1, CommType::kF64, ReduceOp::kSum);
+  be_.copy(&local, scalar_.data(), sizeof(double));
+  return local;
+}
+
 void ZeroEngine::init_weights(uint64_t seed) {
   const int owner = owner_rank();
-  visit_states(StatesMode::kOverwrite, 0, layout_.num_units(),
-               [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-                 const UnitPartition& up = partition_.unit(u);
-                 const int64_t begin = up.begin(owner), valid = std::min(up.valid(owner), hi);
-                 std::fill(pm, pm + (hi - lo), 0.0f);
-                 std::fill(pa, pa + (hi - lo), 0.0f);
-                 std::fill(pv, pv + (hi - lo), 0.0f);
-                 if (valid > lo) layout_.init_range(u, pm, begin + lo, begin + valid, seed);
-                 if (fp32_alias()) return;
-                 be_.cast_to_compute(at(weight_target(u), lo, esz_), pm, hi - lo);
-                 weight_written(u, hi);
-               });
+  visit_states_host(StatesMode::kOverwrite, 0, layout_.num_units(),
+                    [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                      const UnitPartition& up = partition_.unit(u);
+                      const int64_t begin = up.begin(owner), valid = std::min(up.valid(owner), hi);
+                      std::fill(pm, pm + (hi - lo), 0.0f);
+                      std::fill(pa, pa + (hi - lo), 0.0f);
+                      std::fill(pv, pv + (hi - lo), 0.0f);
+                      if (valid > lo) layout_.init_range(u, pm, begin + lo, begin + valid, seed);
+                      if (fp32_alias()) return;
+                      be_.cast_to_compute(at(weight_target(u), lo, esz_), pm, hi - lo);
+                      weight_written(u, hi);
+                    });
   publish_weights();
 }
 
 void ZeroEngine::set_master_unit(int u, const float* unit_flat) {
   const UnitPartition& up = partition_.unit(u);
   const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
-  visit_states(StatesMode::kUpdate, u, u + 1,
-               [&](int, int64_t lo, int64_t hi, float* pm, float*, float*) {
-                 const int64_t v = std::clamp(valid, lo, hi);
-                 std::copy(unit_flat + begin + lo, unit_flat + begin + v, pm);
-                 std::fill(pm + (v - lo), pm + (hi - lo), 0.0f);
-               });
+  visit_states_host(StatesMode::kUpdate, u, u + 1,
+                    [&](int, int64_t lo, int64_t hi, float* pm, float*, float*) {
+                      const int64_t v = std::clamp(valid, lo, hi);
+                      std::copy(unit_flat + begin + lo, unit_flat + begin + v, pm);
+                      std::fill(pm + (v - lo), pm + (hi - lo), 0.0f);
+                    });
 }
 
 void ZeroEngine::refresh_weights() {
@@ -257,7 +332,8 @@ void ZeroEngine::gather_weights() {
     const UnitPartition& up = partition_.unit(u);
     void* full = at(weights_.data(), partition_.padded_offset(u), esz_);
     in_flight.emplace_back(
-        opt_.comm->all_gather_async(weight_region(u), full, up.shard, CommType::kF32), up.padded);
+        opt_.comm->all_gather_async(weight_region(u), full, up.shard, compute_comm_type(be_)),
+        up.padded);
     elems += up.padded;
     while (in_flight.size() > 1 && elems > opt_.allgather_bucket_size) {
       in_flight.front().first->wait();
@@ -276,13 +352,8 @@ void ZeroEngine::gather_unit(int u, void* out) {
              static_cast<size_t>(up.padded) * esz_);
     return;
   }
-  if (param_on_nvme(u)) {
-    void* in_place = at(out, static_cast<int64_t>(opt_.rank) * up.shard, esz_);
-    param_swapper_->read(u, in_place);
-    opt_.comm->all_gather(in_place, out, up.shard, CommType::kF32);
-    return;
-  }
-  opt_.comm->all_gather(weight_region(u), out, up.shard, CommType::kF32);
+  void* in_place = at(out, static_cast<int64_t>(opt_.rank) * up.shard, esz_);
+  opt_.comm->all_gather(shard_in_place(u, in_place), out, up.shard, compute_comm_type(be_));
 }
 
 void ZeroEngine::zero_grad() {
@@ -314,8 +385,7 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   }
   const bool distributed = opt_.comm->size() > 1;
   // Stage 0 ranks hold identical reduced gradients; the others hold disjoint shards.
-  if (distributed && opt_.stage >= 1)
-    opt_.comm->all_reduce(&sumsq, 1, CommType::kF64, ReduceOp::kSum);
+  if (distributed && opt_.stage >= 1) sumsq = sum_over_ranks(sumsq);
   if (!std::isfinite(sumsq)) {
     r.overflow = true;
     r.grad_norm = std::numeric_limits<double>::infinity();
@@ -347,14 +417,34 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                  char* grads = static_cast<char*>(reducer_->shard(u));
                  void* weights = fp32_alias() ? nullptr : weight_target(u);
                  if (guard_ && lo == 0) guard_->before_update(u);
+                 if (be_.device_memory() && states_on_host(u)) {
+                   // Offloaded states of a GPU run: CPU Adam on a host copy of the gradients,
+                   // then the new master converted into the device's compute weights.
+                   float* g = host_stage(hi - lo);
+                   be_.cast_from_compute(g, at(grads, lo, esz_), hi - lo);
+                   for (const DecayRange& d : partition_.decay_ranges(u)) {
+                     const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
+                     if (a >= b) continue;
+                     p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
+                     const int64_t off = a - (sb + lo);
+                     cpu::adamw_update(pm + off, pa + off, pv + off, g + off, nullptr, b - a, p,
+                                       DType::kF32);
+                   }
+                   be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
+                   weight_written(u, hi);
+                   return;
+                 }
+                 // (A GPU kernel cannot write weights offloaded to the host: converted after.)
+                 void* out = params_on_host() ? nullptr : weights;
                  for (const DecayRange& d : partition_.decay_ranges(u)) {
                    const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
                    if (a >= b) continue;
                    p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
                    const int64_t off = a - (sb + lo);  // into the piece
                    be_.adamw_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
-                                    weights ? at(weights, a - sb, esz_) : nullptr, b - a, p);
+                                    out ? at(out, a - sb, esz_) : nullptr, b - a, p);
                  }
+                 if (weights && !out) be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
                  weight_written(u, hi);
                });
   publish_weights();

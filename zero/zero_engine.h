@@ -147,10 +147,14 @@ class ZeroEngine : public ParamSource, public GradSink {
   int owner_rank() const { return opt_.stage >= 1 ? opt_.rank : 0; }
   // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements). Only
   // when the states are in memory (states_resident()); NVMe states are reached by visit_states.
+  // On a GPU backend they may be device memory (see states_addressable()).
   float* master(int u);
   float* exp_avg(int u);
   float* exp_avg_sq(int u);
   bool states_resident() const { return swapper_ == nullptr; }
+  // True when master(u), exp_avg(u), exp_avg_sq(u) of every unit are host memory the caller may
+  // read and write (in memory, and on the CPU backend or offloaded to the host).
+  bool states_addressable() const;
   // Visits this rank's optimizer states of units [u0, u1) in order, a piece at a time: fn(u, lo,
   // hi, master, exp_avg, exp_avg_sq) gets elements [lo, hi) of unit u's shard (pointers at lo).
   // In memory a piece is a whole unit shard; on NVMe, the part of one sub-group in that unit.
@@ -159,12 +163,17 @@ class ZeroEngine : public ParamSource, public GradSink {
   using StatesVisitor = std::function<void(int u, int64_t lo, int64_t hi, float* master,
                                            float* exp_avg, float* exp_avg_sq)>;
   void visit_states(StatesMode mode, int u0, int u1, const StatesVisitor& fn);
+  // As visit_states, but the pointers are always host memory: states in device memory pass
+  // through a pinned host copy of the piece (read before fn unless kOverwrite, written back
+  // after fn unless kRead).
+  void visit_states_host(StatesMode mode, int u0, int u1, const StatesVisitor& fn);
   const StateSwapper* swapper() const { return swapper_.get(); }
   // This rank's reduced gradient shard of unit u (sum over ranks; valid after the reductions).
   void* grad_shard(int u) { return reducer_->shard(u); }
   // Refreshes the compute weights from the master (after loading a checkpoint) and gathers them.
   void refresh_weights();
-  // The full compute weights of unit u gathered into `out` (padded elements), any stage.
+  // The full compute weights of unit u gathered into `out` (padded elements, memory of the
+  // backend: device memory on a GPU), any stage. Collective at stage 3.
   void gather_unit(int u, void* out);
 
   // Seconds spent waiting for communication (gradient reductions, weight gathers).
@@ -189,6 +198,18 @@ class ZeroEngine : public ParamSource, public GradSink {
   int64_t resident_shard_elems() const;  // parameter NVMe offload: shard elements kept in RAM
   void weight_written(int u, int64_t hi);
   bool offloaded() const { return opt_.optimizer_states != StatesHome::kDevice; }
+  // Unit u's optimizer states are host memory (always on the CPU backend; on a GPU when
+  // offloaded to the host or NVMe).
+  bool states_on_host(int u) const;
+  // Stage 3 on a GPU backend with the weight shards offloaded (cpu or nvme).
+  bool params_on_host() const;
+  // Unit u's weight shard where a collective can read it: its place in the compute pool, or
+  // (NVMe, or host memory on a GPU) copied to `in_place` first.
+  const void* shard_in_place(int u, void* in_place);
+  // A pinned host scratch of at least `floats` floats (grown on demand).
+  float* host_stage(int64_t floats);
+  // local summed over the ranks (through device memory on a GPU backend).
+  double sum_over_ranks(double local);
   void place_parameters();        // allocates weights_ (and the parameter swapper)
   void place_optimizer_states();  // allocates host_/dev_ (or the state swapper)
   void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
@@ -213,6 +234,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
+  Buffer host_stage_;                        // host_stage()
+  Buffer scalar_;                            // sum_over_ranks() on a GPU
   int64_t adam_steps_ = 0;
   UpdateGuard* guard_ = nullptr;
   double gather_wait_seconds_ = 0;

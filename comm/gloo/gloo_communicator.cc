@@ -50,6 +50,13 @@ namespace zerod {
 // ---------------------------------------------------------------------------------------------
 namespace {
 
+// Argument check of the reductions: CPU ranks hold fp32; 16-bit floats are not reduced here.
+void check_reducible(const char* op, CommType type) {
+  ZD_CHECK(type != CommType::kBF16 && type != CommType::kF16,
+           "{}: the Gloo backend does not reduce {} (CPU ranks keep compute tensors in fp32)", op,
+           comm_type_name(type));
+}
+
 // Largest all-reduce (bytes) done with one round of direct sends rather than the ring. With 2
 // ranks both move the same bytes and direct saves a round; with more, direct moves n/2 times
 // the bytes of the ring, so only latency-bound sizes go direct.
@@ -121,6 +128,7 @@ GlooAlgorithm GlooCommunicator::choose(size_t bytes, size_t direct_max) const {
 
 WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) {
   checked_collective_bytes("all_reduce", data, data, count, type, 1);
+  check_reducible("all_reduce", type);
   reduce_op_name(op);
   const auto n = static_cast<size_t>(count);
   return executor_->submit(
@@ -143,6 +151,7 @@ WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType t
 WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
                                                CommType type, ReduceOp op) {
   checked_collective_bytes("reduce_scatter", send, recv, count, type, size_);
+  check_reducible("reduce_scatter", type);
   reduce_op_name(op);
   const auto n = static_cast<size_t>(count);
   return executor_->submit(

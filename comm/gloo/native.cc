@@ -39,7 +39,12 @@ void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, void* data, 
       return all_reduce_typed<int64_t>(context, data, count, type, op, tag, timeout);
     case CommType::kU8:
       return all_reduce_typed<uint8_t>(context, data, count, type, op, tag, timeout);
+    case CommType::kBF16:
+    case CommType::kF16:
+      break;
   }
+  ZD_CHECK(type != CommType::kBF16 && type != CommType::kF16,
+           "the Gloo backend does not reduce {} (CPU ranks reduce fp32)", comm_type_name(type));
   ZD_THROW("unknown CommType {}", static_cast<int>(type));
 }
 

@@ -1,8 +1,7 @@
 // The element types and reduction operations of the Communicator interface (comm/communicator.h)
 // as NCCL's. Every CommType has an exact NCCL twin, so NCCL reduces in the element type itself:
 // integer sums wrap like the Gloo backend's (u8 modulo 256), float sums round per addition.
-// CommType has no 16-bit floating types yet; when it gains bf16, it maps to ncclBfloat16 (in NCCL
-// since 2.10; this backend builds against NCCL 2.x headers that always have it).
+// kBF16 maps to ncclBfloat16 (in NCCL since 2.10), kF16 to ncclFloat16.
 #pragma once
 
 #include <nccl.h>
@@ -24,6 +23,10 @@ inline ncclDataType_t nccl_type(CommType t) {
       return ncclInt64;
     case CommType::kU8:
       return ncclUint8;
+    case CommType::kBF16:
+      return ncclBfloat16;
+    case CommType::kF16:
+      return ncclFloat16;
   }
   ZD_THROW("unknown CommType {}", static_cast<int>(t));
 }

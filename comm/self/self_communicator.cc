@@ -29,13 +29,19 @@ size_t checked_bytes(const void* a, const void* b, int64_t count, CommType type,
 }  // namespace
 
 SelfCommunicator::SelfCommunicator(std::chrono::milliseconds timeout,
-                                   std::shared_ptr<PeerMonitor> monitor)
-    : timeout_(timeout), monitor_(std::move(monitor)) {}
+                                   std::shared_ptr<PeerMonitor> monitor, Copy copy)
+    : timeout_(timeout), monitor_(std::move(monitor)), copy_(std::move(copy)) {}
 
 WorkPtr SelfCommunicator::complete(const void* src, void* dst, size_t bytes) {
   const int64_t seq = ++seq_;
   if (monitor_) monitor_->on_start(0, seq);
-  if (bytes > 0 && src != dst) std::memmove(dst, src, bytes);
+  if (bytes > 0 && src != dst) {
+    if (copy_) {
+      copy_(dst, src, bytes);
+    } else {
+      std::memmove(dst, src, bytes);
+    }
+  }
   if (monitor_) monitor_->on_complete(0, seq);
   return std::make_shared<DoneWork>(seq);
 }

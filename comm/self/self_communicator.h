@@ -1,9 +1,10 @@
 // The communicator of a world of one rank (comm/self/): every collective completes at once in
 // the calling thread (a copy when the output is not the input), and still takes the next
-// sequence number, so code and logs look the same at any world size. Works on host memory;
-// a GPU world of one goes through the NCCL backend.
+// sequence number, so code and logs look the same at any world size. Works on host memory, or
+// on any memory given a `copy` that can move it (a GPU backend's copy for device buffers).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -13,9 +14,12 @@ namespace zerod {
 
 class SelfCommunicator : public Communicator {
  public:
-  // `monitor` (may be null) gets on_start/on_complete for rank 0.
+  using Copy = std::function<void(void* dst, const void* src, size_t bytes)>;
+  // `monitor` (may be null) gets on_start/on_complete for rank 0. `copy` moves the bytes of a
+  // collective whose output is not its input (null: memmove, host memory only); it must be done
+  // when it returns.
   explicit SelfCommunicator(std::chrono::milliseconds timeout = std::chrono::minutes(5),
-                            std::shared_ptr<PeerMonitor> monitor = nullptr);
+                            std::shared_ptr<PeerMonitor> monitor = nullptr, Copy copy = nullptr);
 
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -37,6 +41,7 @@ class SelfCommunicator : public Communicator {
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<PeerMonitor> monitor_;
+  Copy copy_;
   int64_t seq_ = 0;
 };
 

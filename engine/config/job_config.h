@@ -210,15 +210,21 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
+// Where a rank's model runs: the CPU backend (kernels/cpu/) or one GPU per local rank
+// (kernels/cuda/, NCCL between ranks).
+enum class TrainDevice { kCpu, kCuda };
+const char* train_device_name(TrainDevice d);
+
 struct TrainConfig {
-  int64_t steps = 0;                  // optimizer steps to run (required)
-  std::string checkpoint_dir;         // "" -> no checkpoints
-  int64_t save_interval = 0;          // steps; 0: off
-  int64_t keep_last = 0;              // 0: keep all
-  int64_t eval_interval = 0;          // steps; 0: off
-  int64_t eval_batches = 20;          // micro-batches per validation pass
-  uint64_t seed = 1337;               // weight initialisation
-  double peak_flops = 0.0;            // per rank, for MFU; 0: measure at start
+  int64_t steps = 0;                       // optimizer steps to run (required)
+  TrainDevice device = TrainDevice::kCpu;  // "cpu" or "cuda" (local rank r on GPU r)
+  std::string checkpoint_dir;              // "" -> no checkpoints
+  int64_t save_interval = 0;               // steps; 0: off
+  int64_t keep_last = 0;                   // 0: keep all
+  int64_t eval_interval = 0;               // steps; 0: off
+  int64_t eval_batches = 20;               // micro-batches per validation pass
+  uint64_t seed = 1337;                    // weight initialisation
+  double peak_flops = 0.0;            // per rank, for MFU; 0: measured (CPU) or the GPU's table
   double collective_timeout = 300.0;  // seconds a collective may take before the job fails
   double rendezvous_timeout = 300.0;  // seconds to wait for every node/rank to join
 

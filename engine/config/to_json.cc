@@ -116,6 +116,10 @@ Json monitor_json(const MonitorConfig& m) {
 
 }  // namespace
 
+const char* train_device_name(TrainDevice d) {
+  return d == TrainDevice::kCuda ? "cuda" : "cpu";
+}
+
 nlohmann::json job_to_json(const JobConfig& cfg) {
   const Fp16Config& f = cfg.fp16;
   const AioConfig& a = cfg.aio;
@@ -189,6 +193,7 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
        {{"train", d.train}, {"val", d.val}, {"val_fraction", d.val_fraction}, {"seed", d.seed}}},
       {"train",
        {{"steps", t.steps},
+        {"device", train_device_name(t.device)},
         {"checkpoint_dir", t.checkpoint_dir},
         {"save_interval", t.save_interval},
         {"keep_last", t.keep_last},

@@ -76,6 +76,9 @@ void read_train(ObjectReader& top, JobConfig& cfg) {
   ObjectReader r(*obj, "train", top.problems());
   if (!r.has("steps")) top.problems().error("train.steps", "required (optimizer steps to run)");
   r.read_int("steps", t.steps, at_least(1));
+  size_t device = 0;
+  if (r.read_choice("device", device, {"cpu", "cuda"}, /*case_insensitive=*/false))
+    t.device = device == 1 ? TrainDevice::kCuda : TrainDevice::kCpu;
   r.read_string("checkpoint_dir", t.checkpoint_dir);
   r.read_int("save_interval", t.save_interval, at_least(0));
   r.read_int("keep_last", t.keep_last, at_least(0));

@@ -59,11 +59,13 @@ void run_local_ranks(const LocalRanksOptions& o,
     omp_set_num_threads(threads);
     std::unique_ptr<Communicator> comm;
     try {
+      std::shared_ptr<Store> store;
       if (o.world_size > 1) {
+        store = std::make_shared<PrefixStore>(o.store_prefix, o.store);
         GlooOptions g;
         g.rank = rank;
         g.size = o.world_size;
-        g.store = std::make_shared<PrefixStore>(o.store_prefix, o.store);
+        g.store = store;
         g.bind_address = o.bind_address;
         g.timeout = o.timeout;
         g.monitor = monitor;
@@ -75,6 +77,9 @@ void run_local_ranks(const LocalRanksOptions& o,
       ctx.local_rank = local;
       ctx.local_world_size = o.local_world_size;
       ctx.comm = comm.get();
+      ctx.store = store;
+      ctx.timeout = o.timeout;
+      ctx.monitor = monitor;
       body(ctx);
     } catch (...) {
       errors[static_cast<size_t>(local)] = std::current_exception();

@@ -1,7 +1,12 @@
 // Where a rank sits in the job: its global and local rank, and its communicator.
 #pragma once
 
+#include <chrono>
+#include <memory>
+
 #include "comm/communicator.h"
+#include "comm/peer_monitor.h"
+#include "comm/store.h"
 
 namespace zerod {
 
@@ -11,6 +16,12 @@ struct RankContext {
   int local_rank = 0;
   int local_world_size = 1;
   Communicator* comm = nullptr;  // required when world_size > 1
+  // For communicators the rank makes itself (NCCL on GPUs): the run's rendezvous store (keys
+  // already namespaced for this run), the collective timeout and the peer monitor. The store is
+  // null in a world of one.
+  std::shared_ptr<Store> store;
+  std::chrono::milliseconds timeout{300000};
+  std::shared_ptr<PeerMonitor> monitor;
 };
 
 }  // namespace zerod

@@ -70,9 +70,10 @@ struct Checkpointer::Pending {
 Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
                            MemoryTracker* tracker)
     : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
-  if (cfg_.checkpoint.async && !engine_.states_resident()) {
+  if (cfg_.checkpoint.async && !engine_.states_addressable()) {
     if (ctx_.rank == 0)
-      spdlog::info("checkpoint.async: the optimizer states are on NVMe, so saves are synchronous");
+      spdlog::info("checkpoint.async: the optimizer states are {}, so saves are synchronous",
+                   engine_.states_resident() ? "in GPU memory" : "on NVMe");
   } else if (cfg_.checkpoint.async) {
     snapshot_ = std::make_unique<StateSnapshot>(engine_.layout().num_units(), tracker_);
     engine_.set_update_guard(snapshot_.get());
@@ -101,11 +102,12 @@ bool Checkpointer::all_true(bool mine) {
   return v == 0;
 }
 
-// The shards of a save, read from NVMe one unit at a time into one host buffer (kCheckpoint)
+// The shards of a save, read from NVMe or GPU memory one unit at a time into one host buffer
+// (kCheckpoint)
 // sized for the largest unit shard.
-class Checkpointer::SwappedStates : public ShardSource {
+class Checkpointer::StagedStates : public ShardSource {
  public:
-  SwappedStates(ZeroEngine& engine, const std::vector<ShardData>& shards, MemoryTracker* tracker)
+  StagedStates(ZeroEngine& engine, const std::vector<ShardData>& shards, MemoryTracker* tracker)
       : engine_(engine), shards_(shards) {
     int64_t most = 0;
     for (const ShardData& d : shards) most = std::max(most, d.end - d.begin);
@@ -116,14 +118,14 @@ class Checkpointer::SwappedStates : public ShardSource {
     ShardData d = shards_.at(i);
     const int64_t n = d.end - d.begin;
     float* out = buf_.as<float>();
-    engine_.visit_states(ZeroEngine::StatesMode::kRead, d.unit, d.unit + 1,
-                         [&](int, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-                           const int64_t k = std::min(hi, n) - lo;  // (past n: padding)
-                           if (k <= 0) return;
-                           std::copy(pm, pm + k, out + lo);
-                           std::copy(pa, pa + k, out + n + lo);
-                           std::copy(pv, pv + k, out + 2 * n + lo);
-                         });
+    engine_.visit_states_host(ZeroEngine::StatesMode::kRead, d.unit, d.unit + 1,
+                              [&](int, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                                const int64_t k = std::min(hi, n) - lo;  // (past n: padding)
+                                if (k <= 0) return;
+                                std::copy(pm, pm + k, out + lo);
+                                std::copy(pa, pa + k, out + n + lo);
+                                std::copy(pv, pv + k, out + 2 * n + lo);
+                              });
     d.master = out;
     d.exp_avg = out + n;
     d.exp_avg_sq = out + 2 * n;
@@ -151,7 +153,7 @@ std::vector<ShardData> Checkpointer::my_shards() {
     s.unit_name = engine_.layout().unit(u).name;
     s.begin = up.begin(engine_.owner_rank());
     s.end = s.begin + valid;
-    if (engine_.states_resident()) {
+    if (engine_.states_addressable()) {
       s.master = engine_.master(u);
       s.exp_avg = engine_.exp_avg(u);
       s.exp_avg_sq = engine_.exp_avg_sq(u);
@@ -206,16 +208,16 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   SaveReport report;
   report.tag = tag;
   for (const auto& s : shards) report.bytes += 12 * (s.end - s.begin);
-  if (!cfg_.checkpoint.async || !engine_.states_resident()) {
-    // (NVMe states are saved synchronously: the next step would rewrite the swap file under the
-    // writer.)
-    std::unique_ptr<SwappedStates> swapped;
-    if (!engine_.states_resident())
-      swapped = std::make_unique<SwappedStates>(engine_, shards, tracker_);
+  if (!cfg_.checkpoint.async || !engine_.states_addressable()) {
+    // (NVMe and GPU states are saved synchronously: the next step would rewrite the swap file,
+    // or the device memory, under the writer.)
+    std::unique_ptr<StagedStates> staged;
+    if (!engine_.states_addressable())
+      staged = std::make_unique<StagedStates>(engine_, shards, tracker_);
     CheckpointFile f;
     std::string werr;
     try {
-      f = write_rank_file(tmp, ctx_.rank, shards, swapped.get());
+      f = write_rank_file(tmp, ctx_.rank, shards, staged.get());
     } catch (const Error& e) {
       werr = e.what();
     }
@@ -369,7 +371,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   const int owner = engine_.owner_rank();
   std::string mine;
   try {
-    if (engine_.states_resident()) {
+    if (engine_.states_addressable()) {
       std::vector<ShardRequest> requests;
       for (int u = 0; u < part.num_units(); ++u) {
         const UnitPartition& up = part.unit(u);
@@ -379,8 +381,9 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
       }
       load_shards(path, m, requests);
     } else {
-      // NVMe states: check the files this rank reads, then read each sub-group's part straight
-      // into the swap buffers (no copy of the whole shard in memory).
+      // NVMe or GPU states: check the files this rank reads, then read each piece (a sub-group's
+      // part, or a unit shard through a host copy) straight into place (no copy of the whole
+      // shard in memory).
       Manifest mine_only = m;
       std::erase_if(mine_only.files, [&](const CheckpointFile& f) {
         return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
@@ -390,11 +393,12 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
       });
       verify_checkpoint(path, mine_only);
       ShardReader reader(path, m);
-      engine_.visit_states(ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
-                           [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-                             const int64_t b = part.unit(u).begin(owner);
-                             reader.read(u, b + lo, b + hi, pm, pa, pv);
-                           });
+      engine_.visit_states_host(
+          ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
+          [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+            const int64_t b = part.unit(u).begin(owner);
+            reader.read(u, b + lo, b + hi, pm, pa, pv);
+          });
     }
   } catch (const InputError& e) {
     mine = e.what();

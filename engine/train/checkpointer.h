@@ -62,7 +62,7 @@ class Checkpointer {
 
  private:
   struct Pending;
-  class SwappedStates;
+  class StagedStates;
   // This rank's shards to save (pointers to the states when they are in memory).
   std::vector<ShardData> my_shards();
   // Loads checkpoint `tag` (chosen by rank 0); nullopt with *why set when a rank found one of

@@ -23,4 +23,23 @@ double measure_cpu_peak_flops() {
   return 2.0 * n * n * n / best;
 }
 
+double gpu_peak_flops(const std::string& name, DType dtype) {
+  struct Row {
+    const char* part;  // found in the device name
+    double tensor16;   // dense bf16/fp16 tensor-core FLOP/s
+    double fp32;       // FP32 FLOP/s (CUDA cores)
+  };
+  // Datasheet numbers; the first row whose part is in the name wins (PCIe before the SXM default).
+  static const Row kRows[] = {
+      {"H100 PCIe", 756e12, 51.2e12}, {"H100", 989.4e12, 66.9e12},  // SXM
+      {"H200", 989.4e12, 66.9e12},                                  // SXM
+      {"H800", 989.4e12, 66.9e12},    {"A100", 312e12, 19.5e12},
+  };
+  for (const Row& r : kRows) {
+    if (name.find(r.part) == std::string::npos) continue;
+    return dtype == DType::kF32 ? r.fp32 : r.tensor16;
+  }
+  return 0.0;
+}
+
 }  // namespace zerod

@@ -1,5 +1,9 @@
-// The FLOP/s that MFU is measured against on the CPU backend.
+// The FLOP/s that MFU is measured against: measured on the CPU, the datasheet on a GPU.
 #pragma once
+
+#include <string>
+
+#include "core/dtype.h"
 
 namespace zerod {
 
@@ -7,5 +11,10 @@ namespace zerod {
 // engine actually reaches on this CPU (there is no reliable table of CPU peaks; a user can
 // override it with train.peak_flops). Takes ~50 ms.
 double measure_cpu_peak_flops();
+
+// The dense tensor-core peak of a GPU named `name` (cudaDeviceProp::name, e.g. "NVIDIA H200")
+// for matmuls in `dtype` (bf16/fp16; fp32 counts the FP32 CUDA-core peak: fp32 matmuls compute in
+// true fp32, not TF32), from the vendor's datasheet; 0 for a GPU not in the table.
+double gpu_peak_flops(const std::string& name, DType dtype);
 
 }  // namespace zerod

@@ -17,6 +17,7 @@
 #include "engine/train/lr_schedule.h"
 #include "engine/train/offload_preflight.h"
 #include "engine/train/peak_flops.h"
+#include "engine/train/rank_device.h"
 #include "zero/loss_scaler.h"
 
 namespace zerod {
@@ -64,7 +65,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   data_->schedule.emplace(cfg_.scheduler, cfg_.optimizer);
   data_->scaler.emplace(cfg_.fp16);
 
-  backend_ = make_cpu_backend(cfg_.compute_dtype());
+  RankDevice device = make_rank_device(cfg_, ctx_);
+  backend_ = std::move(device.backend);
+  device_comm_ = std::move(device.device_comm);
   model_ =
       std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
   offload_preflight(cfg_, ctx_, model_->layout());
@@ -72,7 +75,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.stage = cfg_.zero.stage;
   zo.world_size = ctx_.world_size;
   zo.rank = ctx_.rank;
-  zo.comm = ctx_.comm;
+  zo.comm = device_comm_ ? device_comm_.get() : ctx_.comm;
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -113,7 +116,16 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   if (!cfg_.train.checkpoint_dir.empty()) {
     ckpt_ = std::make_unique<Checkpointer>(cfg_, ctx_, *engine_, &memory_);
   }
-  peak_flops_ = cfg_.train.peak_flops > 0 ? cfg_.train.peak_flops : measure_cpu_peak_flops();
+  std::string peak_source = "train.peak_flops";
+  peak_flops_ = cfg_.train.peak_flops;
+  if (peak_flops_ <= 0 && backend_->device_memory()) {
+    peak_flops_ = gpu_peak_flops(backend_->device_name(), cfg_.compute_dtype());
+    peak_source = peak_flops_ > 0 ? backend_->device_name() + " datasheet"
+                                  : "unknown GPU: set train.peak_flops for MFU";
+  } else if (peak_flops_ <= 0) {
+    peak_flops_ = measure_cpu_peak_flops();
+    peak_source = "sgemm measured now";
+  }
 
   if (options_.log_steps) {
     if (leader()) {
@@ -133,9 +145,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
                               : std::string());
     }
     spdlog::info("{}", engine_->memory_report());
-    spdlog::info("memory: {:.1f} MiB in all; MFU against {:.1f} GFLOP/s per rank{}",
-                 static_cast<double>(memory_.total()) / (1 << 20), peak_flops_ / 1e9,
-                 cfg_.train.peak_flops > 0 ? " (train.peak_flops)" : " (sgemm measured now)");
+    spdlog::info("memory: {:.1f} MiB in all; MFU against {:.1f} GFLOP/s per rank ({}); device {}",
+                 static_cast<double>(memory_.total()) / (1 << 20), peak_flops_ / 1e9, peak_source,
+                 backend_->device_memory() ? backend_->device_name() : std::string("cpu"));
   }
 }
 
@@ -194,11 +206,13 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.lr = os.lr;
   m.grad_norm = r.grad_norm;
   m.loss_scale = loss_scale;
+  backend_->synchronize();  // (a GPU's queued optimizer work belongs to this step's time)
   m.seconds = step_sw.seconds();
   const double tokens = static_cast<double>(cfg_.global_batch()) * cfg_.model.seq_len;
   m.tokens_per_s = tokens / m.seconds;
-  m.mfu = model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s /
-          (peak_flops_ * ctx_.world_size);
+  m.mfu = peak_flops_ > 0 ? model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s /
+                                (peak_flops_ * ctx_.world_size)
+                          : 0.0;
   ++breakdown_steps_;
   return m;
 }
@@ -257,7 +271,15 @@ void Trainer::log_breakdown() {
 }
 
 void Trainer::log_memory(const char* when) {
-  spdlog::info("memory {} (MiB, current/peak): {}", when, memory_.describe());
+  std::string device;
+  int64_t free_bytes = 0, total_bytes = 0;
+  if (backend_->device_memory_info(&free_bytes, &total_bytes)) {
+    device = fmt::format("; GPU {}: {:.1f} of {:.1f} MiB in use (the device allocator's count)",
+                         backend_->device_name(),
+                         static_cast<double>(total_bytes - free_bytes) / (1 << 20),
+                         static_cast<double>(total_bytes) / (1 << 20));
+  }
+  spdlog::info("memory {} (MiB, current/peak): {}{}", when, memory_.describe(), device);
 }
 
 TrainingProgress Trainer::progress() const {

@@ -72,6 +72,7 @@ class Trainer {
   const JobConfig& config() const { return cfg_; }
   const RankContext& rank_context() const { return ctx_; }
   Gpt& model() { return *model_; }
+  Backend& backend() { return *backend_; }
   ZeroEngine& engine() { return *engine_; }
   MemoryTracker& memory() { return memory_; }
 
@@ -90,6 +91,7 @@ class Trainer {
   TrainerOptions options_;
   MemoryTracker memory_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> device_comm_;  // NCCL between GPU ranks (engine_ uses it)
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -35,6 +36,10 @@ constexpr int64_t kStageElems = int64_t{16} << 20;
 
 void device_release(void* data, size_t) {
   cudaFree(data);  // a destructor path: errors cannot be reported
+}
+
+void pinned_release(void* data, size_t) {
+  cudaFreeHost(data);  // a destructor path: errors cannot be reported
 }
 
 // True for memory a kernel may read (device or managed); false for host memory, registered or
@@ -96,6 +101,39 @@ class CudaBackend final : public Backend {
     // Zeroed like host_alloc(), ordered before every later op of this backend.
     check(cudaMemsetAsync(p, 0, bytes, stream_), "allocate: cudaMemsetAsync");
     return buffer;
+  }
+
+  bool device_memory() const override { return true; }
+
+  Buffer allocate_host(size_t bytes, MemCategory category, MemoryTracker* tracker) override {
+    if (bytes == 0) return Buffer(nullptr, 0, nullptr, category, tracker);
+    activate();
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      ZD_THROW("cannot allocate {} bytes of pinned host memory for {}: {}", bytes,
+               mem_category_name(category), cudaGetErrorString(status));
+    }
+    std::memset(p, 0, bytes);
+    return Buffer(p, bytes, pinned_release, category, tracker);
+  }
+
+  void* native_stream() const override { return stream_; }
+
+  bool device_memory_info(int64_t* free_bytes, int64_t* total_bytes) const override {
+    size_t f = 0, t = 0;
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    check(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    *free_bytes = static_cast<int64_t>(f);
+    *total_bytes = static_cast<int64_t>(t);
+    return true;
+  }
+
+  std::string device_name() const override {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+    return prop.name;
   }
 
   void memset_zero(void* p, size_t bytes) override {

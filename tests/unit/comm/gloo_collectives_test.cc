@@ -307,9 +307,17 @@ TEST(GlooArguments, BadArgumentsThrowAtIssue) {
     }
     EXPECT_THROW(c.broadcast(&x, 1, CommType::kF32, 2), Error);
     EXPECT_THROW(c.all_gather(nullptr, &x, 1, CommType::kF32), Error);
+    uint16_t h[2] = {1, 2};
+    EXPECT_THROW(c.all_reduce(h, 2, CommType::kBF16, ReduceOp::kSum), Error);
+    EXPECT_THROW(c.reduce_scatter(h, h + r, 1, CommType::kF16, ReduceOp::kSum), Error);
     EXPECT_EQ(c.sequence(), 0) << "rejected calls take no sequence number";
-    c.barrier();  // still usable
+    uint16_t mine = static_cast<uint16_t>(0x3f80 + r), all[2] = {0, 0};
+    c.all_gather(&mine, all, 1, CommType::kBF16);  // 16-bit floats move as bytes
+    EXPECT_EQ(all[0], 0x3f80);
+    EXPECT_EQ(all[1], 0x3f81);
     EXPECT_EQ(c.sequence(), 1);
+    c.barrier();  // still usable
+    EXPECT_EQ(c.sequence(), 2);
   });
 }
 

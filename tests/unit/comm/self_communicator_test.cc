@@ -2,6 +2,8 @@
 // are numbered and reported like any other.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "comm/peer_monitor.h"
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
@@ -44,6 +46,22 @@ TEST(SelfCommunicator, CollectivesCompleteAtOnceAndCopy) {
   EXPECT_THROW(c.all_reduce(&d, -1, CommType::kF64, ReduceOp::kSum), Error);
   EXPECT_THROW(c.all_gather(nullptr, &d, 1, CommType::kF64), Error);
   EXPECT_EQ(c.sequence(), 7) << "rejected calls take no sequence number";
+}
+
+TEST(SelfCommunicator, MovesBytesThroughTheGivenCopy) {
+  std::vector<size_t> copied;
+  SelfCommunicator c(std::chrono::seconds(3), nullptr,
+                     [&](void* dst, const void* src, size_t bytes) {
+                       copied.push_back(bytes);
+                       std::memcpy(dst, src, bytes);
+                     });
+  std::vector<uint16_t> send = {1, 2, 3}, recv(3, 0);
+  c.all_gather(send.data(), recv.data(), 3, CommType::kBF16);
+  EXPECT_EQ(recv, send);
+  c.reduce_scatter(send.data(), send.data(), 3, CommType::kF16, ReduceOp::kSum);  // in place
+  EXPECT_EQ(copied, std::vector<size_t>{6}) << "one 2-byte x 3 copy; none in place";
+  EXPECT_EQ(comm_type_size(CommType::kBF16), 2u);
+  EXPECT_STREQ(comm_type_name(CommType::kF16), "f16");
 }
 
 }  // namespace

@@ -414,6 +414,7 @@ TEST(ConfigSections, ModelDataTrain) {
        {"data", {{"train", "data/train_*.bin"}, {"val", {"a/*.bin", "b/*.bin"}}, {"seed", 7}}},
        {"train",
         {{"steps", 100},
+         {"device", "cuda"},
          {"eval_interval", 10},
          {"eval_batches", 5},
          {"keep_last", 2},
@@ -432,6 +433,7 @@ TEST(ConfigSections, ModelDataTrain) {
   EXPECT_EQ(c.data.val, (std::vector<std::string>{"a/*.bin", "b/*.bin"}));
   EXPECT_EQ(c.data.seed, 7u);
   EXPECT_EQ(c.train.steps, 100);
+  EXPECT_EQ(c.train.device, TrainDevice::kCuda);
   EXPECT_EQ(c.train.eval_interval, 10);
   EXPECT_EQ(c.train.keep_last, 2);
   EXPECT_EQ(c.train.peak_flops, 1e12);
@@ -466,6 +468,10 @@ TEST(ConfigSections, ModelDataTrain) {
   EXPECT_TRUE(contains(problems_of(R"({"train_micro_batch_size_per_gpu": 1})"), "train: required"));
   EXPECT_TRUE(contains(problems_of(job_with({{"train", {{"steps", 0}}}})),
                        "train.steps: 0 is out of range (allowed: >= 1)"));
+  const auto gpu = problems_of(job_with({{"train", {{"steps", 1}, {"device", "gpu"}}}}));
+  ASSERT_EQ(gpu.size(), 1u) << joined(gpu);
+  EXPECT_NE(gpu[0].find("train.device"), std::string::npos) << gpu[0];
+  EXPECT_NE(gpu[0].find("cuda"), std::string::npos) << gpu[0];
 }
 
 TEST(ConfigSections, UnsupportedDeepSpeedFeatures) {

@@ -41,10 +41,11 @@ class TempCorpus {
   std::filesystem::path dir_;
 };
 
-// A tiny GPT job over the corpus; `zero` and `extra` are spliced into the JSON.
+// A tiny GPT job over the corpus; `extra` (top-level members), `train_extra` (members of
+// "train") and `zero_extra` (members of "zero_optimization") are spliced into the JSON.
 inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int accum, int steps,
                           const std::string& extra = "", const std::string& train_extra = "",
-                          int global_batch = 8) {
+                          int global_batch = 8, const std::string& zero_extra = "") {
   const std::string text = R"({
     "train_batch_size": )" +
                            std::to_string(global_batch) + R"(,
@@ -53,7 +54,7 @@ inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int ac
     "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
     "gradient_clipping": 1.0,
     "zero_optimization": {"stage": )" +
-                           std::to_string(stage) + R"(},
+                           std::to_string(stage) + zero_extra + R"(},
     "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24},
     "data": {"train": ")" + corpus.train_glob() +
                            R"(", "seed": 9},

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "engine/config/parse.h"
 #include "engine/data/corpus.h"
+#include "engine/train/rank_device.h"
 
 namespace zerod {
 namespace {
@@ -76,6 +77,24 @@ TrainerOptions quiet() {
   TrainerOptions o;
   o.log_steps = false;
   return o;
+}
+
+// train.device "cuda" where it cannot run (no GPU, or a build without CUDA) is a clear input error
+// (exit 2), raised before anything is trained.
+TEST_F(TrainerTest, CudaWithoutAGpuIsAnInputErrorNamingTheKey) {
+  if (visible_gpus() > 0) GTEST_SKIP() << "this machine has a GPU";
+  JobConfig cfg = job("", 8, 1, 2);
+  cfg.train.device = TrainDevice::kCuda;
+  try {
+    Trainer t(cfg, quiet());
+    FAIL() << "a CUDA job started without a GPU";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.device: \"cuda\""), std::string::npos) << what;
+    EXPECT_TRUE(what.find("no GPU") != std::string::npos ||
+                what.find("without CUDA") != std::string::npos)
+        << what;
+  }
 }
 
 TEST_F(TrainerTest, LossFallsWellBelowTheStartWithin50Steps) {

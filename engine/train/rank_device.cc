@@ -1,0 +1,70 @@
+#include "engine/train/rank_device.h"
+
+#include "core/error.h"
+
+#if defined(ZEROD_HAVE_CUDA)
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/cuda_backend.h"
+#endif
+#if defined(ZEROD_HAVE_NCCL)
+#include "comm/nccl/nccl_communicator.h"
+#endif
+
+namespace zerod {
+
+int visible_gpus() {
+#if defined(ZEROD_HAVE_CUDA)
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
+  RankDevice d;
+  if (cfg.train.device == TrainDevice::kCpu) {
+    d.backend = make_cpu_backend(cfg.compute_dtype());
+    return d;
+  }
+#if !defined(ZEROD_HAVE_CUDA)
+  (void)ctx;
+  ZD_THROW_INPUT(
+      "train.device: \"cuda\", but this zerod was built without CUDA (nvcc was not found when it "
+      "was configured); rebuild on a machine with the CUDA toolkit, or use \"cpu\"");
+#else
+  const int gpus = visible_gpus();
+  ZD_CHECK_INPUT(gpus > 0,
+                 "train.device: \"cuda\", but this process sees no GPU (no NVIDIA driver or "
+                 "device; CUDA_VISIBLE_DEVICES?)");
+  ZD_CHECK_INPUT(ctx.local_rank < gpus,
+                 "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one "
+                 "rank per GPU: --nproc-per-node {} at most)",
+                 ctx.local_world_size, gpus, gpus == 1 ? "" : "s", gpus);
+  d.gpu = ctx.local_rank;
+  d.backend = make_cuda_backend(cfg.compute_dtype(), d.gpu);
+  if (ctx.world_size > 1) {
+#if !defined(ZEROD_HAVE_NCCL)
+    ZD_THROW_INPUT(
+        "train.device: \"cuda\" with {} ranks needs NCCL, and this zerod was built without it "
+        "(nccl.h / libnccl not found when it was configured)",
+        ctx.world_size);
+#else
+    ZD_CHECK(ctx.store != nullptr, "rank {}: a GPU job of {} ranks needs the rendezvous store",
+             ctx.rank, ctx.world_size);
+    NcclOptions o;
+    o.rank = ctx.rank;
+    o.size = ctx.world_size;
+    o.device = d.gpu;
+    o.store = ctx.store;
+    o.key_prefix = "nccl";
+    o.timeout = ctx.timeout;
+    o.compute_stream = static_cast<cudaStream_t>(d.backend->native_stream());
+    o.monitor = ctx.monitor;
+    d.device_comm = make_nccl_communicator(o);
+#endif
+  }
+#endif
+  return d;
+}
+
+}  // namespace zerod

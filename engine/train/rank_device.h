@@ -1,0 +1,34 @@
+// Where a rank computes (train.device): the backend of its kernels and, on GPUs with several
+// ranks, the communicator of its device tensors.
+//
+// cpu:  the CPU backend; every collective goes through the rank's (Gloo) communicator.
+// cuda: local rank r runs on GPU r of this process (CUDA_VISIBLE_DEVICES selects them). With
+//       more than one rank, an NCCL communicator is created for the ZeRO engine's tensors
+//       (gradient reductions, weight gathers, on device memory, ordered against the backend's
+//       stream), bootstrapped through the rendezvous store under "nccl/"; the rank's Gloo
+//       communicator keeps the host-side traffic (losses, checkpoints, stop requests).
+// A CUDA job on a zerod built without CUDA (or NCCL, for several ranks), or with fewer GPUs
+// than local ranks, is an InputError (exit 2) that says so.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "engine/config/job_config.h"
+#include "engine/runtime/rank_context.h"
+#include "kernels/backend.h"
+
+namespace zerod {
+
+struct RankDevice {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> device_comm;  // NCCL, when world > 1 on GPUs (else null)
+  int gpu = -1;                               // the CUDA device, -1 on the CPU
+};
+
+RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx);
+
+// The GPUs this process sees (0 without CUDA, without a driver or without a device).
+int visible_gpus();
+
+}  // namespace zerod

@@ -1,0 +1,184 @@
+// The GPU paths of the model, the ZeRO engine and the checkpointer, checked on the CPU: the
+// StrictDeviceBackend computes with the CPU kernels but page-protects the memory it allocates, so
+// any host access to "device" memory outside copy() and the casts crashes the test. Every ZeRO
+// stage and offload setting trains a few steps at world 1 and must give the plain CPU backend's
+// losses and master weights bit for bit, through the paths a GPU run takes (tokens uploaded,
+// losses read back, states staged through host memory, CPU Adam for offloaded states, the self
+// communicator's copies through the backend).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "tests/unit/engine/train/strict_device_backend.h"
+#include "zero/zero_engine.h"
+
+namespace zerod::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+GptSpec tiny_spec() {
+  GptSpec s;
+  s.n_layer = 2;
+  s.n_head = 2;
+  s.n_embd = 32;
+  s.vocab_size = 70;
+  s.seq_len = 16;
+  return s;
+}
+
+constexpr int kB = 2, kT = 16, kSteps = 3;
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<double> grad_norms;
+  std::vector<float> master;  // every unit's shard, after the last step
+};
+
+// Trains kSteps steps of the same 2 micro-batches of random tokens.
+Trained train(Backend& be, const ZeroOptions& zo) {
+  MemoryTracker memory;
+  Gpt model(tiny_spec(), be, kB, kT, /*activation_checkpointing=*/false, &memory);
+  ZeroEngine engine(model.layout(), be, zo, &memory);
+  engine.init_weights(7);
+  Trained run;
+  std::vector<int32_t> inputs(kB * kT), targets(kB * kT);
+  for (int step = 1; step <= kSteps; ++step) {
+    Rng rng(11);  // the same two micro-batches every step: a loss that falls
+    engine.zero_grad();
+    double loss = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      engine.begin_micro_batch(micro == 1);
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i] = static_cast<int32_t>(rng.uniform(70));
+        targets[i] = static_cast<int32_t>(rng.uniform(70));
+      }
+      targets[3] = -1;  // a position without loss
+      loss += model.forward_backward(inputs.data(), targets.data(), engine, engine, 0.5f);
+    }
+    OptimStep os;
+    os.lr = 1e-2;
+    os.weight_decay = 0.1;
+    os.max_grad_norm = 1.0;
+    const StepResult r = engine.step(os);
+    run.losses.push_back(static_cast<float>(loss / 2));
+    run.grad_norms.push_back(r.grad_norm);
+  }
+  engine.visit_states_host(ZeroEngine::StatesMode::kRead, 0, model.layout().num_units(),
+                           [&](int, int64_t lo, int64_t hi, float* pm, float*, float*) {
+                             run.master.insert(run.master.end(), pm, pm + (hi - lo));
+                           });
+  // The evaluation path (forward only) reads its losses back as well.
+  run.losses.push_back(model.forward(inputs.data(), targets.data(), engine));
+  return run;
+}
+
+struct Case {
+  const char* name;
+  int stage;
+  StatesHome optimizer = StatesHome::kDevice;
+  StatesHome params = StatesHome::kDevice;
+  double ratio = 1.0;
+};
+
+class DeviceMemory : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("zerod_device_memory_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ZeroOptions options(const Case& c) const {
+    ZeroOptions zo;
+    zo.stage = c.stage;
+    zo.optimizer_states = c.optimizer;
+    zo.offload_ratio = c.ratio;
+    zo.param_states = c.params;
+    zo.reduce_bucket_size = 3000;  // several buckets
+    zo.param_persistence_threshold = 0;
+    if (c.optimizer == StatesHome::kNvme) {
+      zo.swap_path = (dir_ / "opt.swp").string();
+      zo.swap.group_elems = 2048;  // several sub-groups
+      zo.swap.buffer_count = 2;
+      zo.swap.pipeline_read = zo.swap.pipeline_write = true;
+    }
+    if (c.params == StatesHome::kNvme) {
+      zo.param_swap_path = (dir_ / "param.swp").string();
+      zo.param_max_in_cpu = 3000;  // the leading units in memory, the rest on disk
+    }
+    return zo;
+  }
+
+  fs::path dir_;
+};
+
+TEST_P(DeviceMemory, EveryStageAndOffloadMatchesTheCpuBackendBitForBit) {
+  const DType dtype = GetParam();
+  const Case cases[] = {
+      {"stage 0", 0},
+      {"stage 1", 1},
+      {"stage 2", 2},
+      {"stage 3", 3},
+      {"stage 1, optimizer on cpu", 1, StatesHome::kHost},
+      {"stage 3, optimizer on cpu, ratio 0.5", 3, StatesHome::kHost, StatesHome::kDevice, 0.5},
+      {"stage 2, optimizer on nvme", 2, StatesHome::kNvme},
+      {"stage 3, parameters on cpu", 3, StatesHome::kDevice, StatesHome::kHost},
+      {"stage 3, parameters on nvme", 3, StatesHome::kDevice, StatesHome::kNvme},
+      {"stage 3, everything on nvme", 3, StatesHome::kNvme, StatesHome::kNvme},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> cpu = make_cpu_backend(dtype);
+    const Trained want = train(*cpu, options(c));
+    StrictDeviceBackend strict(dtype);
+    const Trained got = train(strict, options(c));
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    for (size_t i = 0; i < want.losses.size(); ++i) {
+      EXPECT_EQ(got.losses[i], want.losses[i]) << "loss " << i;
+    }
+    EXPECT_EQ(got.grad_norms, want.grad_norms);
+    ASSERT_EQ(got.master.size(), want.master.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < want.master.size(); ++i) differ += got.master[i] != want.master[i];
+    EXPECT_EQ(differ, 0u) << "of " << want.master.size() << " master weights";
+    EXPECT_GT(want.losses[0], want.losses[kSteps - 1]) << "the model learns";
+    // Which optimizer ran: the device's for states in device memory, CPU Adam on the host for
+    // offloaded ones (all of them, or the half beyond the ratio on the device).
+    if (c.optimizer == StatesHome::kDevice || c.ratio < 1) {
+      EXPECT_GT(strict.device_adam(), 0);
+    } else {
+      EXPECT_EQ(strict.device_adam(), 0);
+    }
+    EXPECT_GT(strict.copies(), 0);
+  }
+  EXPECT_EQ(StrictDeviceBackend::mapped_bytes(), 0u) << "every device buffer was freed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DeviceMemory, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The backend really does catch host access to its memory (the premise of the test above).
+TEST(StrictDeviceBackend, HostAccessToItsMemoryCrashes) {
+  StrictDeviceBackend be(DType::kF32);
+  Buffer b = be.allocate(64, MemCategory::kOther, nullptr);
+  float one = 1.0f, back = 0.0f;
+  be.copy(b.data(), &one, sizeof(float));
+  be.copy(&back, b.data(), sizeof(float));
+  EXPECT_EQ(back, 1.0f);
+  EXPECT_DEATH(
+      {
+        volatile float* p = b.as<float>();
+        p[0] = 2.0f;
+      },
+      "");
+}
+
+}  // namespace
+}  // namespace zerod::test

@@ -1,0 +1,191 @@
+// A test backend that behaves like a GPU's as far as host code can tell: it computes with the CPU
+// reference kernels, but the memory allocate() returns is page-protected (PROT_NONE) except while
+// one of its own ops runs. Host code that reads or writes "device" memory directly, instead of
+// through copy() and the casts, crashes the test with SIGSEGV. device_memory() is true, so the
+// ZeRO engine, the model and the checkpointer take their GPU paths (host staging, host-side
+// CPU Adam for offloaded states, the self communicator's copies through the backend).
+//
+// Results equal the plain CPU backend's bit for bit: the same kernels run on the same values.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "core/error.h"
+#include "kernels/backend.h"
+
+namespace zerod::test {
+
+class StrictDeviceBackend final : public Backend {
+ public:
+  explicit StrictDeviceBackend(DType dtype) : cpu_(make_cpu_backend(dtype)) {}
+
+  const char* name() const override { return "strict-device"; }
+  DType compute_dtype() const override { return cpu_->compute_dtype(); }
+  size_t compute_elem_size() const override { return cpu_->compute_elem_size(); }
+  bool device_memory() const override { return true; }
+
+  Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) override {
+    if (bytes == 0) return Buffer(nullptr, 0, nullptr, category, tracker);
+    const size_t mapped = round_pages(bytes);
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ZD_CHECK(p != MAP_FAILED, "mmap {} bytes", mapped);
+    ZD_CHECK(mprotect(p, mapped, PROT_NONE) == 0, "mprotect");
+    std::lock_guard<std::mutex> lock(regions_mu());
+    regions()[p] = mapped;
+    return Buffer(p, bytes, release, category, tracker);
+  }
+  void memset_zero(void* p, size_t bytes) override {
+    Open open;
+    cpu_->memset_zero(p, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    Open open;
+    ++copies_;
+    std::memmove(dst, src, bytes);
+  }
+
+  void round_to_compute(void* x, int64_t n) override {
+    run([&] { cpu_->round_to_compute(x, n); });
+  }
+  void cast_to_compute(void* out, const float* in, int64_t n) override {
+    run([&] { cpu_->cast_to_compute(out, in, n); });
+  }
+  void cast_from_compute(float* out, const void* in, int64_t n) override {
+    run([&] { cpu_->cast_from_compute(out, in, n); });
+  }
+  void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                       int T, int C) override {
+    run([&] { cpu_->encoder_forward(out, tokens, wte, wpe, B, T, C); });
+  }
+  void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
+                        int T, int C) override {
+    run([&] { cpu_->encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
+  }
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int64_t N, int C) override {
+    run([&] { cpu_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+  }
+  void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int64_t N,
+                          int C) override {
+    run([&] {
+      cpu_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    });
+  }
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int64_t N,
+                      int C, int OC) override {
+    run([&] { cpu_->matmul_forward(out, inp, weight, bias, N, C, OC); });
+  }
+  void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int64_t N, int C, int OC,
+                       bool accumulate_dinp) override {
+    run([&] {
+      cpu_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
+    });
+  }
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                         int NH) override {
+    run([&] { cpu_->attention_forward(out, lse, qkv, B, T, C, NH); });
+  }
+  void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                          const float* lse, int B, int T, int C, int NH) override {
+    run([&] { cpu_->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+  }
+  void gelu_forward(void* out, const void* inp, int64_t n) override {
+    run([&] { cpu_->gelu_forward(out, inp, n); });
+  }
+  void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
+    run([&] { cpu_->gelu_backward(dinp, inp, dout, n); });
+  }
+  void residual_forward(void* out, const void* a, const void* b, int64_t n) override {
+    run([&] { cpu_->residual_forward(out, a, b, n); });
+  }
+  void crossentropy_forward(float* losses, const void* logits, const int32_t* targets, int64_t N,
+                            int V, int Vp) override {
+    run([&] { cpu_->crossentropy_forward(losses, logits, targets, N, V, Vp); });
+  }
+  void crossentropy_fused(float* losses, void* logits, const int32_t* targets, int64_t N, int V,
+                          int Vp, float dloss) override {
+    run([&] { cpu_->crossentropy_fused(losses, logits, targets, N, V, Vp, dloss); });
+  }
+  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
+                    const AdamWParams& p) override {
+    ++device_adam_;
+    run([&] { cpu_->adamw_update(master, m, v, grad, param_out, n, p); });
+  }
+  double sum_squares(const void* x, int64_t n) override {
+    double r = 0;
+    run([&] { r = cpu_->sum_squares(x, n); });
+    return r;
+  }
+  void scale(void* x, float s, int64_t n) override {
+    run([&] { cpu_->scale(x, s, n); });
+  }
+
+  int64_t copies() const { return copies_; }            // copy() calls
+  int64_t device_adam() const { return device_adam_; }  // adamw_update() calls (device states)
+
+  // Bytes of "device" memory currently mapped (all instances).
+  static size_t mapped_bytes() {
+    std::lock_guard<std::mutex> lock(regions_mu());
+    size_t total = 0;
+    for (const auto& [p, n] : regions()) total += n;
+    return total;
+  }
+
+ private:
+  // While alive, every device region is readable and writable (nesting allowed).
+  class Open {
+   public:
+    Open() { set(PROT_READ | PROT_WRITE, +1); }
+    ~Open() { set(PROT_NONE, -1); }
+
+   private:
+    static void set(int prot, int delta) {
+      std::lock_guard<std::mutex> lock(regions_mu());
+      int& depth = open_depth();
+      const bool change = delta > 0 ? depth++ == 0 : --depth == 0;
+      if (!change) return;
+      for (const auto& [p, n] : regions()) mprotect(p, n, prot);
+    }
+  };
+  template <class F>
+  void run(F&& f) {
+    Open open;
+    f();
+  }
+  static size_t round_pages(size_t bytes) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    return (bytes + page - 1) / page * page;
+  }
+  static void release(void* p, size_t) {
+    std::lock_guard<std::mutex> lock(regions_mu());
+    auto it = regions().find(p);
+    if (it == regions().end()) return;
+    munmap(p, it->second);
+    regions().erase(it);
+  }
+  static std::map<void*, size_t>& regions() {
+    static std::map<void*, size_t> r;
+    return r;
+  }
+  static std::mutex& regions_mu() {
+    static std::mutex m;
+    return m;
+  }
+  static int& open_depth() {
+    static int d = 0;
+    return d;
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  int64_t copies_ = 0, device_adam_ = 0;
+};
+
+}  // namespace zerod::test
