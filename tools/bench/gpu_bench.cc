@@ -1,0 +1,165 @@
+// GPU training benchmark, zerod side (tools/device/gpu_bench.sh runs it after the PyTorch
+// baseline, tools/device/gpu_bench.py, on the same GPU): GPT-2 124M (12 layers, 12 heads, 768
+// wide, sequence 1024, vocabulary 50257 padded to 50304), bf16, AdamW, gradient clipping, one
+// micro-batch per step, synthetic tokens, the real trainer on train.device "cuda".
+//
+// The micro-batch is the largest power of two from 8 up to --max-batch whose step fits in GPU
+// memory (unless --batch is given). Prints progress on stderr and one JSON line on stdout with
+// the keys of the PyTorch side: tokens/s from the median step time, and MFU counted the same way
+// (6 * N + 12 * L * H * Q * T FLOPs per token, N the parameters with the padded vocabulary)
+// against --peak-flops (989e12: H100/H200 SXM dense bf16).
+//
+//   zerod_gpu_bench [--steps 20] [--warmup 5] [--batch 0] [--max-batch 64] [--stage 0]
+//                   [--dtype bf16|fp32] [--layers 12 --heads 12 --embd 768 --seq 1024 ...]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_job.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/train/rank_device.h"
+#include "engine/train/trainer.h"
+
+namespace {
+
+using namespace zerod;
+
+JobConfig gpu_job(const bench::BenchShape& shape, const bench::SyntheticData& data, int64_t steps,
+                  int stage) {
+  JobConfig cfg = bench::bench_job(shape, data, steps, 1, fmt::format(R"({{"stage": {}}})", stage));
+  cfg.train.device = TrainDevice::kCuda;
+  cfg.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
+  cfg.steps_per_print = 0;
+  return cfg;
+}
+
+bool out_of_memory(const std::exception& e) {
+  return std::string(e.what()).find("out of GPU memory") != std::string::npos ||
+         std::string(e.what()).find("CUBLAS_STATUS_ALLOC_FAILED") != std::string::npos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  log::init();
+  CLI::App app{"zerod GPU training benchmark (GPT-2 124M on one GPU)"};
+  int steps = 20, warmup = 5, max_batch = 64, stage = 0;
+  double peak = 989e12;
+  bench::BenchShape shape;
+  shape.layers = 12;
+  shape.heads = 12;
+  shape.embd = 768;
+  shape.seq = 1024;
+  shape.vocab = 50257;
+  shape.batch = 0;
+  shape.dtype = "bf16";
+  app.add_option("--steps", steps, "measured steps")->capture_default_str();
+  app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
+  app.add_option("--max-batch", max_batch, "largest micro-batch the search tries")
+      ->capture_default_str();
+  app.add_option("--stage", stage, "ZeRO stage (one GPU)")->check(CLI::Range(0, 3));
+  app.add_option("--peak-flops", peak, "FLOP/s that MFU is measured against")
+      ->capture_default_str();
+  shape.add_options(app);  // --batch 0: search
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::warn);
+
+  try {
+    if (visible_gpus() == 0) {
+      std::fprintf(stderr, "zerod_gpu_bench: no GPU visible\n");
+      return 2;
+    }
+    // The micro-batch: the largest power of two that runs two steps.
+    if (shape.batch <= 0) {
+      for (int b = 8; b <= max_batch; b *= 2) {
+        bench::BenchShape probe = shape;
+        probe.batch = b;
+        try {
+          bench::SyntheticData data(probe, 4 * b);
+          TrainerOptions quiet;
+          quiet.log_steps = false;
+          Trainer t(gpu_job(probe, data, 2, stage), quiet);
+          t.run();
+          shape.batch = b;
+          std::fprintf(stderr, "zerod_gpu_bench: micro-batch %d fits\n", b);
+        } catch (const std::exception& e) {
+          if (!out_of_memory(e)) throw;
+          std::fprintf(stderr, "zerod_gpu_bench: micro-batch %d: out of memory, stopping\n", b);
+          break;
+        }
+      }
+      ZD_CHECK_INPUT(shape.batch > 0, "even micro-batch 8 does not fit on this GPU");
+    }
+
+    bench::SyntheticData data(shape, static_cast<int64_t>(warmup + steps + 1) * shape.batch);
+    const JobConfig cfg = gpu_job(shape, data, warmup + steps, stage);
+    std::vector<double> times;
+    double last_loss = 0;
+    TrainerOptions opts;
+    opts.log_steps = false;
+    opts.on_step = [&](const StepMetrics& m) {
+      if (m.step > warmup) times.push_back(m.seconds);
+      last_loss = m.loss;
+    };
+    Trainer trainer(cfg, opts);
+    std::fprintf(stderr, "zerod_gpu_bench: micro-batch %d, seq %d, %d warm-up + %d timed steps\n",
+                 shape.batch, shape.seq, warmup, steps);
+    trainer.run();
+    ZD_CHECK(!times.empty(), "no timed steps");
+
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    double mean = 0;
+    for (double t : times) mean += t / static_cast<double>(times.size());
+    const GptSpec& spec = trainer.model().spec();
+    const double n_params = static_cast<double>(spec.num_parameters_padded());
+    const double q = spec.n_embd / spec.n_head;
+    const double fpt = 6 * n_params + 12.0 * spec.n_layer * spec.n_head * q * shape.seq;
+    const double tokens = static_cast<double>(shape.batch) * shape.seq;
+    const double tps = tokens / median;
+    nlohmann::json out = {
+        {"impl", "zerod"},
+        {"device", trainer.backend().device_name()},
+        {"model", fmt::format("gpt2 L{} H{} C{}", spec.n_layer, spec.n_head, spec.n_embd)},
+        {"params", static_cast<int64_t>(n_params)},
+        {"layers", spec.n_layer},
+        {"heads", spec.n_head},
+        {"embd", spec.n_embd},
+        {"seq", shape.seq},
+        {"vocab", spec.vocab_size},
+        {"vocab_padded", spec.vp()},
+        {"micro_batch", shape.batch},
+        {"tokens_per_step", static_cast<int64_t>(tokens)},
+        {"dtype", shape.dtype},
+        {"zero_stage", stage},
+        {"warmup_steps", warmup},
+        {"timed_steps", steps},
+        {"step_ms_median", median * 1e3},
+        {"step_ms_mean", mean * 1e3},
+        {"step_ms_min", sorted.front() * 1e3},
+        {"step_ms_max", sorted.back() * 1e3},
+        {"tokens_per_s", tps},
+        {"tokens_per_s_mean", tokens / mean},
+        {"flops_per_token", fpt},
+        {"flops_formula", "6*N + 12*L*H*Q*T"},
+        {"peak_flops", peak},
+        {"mfu", fpt * tps / peak},
+        {"final_loss", last_loss},
+        {"max_mem_gib", static_cast<double>(trainer.memory().total_peak()) / (1 << 30)},
+    };
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "zerod_gpu_bench: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerod_gpu_bench: %s\n", e.what());
+    return 1;
+  }
+}
