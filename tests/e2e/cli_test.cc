@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -116,7 +117,7 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
 
 TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name : {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
-                           "gpt2-124m-offload-nvme.json"}) {
+                           "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json"}) {
     const RunResult r = run(std::string("check ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
   }
@@ -160,7 +161,14 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
       {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
       {"unknown flag", "train --bogus", "", "", "bogus"},
       {"bad log level", "--log-level loud check j.json", "j.json", job(), "loud"},
+      // (GPUs are hidden from the child below: a build without CUDA or a machine without a GPU.)
+      {"cuda without a gpu", "train j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW"},
+           "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "data": {"train": "data/t_train_*.bin"}, "train": {"steps": 2, "device": "cuda"}})",
+       "train.device: \"cuda\""},
   };
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
   for (const BadCase& c : cases) {
     if (!c.file_name.empty()) write(c.file_name, c.content);
     const RunResult r = run(c.args, dir_);
@@ -168,6 +176,7 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
     EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.name << ": " << r.output;
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.name << ": " << r.output;
   }
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 TEST_F(Cli, HelpAndVersionExitZero) {
