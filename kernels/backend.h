@@ -59,6 +59,13 @@ class Backend {
   virtual Buffer allocate_host(size_t bytes, MemCategory category, MemoryTracker* tracker) {
     return host_alloc(bytes, category, tracker);
   }
+  // Registers host memory [p, p + bytes) for fast copies to and from this backend's memory
+  // (page-locks it on a GPU: cudaHostRegister) until unregister_host(p); no-op on the CPU.
+  virtual void register_host(void* p, size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
+  virtual void unregister_host(void* p) { (void)p; }
   // The backend's native queue (a cudaStream_t on CUDA), null on the CPU: collectives on device
   // memory order themselves after the work queued on it.
   virtual void* native_stream() const { return nullptr; }

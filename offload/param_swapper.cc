@@ -21,8 +21,11 @@ int64_t ParamSwapper::file_bytes_for(const std::vector<int64_t>& region_bytes) {
 
 ParamSwapper::ParamSwapper(std::string path, std::vector<int64_t> region_bytes,
                            int64_t buffer_bytes, bool pin_memory, const AioOptions& aio,
-                           MemoryTracker* tracker)
-    : path_(std::move(path)), bytes_(std::move(region_bytes)), tracker_(tracker) {
+                           MemoryTracker* tracker, HostRegistrar registrar)
+    : path_(std::move(path)),
+      bytes_(std::move(region_bytes)),
+      tracker_(tracker),
+      registrar_(std::move(registrar)) {
   int64_t most = 0;
   for (int64_t b : bytes_) {
     offset_.push_back(file_bytes_);
@@ -53,11 +56,19 @@ ParamSwapper::ParamSwapper(std::string path, std::vector<int64_t> region_bytes,
               ::mlock(staging_.data(), static_cast<size_t>(staging_.capacity())) == 0;
     if (!pinned_) spdlog::warn("offload_param.pin_memory: cannot lock the swap buffers in RAM");
   }
+  if (registrar_) {
+    registrar_.add(bounce_.data(), static_cast<size_t>(bounce_.capacity()));
+    registrar_.add(staging_.data(), static_cast<size_t>(staging_.capacity()));
+  }
   if (tracker_) tracker_->add(MemCategory::kSwap, 2 * buffer_bytes_);
 }
 
 ParamSwapper::~ParamSwapper() {
   if (tracker_) tracker_->sub(MemCategory::kSwap, 2 * buffer_bytes_);
+  if (registrar_) {
+    registrar_.remove(bounce_.data());
+    registrar_.remove(staging_.data());
+  }
   if (pinned_) {
     ::munlock(bounce_.data(), static_cast<size_t>(bounce_.capacity()));
     ::munlock(staging_.data(), static_cast<size_t>(staging_.capacity()));

@@ -15,14 +15,17 @@
 
 #include "core/memory.h"
 #include "offload/aio/aio_engine.h"
+#include "offload/host_registrar.h"
 
 namespace zerod {
 
 class ParamSwapper {
  public:
-  // region_bytes[i]: the bytes of region i (0: the region is not on NVMe).
+  // region_bytes[i]: the bytes of region i (0: the region is not on NVMe). `registrar`: the device
+  // copying to and from the two buffers (GPU runs; may be empty).
   ParamSwapper(std::string path, std::vector<int64_t> region_bytes, int64_t buffer_bytes,
-               bool pin_memory, const AioOptions& aio, MemoryTracker* tracker);
+               bool pin_memory, const AioOptions& aio, MemoryTracker* tracker,
+               HostRegistrar registrar = {});
   ~ParamSwapper();
   ParamSwapper(const ParamSwapper&) = delete;
   ParamSwapper& operator=(const ParamSwapper&) = delete;
@@ -46,6 +49,7 @@ class ParamSwapper {
   int64_t file_bytes_ = 0, buffer_bytes_ = 0;
   MemoryTracker* tracker_;
   bool pinned_ = false;
+  HostRegistrar registrar_;
   std::unique_ptr<AioFile> file_;
   std::unique_ptr<AioEngine> aio_;
   AlignedBuffer bounce_, staging_;

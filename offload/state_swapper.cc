@@ -82,6 +82,7 @@ StateSwapper::StateSwapper(std::string path, int64_t elems, const SwapOptions& o
 StateSwapper::~StateSwapper() {
   for (auto& s : slots_) {
     if (s->io.valid()) s->io.wait();
+    if (opt_.registrar) opt_.registrar.remove(s->buf.data());
     if (opt_.pin_memory) ::munlock(s->buf.data(), static_cast<size_t>(s->buf.capacity()));
     if (tracker_) tracker_->sub(MemCategory::kSwap, s->buf.capacity());
   }
@@ -107,6 +108,7 @@ void StateSwapper::ensure_slots() {
                      std::strerror(err));
       });
     }
+    if (opt_.registrar) opt_.registrar.add(s->buf.data(), static_cast<size_t>(s->buf.capacity()));
     if (tracker_) tracker_->add(MemCategory::kSwap, s->buf.capacity());
     slots_.push_back(std::move(s));
   }

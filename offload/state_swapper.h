@@ -27,6 +27,7 @@
 
 #include "core/memory.h"
 #include "offload/aio/aio_engine.h"
+#include "offload/host_registrar.h"
 
 namespace zerod {
 
@@ -37,6 +38,7 @@ struct SwapOptions {
   bool pipeline_write = false;       // write the last sub-group while this one is processed
   bool pin_memory = false;           // mlock the buffers
   AioOptions aio;
+  HostRegistrar registrar;  // the device copying to and from the buffers (GPU runs)
 };
 
 // Bytes of I/O and the time the caller waited for it, since construction.

@@ -104,10 +104,10 @@ void ZeroEngine::place_parameters() {
                      "zero_optimization.offload_param.buffer_size: {} elements, but the largest "
                      "parameter shard on NVMe has {} (a buffer holds one shard)",
                      opt_.param_buffer_size, most);
-      param_swapper_ =
-          std::make_unique<ParamSwapper>(opt_.param_swap_path, std::move(regions),
-                                         opt_.param_buffer_size * static_cast<int64_t>(esz_),
-                                         opt_.param_pin_memory, opt_.param_aio, tracker_);
+      param_swapper_ = std::make_unique<ParamSwapper>(
+          opt_.param_swap_path, std::move(regions),
+          opt_.param_buffer_size * static_cast<int64_t>(esz_), opt_.param_pin_memory,
+          opt_.param_aio, tracker_, host_registrar());
     }
     if (resident > 0)
       weights_ = be_.allocate_host(static_cast<size_t>(resident) * esz_, MemCategory::kOffloaded,
@@ -121,7 +121,9 @@ void ZeroEngine::place_optimizer_states() {
   ZD_CHECK(opt_.offload_ratio > 0 && opt_.offload_ratio <= 1, "offload ratio {}",
            opt_.offload_ratio);
   if (opt_.optimizer_states == StatesHome::kNvme) {
-    swapper_ = std::make_unique<StateSwapper>(opt_.swap_path, shard_total, opt_.swap, tracker_);
+    SwapOptions so = opt_.swap;
+    so.registrar = host_registrar();
+    swapper_ = std::make_unique<StateSwapper>(opt_.swap_path, shard_total, so, tracker_);
   } else {
     split_ = 0;
     if (opt_.optimizer_states == StatesHome::kHost) {
@@ -240,6 +242,12 @@ float* ZeroEngine::host_stage(int64_t floats) {
     host_stage_ = be_.allocate_host(bytes, MemCategory::kPinned, tracker_);
   }
   return host_stage_.as<float>();
+}
+
+HostRegistrar ZeroEngine::host_registrar() {
+  if (!be_.device_memory()) return {};
+  return {[this](void* p, size_t bytes) { be_.register_host(p, bytes); },
+          [this](void* p) { be_.unregister_host(p); }};
 }
 
 bool ZeroEngine::params_on_host() const {

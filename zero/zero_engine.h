@@ -206,6 +206,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   // Unit u's weight shard where a collective can read it: its place in the compute pool, or
   // (NVMe, or host memory on a GPU) copied to `in_place` first.
   const void* shard_in_place(int u, void* in_place);
+  // The swappers' buffers are page-locked for the GPU's copies (empty on the CPU).
+  HostRegistrar host_registrar();
   // A pinned host scratch of at least `floats` floats (grown on demand).
   float* host_stage(int64_t floats);
   // local summed over the ranks (through device memory on a GPU backend).

@@ -119,6 +119,23 @@ class CudaBackend final : public Backend {
     return Buffer(p, bytes, pinned_release, category, tracker);
   }
 
+  void register_host(void* p, size_t bytes) override {
+    if (p == nullptr || bytes == 0) return;
+    activate();
+    const cudaError_t status = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      ZD_THROW("cannot page-lock {} bytes of host buffers for copies to GPU {}: {}", bytes, device_,
+               cudaGetErrorString(status));
+    }
+  }
+
+  void unregister_host(void* p) override {
+    if (p == nullptr) return;
+    activate();
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();  // (a destructor path)
+  }
+
   void* native_stream() const override { return stream_; }
 
   bool device_memory_info(int64_t* free_bytes, int64_t* total_bytes) const override {

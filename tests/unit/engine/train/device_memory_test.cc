@@ -157,6 +157,10 @@ TEST_P(DeviceMemory, EveryStageAndOffloadMatchesTheCpuBackendBitForBit) {
       EXPECT_EQ(strict.device_adam(), 0);
     }
     EXPECT_GT(strict.copies(), 0);
+    // The swappers' host buffers are registered with the device while they live.
+    const bool nvme = c.optimizer == StatesHome::kNvme || c.params == StatesHome::kNvme;
+    EXPECT_EQ(strict.registrations() > 0, nvme);
+    EXPECT_EQ(strict.registered_now(), 0u);
   }
   EXPECT_EQ(StrictDeviceBackend::mapped_bytes(), 0u) << "every device buffer was freed";
 }

@@ -128,7 +128,18 @@ class StrictDeviceBackend final : public Backend {
     run([&] { cpu_->scale(x, s, n); });
   }
 
-  int64_t copies() const { return copies_; }            // copy() calls
+  void register_host(void* p, size_t bytes) override {
+    ZD_CHECK(p != nullptr && bytes > 0, "register_host({}, {})", p, bytes);
+    ZD_CHECK(registered_.emplace(p, bytes).second, "{} registered twice", p);
+    ++registrations_;
+  }
+  void unregister_host(void* p) override {
+    ZD_CHECK(registered_.erase(p) == 1, "{} unregistered but not registered", p);
+  }
+
+  int64_t copies() const { return copies_; }                // copy() calls
+  int64_t registrations() const { return registrations_; }  // register_host() calls
+  size_t registered_now() const { return registered_.size(); }
   int64_t device_adam() const { return device_adam_; }  // adamw_update() calls (device states)
 
   // Bytes of "device" memory currently mapped (all instances).
@@ -185,7 +196,8 @@ class StrictDeviceBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
-  int64_t copies_ = 0, device_adam_ = 0;
+  int64_t copies_ = 0, device_adam_ = 0, registrations_ = 0;
+  std::map<void*, size_t> registered_;
 };
 
 }  // namespace zerod::test
