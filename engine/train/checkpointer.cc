@@ -65,16 +65,16 @@ void crash_hook(const std::string& tag) {
 struct Checkpointer::Pending {
   Manifest manifest;
   std::future<CheckpointFile> written;
+  Buffer copy;  // GPU states: the host copy the background writer writes from
 };
 
 Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
                            MemoryTracker* tracker)
     : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
-  if (cfg_.checkpoint.async && !engine_.states_addressable()) {
+  if (cfg_.checkpoint.async && !engine_.states_resident()) {
     if (ctx_.rank == 0)
-      spdlog::info("checkpoint.async: the optimizer states are {}, so saves are synchronous",
-                   engine_.states_resident() ? "in GPU memory" : "on NVMe");
-  } else if (cfg_.checkpoint.async) {
+      spdlog::info("checkpoint.async: the optimizer states are on NVMe, so saves are synchronous");
+  } else if (cfg_.checkpoint.async && engine_.states_addressable()) {
     snapshot_ = std::make_unique<StateSnapshot>(engine_.layout().num_units(), tracker_);
     engine_.set_update_guard(snapshot_.get());
   }
@@ -102,9 +102,27 @@ bool Checkpointer::all_true(bool mine) {
   return v == 0;
 }
 
+namespace {
+// Shard d's master, exp_avg and exp_avg_sq (d.end - d.begin floats each, back to back) read
+// into `out` (host memory) wherever the engine keeps them; d's pointers then point there.
+void copy_states(ZeroEngine& engine, ShardData& d, float* out) {
+  const int64_t n = d.end - d.begin;
+  engine.visit_states_host(ZeroEngine::StatesMode::kRead, d.unit, d.unit + 1,
+                           [&](int, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+                             const int64_t k = std::min(hi, n) - lo;  // (past n: padding)
+                             if (k <= 0) return;
+                             std::copy(pm, pm + k, out + lo);
+                             std::copy(pa, pa + k, out + n + lo);
+                             std::copy(pv, pv + k, out + 2 * n + lo);
+                           });
+  d.master = out;
+  d.exp_avg = out + n;
+  d.exp_avg_sq = out + 2 * n;
+}
+}  // namespace
+
 // The shards of a save, read from NVMe or GPU memory one unit at a time into one host buffer
-// (kCheckpoint)
-// sized for the largest unit shard.
+// (kCheckpoint) sized for the largest unit shard.
 class Checkpointer::StagedStates : public ShardSource {
  public:
   StagedStates(ZeroEngine& engine, const std::vector<ShardData>& shards, MemoryTracker* tracker)
@@ -116,19 +134,7 @@ class Checkpointer::StagedStates : public ShardSource {
   }
   ShardData acquire(size_t i) override {
     ShardData d = shards_.at(i);
-    const int64_t n = d.end - d.begin;
-    float* out = buf_.as<float>();
-    engine_.visit_states_host(ZeroEngine::StatesMode::kRead, d.unit, d.unit + 1,
-                              [&](int, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-                                const int64_t k = std::min(hi, n) - lo;  // (past n: padding)
-                                if (k <= 0) return;
-                                std::copy(pm, pm + k, out + lo);
-                                std::copy(pa, pa + k, out + n + lo);
-                                std::copy(pv, pv + k, out + 2 * n + lo);
-                              });
-    d.master = out;
-    d.exp_avg = out + n;
-    d.exp_avg_sq = out + 2 * n;
+    copy_states(engine_, d, buf_.as<float>());
     return d;
   }
   void release(size_t) override {}
@@ -208,9 +214,29 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   SaveReport report;
   report.tag = tag;
   for (const auto& s : shards) report.bytes += 12 * (s.end - s.begin);
+  const int rank = ctx_.rank;
+  if (cfg_.checkpoint.async && engine_.states_resident() && !engine_.states_addressable()) {
+    // Async with states in GPU memory: one host copy of this rank's shards now (the time the
+    // step is blocked: a device-to-host copy), written in the background.
+    int64_t floats = 0;
+    for (const ShardData& s : shards) floats += 3 * (s.end - s.begin);
+    p->copy =
+        host_alloc(static_cast<size_t>(floats) * sizeof(float), MemCategory::kCheckpoint, tracker_);
+    float* out = p->copy.as<float>();
+    for (ShardData& s : shards) {
+      copy_states(engine_, s, out);
+      out += 3 * (s.end - s.begin);
+    }
+    p->written = std::async(std::launch::async, [tmp, rank, shards]() {
+      return write_rank_file(tmp, rank, shards, nullptr);
+    });
+    pending_ = std::move(p);
+    report.blocked_seconds = blocked.seconds();
+    return report;
+  }
   if (!cfg_.checkpoint.async || !engine_.states_addressable()) {
-    // (NVMe and GPU states are saved synchronously: the next step would rewrite the swap file,
-    // or the device memory, under the writer.)
+    // (NVMe states are saved synchronously: the next step would rewrite the swap file under the
+    // writer.)
     std::unique_ptr<StagedStates> staged;
     if (!engine_.states_addressable())
       staged = std::make_unique<StagedStates>(engine_, shards, tracker_);
@@ -232,7 +258,6 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   // update before the writer got there.
   StateSnapshot* snap = snapshot_.get();
   snap->begin(shards);
-  const int rank = ctx_.rank;
   p->written = std::async(std::launch::async, [tmp, rank, shards, snap]() {
     try {
       return write_rank_file(tmp, rank, shards, snap);

@@ -8,7 +8,9 @@
 // writes them on a background thread while training goes on; the commit happens at the first
 // step boundary where every rank's write is done (poll), and the next save waits for it.
 // Async saves copy nothing up front: the writer reads the live states, and the optimizer copies a
-// unit only if it must update it before the writer got to it (state_snapshot.h).
+// unit only if it must update it before the writer got to it (state_snapshot.h). States in GPU
+// memory are copied to host memory in save() (the time training is blocked) and written from
+// there in the background. NVMe states are saved synchronously, unit by unit.
 //
 // load: rank 0 chooses and verifies the checkpoint (falling back from a torn newest one) and
 // tells the others; each rank reads its own optimizer shard of every unit from whichever files
