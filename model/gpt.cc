@@ -359,8 +359,8 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   timed(timer(), times_.classifier,
         [&] { be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, Vp, dloss); });
   round(logits_, N * Vp);
-  const float loss = mean_loss(targets);
   if (phase_clock_ != nullptr) {  // the forward phase ends with the loss
+    be_.synchronize();
     forward_wall_ = phase_clock_->seconds();
     forward_seam_ = *phase_seam_;
   }
@@ -405,7 +405,8 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   });
   round(dwe, layout_.unit(layout_.embedding_unit()).numel);
   grads.unit_done(layout_.embedding_unit());
-  return loss;
+  // The losses are read back last: a GPU has the whole backward queued by then.
+  return mean_loss(targets);
 }
 
 }  // namespace zerod
