@@ -36,7 +36,9 @@ RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
   ZD_CHECK_INPUT(gpus > 0,
                  "train.device: \"cuda\", but this process sees no GPU (no NVIDIA driver or "
                  "device; CUDA_VISIBLE_DEVICES?)");
-  ZD_CHECK_INPUT(ctx.local_rank < gpus,
+  // (Checked against the local world size, so every rank fails the same way at once instead of
+  // the others waiting for the ranks without a GPU at the NCCL rendezvous.)
+  ZD_CHECK_INPUT(ctx.local_world_size <= gpus,
                  "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one "
                  "rank per GPU: --nproc-per-node {} at most)",
                  ctx.local_world_size, gpus, gpus == 1 ? "" : "s", gpus);
