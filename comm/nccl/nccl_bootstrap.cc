@@ -52,6 +52,18 @@ std::string missing_ranks(const NcclOptions& o) {
                      s, fmt::join(keys, ", "));
 }
 
+// "rank 2 is dead (reason)" for the first rank other than `self` the monitor knows to be dead,
+// "" otherwise (no monitor, or every rank alive): a dead rank will never join.
+std::string dead_rank(PeerMonitor* monitor, int self) {
+  if (monitor == nullptr) return "";
+  const std::vector<RankProgress> ranks = monitor->snapshot();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (static_cast<int>(r) == self || ranks[r].alive) continue;
+    return fmt::format("rank {} is dead ({})", r, ranks[r].reason);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string nccl_store_key(const std::string& prefix, const std::string& name) {
@@ -63,7 +75,7 @@ std::string nccl_joined_key(int rank) {
 }
 
 ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, int rank,
-                                     Clock::time_point deadline) {
+                                     Clock::time_point deadline, PeerMonitor* monitor) {
   store.set(nccl_store_key(prefix, nccl_joined_key(rank)), Bytes{'1'});
   const std::string key = nccl_store_key(prefix, kUniqueIdKey);
   ncclUniqueId id;
@@ -74,11 +86,20 @@ ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, in
     return id;
   }
   Bytes value;
-  try {
-    value = store.get(key, remaining(deadline));
-  } catch (const Error& e) {
-    ZD_THROW_KIND(e.kind(), "rank {}: rank 0 did not publish the NCCL unique id: {}", rank,
-                  e.what());
+  // Waited for in slices, so a rank known dead ends the wait (the monitor) at once.
+  while (true) {
+    try {
+      value = store.get(key, std::min(remaining(deadline), Millis(200)));
+      break;
+    } catch (const Error& e) {
+      const std::string dead = dead_rank(monitor, rank);
+      if (!dead.empty())
+        ZD_THROW_KIND(ErrorKind::kPeerLost, "rank {}: waiting for the NCCL unique id: {}", rank,
+                      dead);
+      if (Clock::now() >= deadline)
+        ZD_THROW_KIND(e.kind(), "rank {}: rank 0 did not publish the NCCL unique id: {}", rank,
+                      e.what());
+    }
   }
   ZD_CHECK(value.size() == sizeof(id),
            "store key '{}' holds {} bytes, not an NCCL unique id ({} bytes); do two "
@@ -92,7 +113,7 @@ ncclComm_t create_nccl_comm(const NcclOptions& o, Clock::time_point start) {
   const auto deadline = start + o.timeout;
   ncclUniqueId id;
   try {
-    id = exchange_nccl_unique_id(*o.store, o.key_prefix, o.rank, deadline);
+    id = exchange_nccl_unique_id(*o.store, o.key_prefix, o.rank, deadline, o.monitor.get());
   } catch (const Error& e) {
     throw Error(e.kind(), fmt::format("{}: {}", creation_what(o, start), e.what()), __FILE__,
                 __LINE__);
@@ -110,6 +131,10 @@ ncclComm_t create_nccl_comm(const NcclOptions& o, Clock::time_point start) {
     state = query != ncclSuccess ? query : async;
     if (state != ncclInProgress) break;
     if (Clock::now() >= deadline) break;
+    if (const std::string dead = dead_rank(o.monitor.get(), o.rank); !dead.empty()) {
+      ncclCommAbort(comm);
+      ZD_THROW_KIND(ErrorKind::kPeerLost, "{}: {}", creation_what(o, start), dead);
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(10000));
   }

@@ -31,9 +31,10 @@ std::string nccl_joined_key(int rank);
 // Publishes that `rank` came, then returns the communicator's unique id: rank 0 creates and
 // publishes it, the others wait for it until `deadline`. Throws Error(kPeerLost) naming rank 0
 // and the key when it is not published in time, Error(kInternal) when the stored value is not an
-// ncclUniqueId or NCCL cannot create one.
+// ncclUniqueId or NCCL cannot create one. With a `monitor`, a rank it knows to be dead ends the
+// wait at once (Error(kPeerLost) naming it).
 ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, int rank,
-                                     Clock::time_point deadline);
+                                     Clock::time_point deadline, PeerMonitor* monitor = nullptr);
 
 // The whole creation for `o` (rank, size, device, store, key_prefix, timeout): the exchange
 // above, then ncclCommInitRankConfig without blocking on o.device, polled until start +

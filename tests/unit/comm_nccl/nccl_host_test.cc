@@ -93,6 +93,18 @@ TEST(NcclBootstrap, RankWaitingForAMissingRankZeroTimesOutNamingIt) {
   EXPECT_TRUE(store->check({"job/nccl_joined_2"}));
 }
 
+TEST(NcclBootstrap, ADeadRankZeroEndsTheWaitAtOnce) {
+  auto store = std::make_shared<MemoryStore>();
+  LocalPeerMonitor monitor(3);
+  monitor.mark_dead(0, "rank thread failed: out of GPU memory");
+  const auto t0 = Clock::now();
+  const auto msg = peer_lost_message([&] {
+    nccl_backend::exchange_nccl_unique_id(*store, "job", 2, Clock::now() + Ms(20000), &monitor);
+  });
+  EXPECT_LT(ms_since(t0), 2000) << "waited for a dead rank";
+  EXPECT_TRUE(contains(msg, "rank 0 is dead (rank thread failed: out of GPU memory)")) << msg;
+}
+
 TEST(NcclBootstrap, RefusesAStoredValueThatIsNotAnId) {
   auto store = std::make_shared<MemoryStore>();
   store->set("p/nccl_unique_id", Bytes{1, 2, 3});
