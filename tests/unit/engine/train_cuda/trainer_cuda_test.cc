@@ -100,7 +100,10 @@ TEST(TrainerCuda, ZeroStagesAndOffloadOnOneGpuMatchStageZero) {
       SCOPED_TRACE(fmt::format("stage {}{} {}", c.stage, c.zero, dtype));
       const std::vector<double> got =
           losses_of(tiny_job(corpus, 1, c.stage, 2, 8, dtype, kCuda, 8, c.zero));
-      EXPECT_LT(max_rel(got, base), 1e-5);
+      // fp32: the same arithmetic up to summation order. bf16: accumulating micro-batches in a
+      // shard (stages 2-3) rounds each sum once more than accumulating in place (stages 0-1), a
+      // bf16 ulp (2^-8) here and there; as the CPU parity tests, 1e-2 over the curve.
+      EXPECT_LT(max_rel(got, base), dtype[0] ? 1e-2 : 1e-5);
     }
   }
 }
