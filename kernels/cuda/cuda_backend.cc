@@ -34,23 +34,34 @@ static_assert(static_cast<int>(Storage::kF16) == static_cast<int>(DType::kF16));
 // Host-side staging of casts from / to host memory, in pieces of this many elements.
 constexpr int64_t kStageElems = int64_t{16} << 20;
 
+// Frees device memory on its own device (a Buffer may die on a thread whose current device is
+// another one), restoring the thread's device. A destructor path: errors cannot be reported.
 void device_release(void* data, size_t) {
-  cudaFree(data);  // a destructor path: errors cannot be reported
+  int current = -1;
+  cudaPointerAttributes attr{};
+  const bool known = cudaGetDevice(&current) == cudaSuccess &&
+                     cudaPointerGetAttributes(&attr, data) == cudaSuccess &&
+                     attr.type == cudaMemoryTypeDevice;
+  if (known && attr.device != current) cudaSetDevice(attr.device);
+  cudaFree(data);
+  if (known && attr.device != current) cudaSetDevice(current);
+  cudaGetLastError();
 }
 
 void pinned_release(void* data, size_t) {
   cudaFreeHost(data);  // a destructor path: errors cannot be reported
 }
 
-// True for memory a kernel may read (device or managed); false for host memory, registered or
-// not.
-bool on_device(const void* p) {
+// True for memory a kernel on `device` may read (its device memory, or managed memory); false
+// for host memory, registered or not, and for another GPU's memory (copied through staging).
+bool on_device(const void* p, int device) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     cudaGetLastError();  // clear the error of an unknown pointer: it is host memory
     return false;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return (attr.type == cudaMemoryTypeDevice && attr.device == device) ||
+         attr.type == cudaMemoryTypeManaged;
 }
 
 size_t align_up(size_t x, size_t a = 256) {
@@ -164,7 +175,7 @@ class CudaBackend final : public Backend {
     activate();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy: cudaMemcpyAsync");
     // Host memory on either side: done (readable / reusable) when copy() returns.
-    if (!on_device(dst) || !on_device(src)) synchronize();
+    if (!on_device(dst, device_) || !on_device(src, device_)) synchronize();
   }
 
   void synchronize() override {
@@ -179,7 +190,7 @@ class CudaBackend final : public Backend {
     if (n <= 0) return;
     if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
     activate();
-    const bool in_dev = on_device(in), out_dev = on_device(out);
+    const bool in_dev = on_device(in, device_), out_dev = on_device(out, device_);
     for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
       const int64_t len = std::min(kStageElems, n - i0);
       const float* src = in + i0;
@@ -212,7 +223,7 @@ class CudaBackend final : public Backend {
     if (n <= 0) return;
     if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
     activate();
-    const bool in_dev = on_device(in), out_dev = on_device(out);
+    const bool in_dev = on_device(in, device_), out_dev = on_device(out, device_);
     for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
       const int64_t len = std::min(kStageElems, n - i0);
       const uint16_t* src = static_cast<const uint16_t*>(in) + i0;

@@ -100,6 +100,13 @@ void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, cons
                       cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(B) * T;
   if (rows <= 0 || C <= 0) return;
+  // Scratch: sorted tokens, row indices, sorted row indices, the sort's temporary storage.
+  // (Checked before anything is queued: a failure leaves both gradients untouched.)
+  const size_t ints = align_up(static_cast<size_t>(rows) * sizeof(int32_t));
+  size_t temp_bytes = sort_temp_bytes(rows);
+  if (scratch_bytes < 3 * ints + temp_bytes) {
+    check(cudaErrorInvalidValue, "encoder_backward: scratch too small");
+  }
   dispatch(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
     encoder_dwpe_kernel<E>
@@ -107,13 +114,6 @@ void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, cons
             static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
   });
   check(cudaGetLastError(), "encoder_backward dwpe kernel launch");
-
-  // Scratch: sorted tokens, row indices, sorted row indices, the sort's temporary storage.
-  const size_t ints = align_up(static_cast<size_t>(rows) * sizeof(int32_t));
-  size_t temp_bytes = sort_temp_bytes(rows);
-  if (scratch_bytes < 3 * ints + temp_bytes) {
-    check(cudaErrorInvalidValue, "encoder_backward: scratch too small");
-  }
   auto* base = static_cast<char*>(scratch);
   auto* sorted_tokens = reinterpret_cast<int32_t*>(base);
   auto* row_ids = reinterpret_cast<int32_t*>(base + ints);

@@ -3,7 +3,9 @@
 //   forward: out as (OC,N)  = op_T(weight as (C,OC)) x inp as (C,N)   [+ bias per row of D]
 //   dinp:    dinp as (C,N)  = weight as (C,OC) x dout as (OC,N)       [beta 0, or 1 to accumulate]
 //   dweight: dW as (C,OC)  += inp as (C,N) x op_T(dout as (OC,N))     [beta 1]
-// Descriptors and the heuristic query are built per call (tens of microseconds; not cached).
+// Descriptors are built per call (cheap); the heuristic's choice is cached per shape, operation,
+// pointer alignment and epilogue (Matmul::algos_). For bf16/fp16, split-K partial sums may only be
+// reduced in fp32 (never in the 16-bit output type): the accumulation stays fp32 end to end.
 #include "kernels/cuda/matmul.h"
 
 #include "core/error.h"
@@ -121,28 +123,43 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   check_lt(cublasLtMatrixLayoutCreate(&d_layout.d, type, m, n, ldd),
            "cublasLtMatrixLayoutCreate(D)");
 
-  PrefDesc pref;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
-  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-           static_cast<uint64_t>(workspace_bytes_));
-  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(A));
-  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(B));
-  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(D));
-  set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(D));
-
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, op.d, a_layout.d, b_layout.d, d_layout.d, d_layout.d, pref.d, 1, &result, &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+  const int64_t bias_alignment = bias == nullptr ? 0 : alignment_of(bias);
+  const AlgoKey key = {
+      trans_a,         trans_b,       m, n, k, lda, ldb, ldd, alignment_of(A), alignment_of(B),
+      alignment_of(D), bias_alignment};
+  auto cached = algos_.find(key);
+  if (cached == algos_.end()) {
+    PrefDesc pref;
+    check_lt(cublasLtMatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
+    set_pref(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+             static_cast<uint64_t>(workspace_bytes_));
+    set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(A));
+    set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(B));
+    set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(D));
+    set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(D));
+    if (dt_ != Storage::kF32) {
+      set_pref(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+               uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle_, op.d, a_layout.d, b_layout.d, d_layout.d, d_layout.d, pref.d, 1, &result, &found);
+    // (An error is thrown, not cached, unless a bias is set: then the plain product is tried.)
+    if (status != CUBLAS_STATUS_SUCCESS && bias == nullptr)
+      check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
+    cached = algos_.emplace(key, algo).first;
+  }
+  if (!cached->second) {
     if (bias != nullptr) return false;
-    check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
     ZD_THROW("cuBLASLt has no algorithm for a (m={}, n={}, k={}) matmul, transa={}, transb={}", m,
              n, k, trans_a, trans_b);
   }
   const float alpha = 1.0f;
   check_lt(cublasLtMatmul(handle_, op.d, &alpha, A, a_layout.d, B, b_layout.d, &beta, D, d_layout.d,
-                          D, d_layout.d, &result.algo, workspace_, workspace_bytes_, stream_),
+                          D, d_layout.d, &*cached->second, workspace_, workspace_bytes_, stream_),
            "cublasLtMatmul");
   return true;
 }

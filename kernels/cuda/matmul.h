@@ -6,8 +6,11 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
 
 #include "kernels/cuda/storage.h"
 
@@ -35,6 +38,12 @@ class Matmul {
   // Returns false (nothing launched) when `bias` is set and no algorithm has the bias epilogue.
   bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
             const void* B, int64_t ldb, void* D, int64_t ldd, float beta, const void* bias);
+
+  // The heuristic's algorithm for a product's shapes, operations, pointer alignments and
+  // epilogue (nullopt: none found), asked once per key: the query costs tens of microseconds and
+  // a training step repeats the same few shapes.
+  using AlgoKey = std::array<int64_t, 12>;
+  std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
 
   Storage dt_;
   cudaStream_t stream_;
