@@ -12,9 +12,13 @@
 //   then each warp accumulates 4 key rows of dK and dV with a lane per channel.
 #include <math_constants.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/device_util.cuh"
 
@@ -375,11 +379,38 @@ unsigned tiles(int T) {
   return static_cast<unsigned>((T + kTile - 1) / kTile);
 }
 
+// The implementation in use: ZEROD_ATTENTION=simt at start forces the SIMT kernels of this file;
+// set_attention_impl changes it.
+std::atomic<AttentionImpl>& impl_in_use() {
+  static std::atomic<AttentionImpl> impl{[] {
+    const char* e = std::getenv("ZEROD_ATTENTION");
+    return e != nullptr && std::strcmp(e, "simt") == 0 ? AttentionImpl::kSimt
+                                                       : AttentionImpl::kAuto;
+  }()};
+  return impl;
+}
+
+bool force_simt() {
+  return impl_in_use().load(std::memory_order_relaxed) == AttentionImpl::kSimt;
+}
+
 }  // namespace
+
+void set_attention_impl(AttentionImpl impl) {
+  impl_in_use().store(impl, std::memory_order_relaxed);
+}
+
+AttentionImpl attention_impl() {
+  return impl_in_use().load(std::memory_order_relaxed);
+}
 
 void attention_forward(Storage dt, void* out, float* lse, const void* qkv, int B, int T, int C,
                        int NH, cudaStream_t stream) {
   if (B <= 0 || T <= 0) return;
+  if (!force_simt() && attention_tc_supported(dt, C, NH, out, qkv)) {
+    attention_tc_forward(dt, out, lse, qkv, B, T, C, NH, stream);
+    return;
+  }
   const Shape sh = make_shape(T, C, NH);
   const int ldk = padded(sh.hs);
   const size_t shared =
@@ -406,6 +437,10 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
                         const float* lse, int B, int T, int C, int NH, float* scratch,
                         cudaStream_t stream) {
   if (B <= 0 || T <= 0) return;
+  if (!force_simt() && attention_tc_supported(dt, C, NH, dqkv, dout, qkv, out)) {
+    attention_tc_backward(dt, dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);
+    return;
+  }
   const Shape sh = make_shape(T, C, NH);
   const int ldk = padded(sh.hs);
   const int64_t rows = static_cast<int64_t>(B) * NH * T;

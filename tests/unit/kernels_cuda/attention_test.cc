@@ -1,11 +1,13 @@
 // Fused causal attention of the CUDA backend against the CPU reference (metric and limits:
-// cuda_test_util.h). Skips without a GPU.
+// cuda_test_util.h), through both implementations: the tensor-core kernels (bf16/fp16, head
+// sizes 32/64/128) and the SIMT ones. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "core/error.h"
 #include "cuda_test_util.h"
+#include "kernels/cuda/attention.h"
 
 namespace zerod {
 namespace {
@@ -17,16 +19,27 @@ struct Shape {
   int B, T, C, NH;
 };
 // Head sizes 16, 64, 80 and 256 (1, 2, 4 (partly used) and 8 channels per lane, the last past
-// 48 KiB of shared memory); T not a multiple of the 32-row tiles, and a single position.
-constexpr Shape kShapes[] = {
-    {2, 67, 48, 3}, {2, 100, 128, 2}, {1, 45, 160, 2}, {1, 40, 256, 1}, {3, 1, 64, 4}};
+// 48 KiB of shared memory); T not a multiple of the 32-row tiles, and a single position. For the
+// tensor-core kernels (64-row tiles): head sizes 32, 64 and 128, T across several tiles and not a
+// multiple of 64.
+constexpr Shape kShapes[] = {{2, 67, 48, 3},   {2, 100, 128, 2}, {1, 45, 160, 2},
+                             {1, 40, 256, 1},  {3, 1, 64, 4},    {2, 130, 96, 3},
+                             {1, 193, 256, 2}, {1, 64, 128, 4},  {2, 7, 384, 3}};
 
 std::string label(DType dt, const Shape& s) {
   return std::string(dtype_name(dt)) + " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
-         " C=" + std::to_string(s.C) + " NH=" + std::to_string(s.NH);
+         " C=" + std::to_string(s.C) + " NH=" + std::to_string(s.NH) +
+         (cuda::attention_impl() == cuda::AttentionImpl::kSimt ? " simt" : " auto");
 }
 
-TEST(CudaAttention, ForwardMatchesTheCpuOutputAndLse) {
+// Runs the test body under each implementation, restoring the automatic choice after.
+class CudaAttention : public ::testing::TestWithParam<cuda::AttentionImpl> {
+ protected:
+  void SetUp() override { cuda::set_attention_impl(GetParam()); }
+  void TearDown() override { cuda::set_attention_impl(cuda::AttentionImpl::kAuto); }
+};
+
+TEST_P(CudaAttention, ForwardMatchesTheCpuOutputAndLse) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   for (DType dt : test::kAllDtypes) {
     for (const Shape& s : kShapes) {
@@ -47,7 +60,7 @@ TEST(CudaAttention, ForwardMatchesTheCpuOutputAndLse) {
   }
 }
 
-TEST(CudaAttention, BackwardMatchesTheCpu) {
+TEST_P(CudaAttention, BackwardMatchesTheCpu) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   for (DType dt : test::kAllDtypes) {
     for (const Shape& s : kShapes) {
@@ -72,7 +85,13 @@ TEST(CudaAttention, BackwardMatchesTheCpu) {
   }
 }
 
-TEST(CudaAttention, RejectsHeadSizesItCannotRun) {
+INSTANTIATE_TEST_SUITE_P(Impl, CudaAttention,
+                         ::testing::Values(cuda::AttentionImpl::kAuto, cuda::AttentionImpl::kSimt),
+                         [](const auto& info) {
+                           return info.param == cuda::AttentionImpl::kSimt ? "simt" : "auto";
+                         });
+
+TEST(CudaAttentionHeads, RejectsHeadSizesItCannotRun) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   auto be = make_cuda_backend(DType::kBF16);
   EXPECT_THROW(be->attention_forward(nullptr, nullptr, nullptr, 1, 4, 512, 1), Error);
