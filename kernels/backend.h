@@ -98,6 +98,12 @@ class Backend {
   // out (N,C) = (inp - mean) * rstd * weight + bias; mean (N) =, rstd (N) = (fp32).
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int64_t N, int C) = 0;
+  // Fused residual + layernorm: res (N,C) = a + b stored in the compute dtype (exactly
+  // residual_forward then round_to_compute), then out (N,C), mean, rstd = layernorm_forward of
+  // res. One pass over the rows on a GPU. res may be a or b.
+  virtual void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int64_t N, int C) = 0;
   // dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
   virtual void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                   const void* inp, const void* weight, const float* mean,

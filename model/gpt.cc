@@ -192,11 +192,10 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
                        C);
   });
   round(proj_tmp_, N * C);
-  timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
-  round(a.res2, N * C);
+  // res2 = res_in + proj (stored rounded), ln2 = layernorm(res2): one fused op.
   timed(timer(), times_.layernorm, [&] {
-    be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, at(w, o.ln2_w, esz_),
-                          at(w, o.ln2_b, esz_), N, C);
+    be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, proj_tmp_,
+                                   at(w, o.ln2_w, esz_), at(w, o.ln2_b, esz_), N, C);
   });
   round(a.ln2, N * C);
   timed(timer(), times_.matmul_fwd, [&] {

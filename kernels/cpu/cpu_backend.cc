@@ -65,6 +65,16 @@ void CpuBackend::layernorm_forward(void* out, float* mean, float* rstd, const vo
   cpu::layernorm_forward(F(out), mean, rstd, F(inp), F(weight), F(bias), N, C);
 }
 
+// The reference: the three ops it fuses, in order.
+void CpuBackend::residual_layernorm_forward(void* res, void* out, float* mean, float* rstd,
+                                            const void* a, const void* b, const void* weight,
+                                            const void* bias, int64_t N, int C) {
+  const int64_t n = N * C;
+  residual_forward(res, a, b, n);
+  round_to_compute(res, n);
+  layernorm_forward(out, mean, rstd, res, weight, bias, N, C);
+}
+
 void CpuBackend::layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                     const void* inp, const void* weight, const float* mean,
                                     const float* rstd, int64_t N, int C) {

@@ -30,6 +30,9 @@ class CpuBackend final : public Backend {
 
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int64_t N, int C) override;
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int64_t N,
+                                  int C) override;
   void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                           const void* weight, const float* mean, const float* rstd, int64_t N,
                           int C) override;

@@ -273,6 +273,13 @@ class CudaBackend final : public Backend {
     cuda::layernorm_forward(st_, out, mean, rstd, inp, weight, bias, N, C, stream_);
   }
 
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int64_t N,
+                                  int C) override {
+    activate();
+    cuda::residual_layernorm_forward(st_, res, out, mean, rstd, a, b, weight, bias, N, C, stream_);
+  }
+
   void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                           const void* weight, const float* mean, const float* rstd, int64_t N,
                           int C) override {

@@ -43,6 +43,42 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
+// As layernorm_forward_kernel on res = a + b (stored, then normalised): each lane rereads the
+// res elements it wrote itself.
+template <class T>
+__global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, float* rstd,
+                                                  const T* a, const T* b, const T* weight,
+                                                  const T* bias, int64_t N, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const T* xa = a + row * C;
+  const T* xb = b + row * C;
+  T* x = res + row * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const T v = from_f32<T>(to_f32(xa[c]) + to_f32(xb[c]));
+    x[c] = v;
+    sum += to_f32(v);
+  }
+  const float m = warp_sum(sum) * inv_c;
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_f32(x[c]) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(warp_sum(sq) * inv_c + kEps);
+  T* o = out + row * C;
+  for (int c = lane; c < C; c += 32) {
+    o[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
 template <class T>
 __global__ void layernorm_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
                                       const float* mean, const float* rstd, int64_t N, int C) {
@@ -124,6 +160,19 @@ void layernorm_forward(Storage dt, void* out, float* mean, float* rstd, const vo
         static_cast<const T*>(bias), N, C);
   });
   check(cudaGetLastError(), "layernorm_forward kernel launch");
+}
+
+void residual_layernorm_forward(Storage dt, void* res, void* out, float* mean, float* rstd,
+                                const void* a, const void* b, const void* weight, const void* bias,
+                                int64_t N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    residual_layernorm_forward_kernel<T><<<row_blocks(N), kRowThreads, 0, stream>>>(
+        static_cast<T*>(res), static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
+        static_cast<const T*>(b), static_cast<const T*>(weight), static_cast<const T*>(bias), N, C);
+  });
+  check(cudaGetLastError(), "residual_layernorm_forward kernel launch");
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t N, int C) {

@@ -16,6 +16,12 @@ namespace zerod::cuda {
 void layernorm_forward(Storage dt, void* out, float* mean, float* rstd, const void* inp,
                        const void* weight, const void* bias, int64_t N, int C, cudaStream_t stream);
 
+// res (N,C) = a + b rounded once to the storage type, then out, mean, rstd = the layernorm of
+// res, in one kernel (a warp per row). res may be a or b.
+void residual_layernorm_forward(Storage dt, void* res, void* out, float* mean, float* rstd,
+                                const void* a, const void* b, const void* weight, const void* bias,
+                                int64_t N, int C, cudaStream_t stream);
+
 // Bytes of device scratch layernorm_backward needs (fp32 partial sums of dweight and dbias).
 size_t layernorm_backward_scratch_bytes(int64_t N, int C);
 

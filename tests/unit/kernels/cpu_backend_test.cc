@@ -80,6 +80,24 @@ TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
   EXPECT_TRUE(test::bitwise_equal(y1, y2));
   EXPECT_TRUE(test::bitwise_equal(r1, r2));
 
+  // Fused residual + layernorm: the residual rounded to bf16, then the layernorm of that; also
+  // with the residual written over its first input.
+  const VecF other = test::randn(N * C, 1017);
+  VecF res1(N * C), res2(N * C);
+  be->residual_layernorm_forward(res1.data(), y1.data(), m1.data(), r1.data(), inp.data(),
+                                 other.data(), lw.data(), lb.data(), N, C);
+  for (int64_t i = 0; i < N * C; ++i) res2[i] = round_bf16(inp[i] + other[i]);
+  cpu::layernorm_forward(y2.data(), m2.data(), r2.data(), res2.data(), lw.data(), lb.data(), N, C);
+  EXPECT_TRUE(test::bitwise_equal(res1, res2));
+  EXPECT_TRUE(test::bitwise_equal(y1, y2));
+  EXPECT_TRUE(test::bitwise_equal(m1, m2));
+  EXPECT_TRUE(test::bitwise_equal(r1, r2));
+  VecF in_place = inp;
+  be->residual_layernorm_forward(in_place.data(), y1.data(), m1.data(), r1.data(), in_place.data(),
+                                 other.data(), lw.data(), lb.data(), N, C);
+  EXPECT_TRUE(test::bitwise_equal(in_place, res2));
+  EXPECT_TRUE(test::bitwise_equal(y1, y2));
+
   // The sum of squares and the optimizer's rounded copy (bf16 backend).
   EXPECT_DOUBLE_EQ(be->sum_squares(inp.data(), N * C), cpu::sum_squares(inp.data(), N * C));
   VecF master = test::randn(100, 1015), m(100, 0.0f), v(100, 0.0f), param(100, test::kNaN);

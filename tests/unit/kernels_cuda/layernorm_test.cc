@@ -43,6 +43,42 @@ TEST(CudaLayerNorm, ForwardMatchesTheCpu) {
   }
 }
 
+// The fused residual + layernorm against the CPU's (residual, rounding, layernorm), also in place
+// (the residual written over its first input).
+TEST(CudaLayerNorm, FusedResidualForwardMatchesTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " N=" + std::to_string(s.N) +
+                     " C=" + std::to_string(s.C) + (in_place ? " in place" : ""));
+        Backends be(dt);
+        const int64_t NC = s.N * s.C;
+        const VecF a = be.round(test::randn(NC, 70, 2.0f, 0.5f));
+        const VecF b = be.round(test::randn(NC, 71));
+        const VecF w = be.round(test::randn(s.C, 72)), bias = be.round(test::randn(s.C, 73));
+        VecF res(NC), out(NC), mean(s.N), rstd(s.N);
+        be.cpu->residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(),
+                                           a.data(), b.data(), w.data(), bias.data(), s.N, s.C);
+        Buffer d_a = be.compute(a), d_b = be.compute(b), d_w = be.compute(w),
+               d_bias = be.compute(bias);
+        Buffer d_res = be.poisoned_compute(NC), d_out = be.poisoned_compute(NC);
+        Buffer d_mean = be.poisoned_f32(s.N), d_rstd = be.poisoned_f32(s.N);
+        void* res_ptr = in_place ? d_a.data() : d_res.data();
+        be.gpu->residual_layernorm_forward(res_ptr, d_out.data(), d_mean.as<float>(),
+                                           d_rstd.as<float>(), d_a.data(), d_b.data(), d_w.data(),
+                                           d_bias.data(), s.N, s.C);
+        Buffer& got_res = in_place ? d_a : d_res;
+        // The residual is one rounding of the same sum on both sides.
+        EXPECT_TRUE(test::close(be.read_compute(got_res, NC), res, 1e-6));
+        EXPECT_TRUE(test::close(be.read_compute(d_out, NC), out, test::tolerance(dt)));
+        EXPECT_TRUE(test::close(be.read_f32(d_mean, s.N), mean, 1e-5));
+        EXPECT_TRUE(test::close(be.read_f32(d_rstd, s.N), rstd, 1e-5));
+      }
+    }
+  }
+}
+
 TEST(CudaLayerNorm, BackwardAccumulatesLikeTheCpu) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   for (DType dt : test::kAllDtypes) {

@@ -71,6 +71,11 @@ class StrictDeviceBackend final : public Backend {
                          const void* bias, int64_t N, int C) override {
     run([&] { cpu_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
   }
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int64_t N,
+                                  int C) override {
+    run([&] { cpu_->residual_layernorm_forward(res, out, mean, rstd, a, b, weight, bias, N, C); });
+  }
   void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                           const void* weight, const float* mean, const float* rstd, int64_t N,
                           int C) override {
