@@ -16,16 +16,13 @@ constexpr int kRowsPerBlock = kRowThreads / 32;
 constexpr int kChannelThreads = 128;
 constexpr int64_t kMinChunkRows = 16;  // (row_chunks)
 
+// The rest of a layernorm row once its lane's partial `sum` of x is known (one warp per row):
+// mean, centred variance, out, and (lane 0) the statistics. x is read again by each lane.
 template <class T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, int64_t N, int C) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= N) return;
+__device__ __forceinline__ void layernorm_row(T* out, float* mean, float* rstd, const T* x,
+                                              const T* weight, const T* bias, float sum,
+                                              int64_t row, int C, int lane) {
   const float inv_c = 1.0f / static_cast<float>(C);
-  const T* x = inp + row * C;
-  float sum = 0.0f;
-  for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
   const float m = warp_sum(sum) * inv_c;
   float sq = 0.0f;
   for (int c = lane; c < C; c += 32) {
@@ -43,6 +40,18 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
+template <class T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
+                                         const T* weight, const T* bias, int64_t N, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
+  layernorm_row(out, mean, rstd, x, weight, bias, sum, row, C, lane);
+}
+
 // As layernorm_forward_kernel on res = a + b (stored, then normalised): each lane rereads the
 // res elements it wrote itself.
 template <class T>
@@ -52,7 +61,6 @@ __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, f
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float inv_c = 1.0f / static_cast<float>(C);
   const T* xa = a + row * C;
   const T* xb = b + row * C;
   T* x = res + row * C;
@@ -62,21 +70,7 @@ __global__ void residual_layernorm_forward_kernel(T* res, T* out, float* mean, f
     x[c] = v;
     sum += to_f32(v);
   }
-  const float m = warp_sum(sum) * inv_c;
-  float sq = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - m;
-    sq += d * d;
-  }
-  const float s = 1.0f / sqrtf(warp_sum(sq) * inv_c + kEps);
-  T* o = out + row * C;
-  for (int c = lane; c < C; c += 32) {
-    o[c] = from_f32<T>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-  }
-  if (lane == 0) {
-    mean[row] = m;
-    rstd[row] = s;
-  }
+  layernorm_row(out, mean, rstd, static_cast<const T*>(x), weight, bias, sum, row, C, lane);
 }
 
 template <class T>
