@@ -65,9 +65,13 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   data_->schedule.emplace(cfg_.scheduler, cfg_.optimizer);
   data_->scaler.emplace(cfg_.fp16);
 
-  RankDevice device = make_rank_device(cfg_, ctx_);
-  backend_ = std::move(device.backend);
-  device_comm_ = std::move(device.device_comm);
+  if (options_.backend) {
+    backend_ = options_.backend();
+  } else {
+    RankDevice device = make_rank_device(cfg_, ctx_);
+    backend_ = std::move(device.backend);
+    device_comm_ = std::move(device.device_comm);
+  }
   model_ =
       std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
   offload_preflight(cfg_, ctx_, model_->layout());

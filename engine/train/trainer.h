@@ -46,6 +46,9 @@ struct TrainerOptions {
   std::function<void(const StepMetrics&)> on_step;  // called after every step
   JobControl* control = nullptr;   // the daemon's commands and progress (not owned)
   MetricsSink* metrics = nullptr;  // e.g. the Prometheus endpoint (not owned)
+  // The backend to compute on instead of train.device's (tests: a backend that checks the GPU
+  // paths on the CPU). Collectives then go through the rank's communicator.
+  std::function<std::unique_ptr<Backend>()> backend;
 };
 
 class Trainer {
