@@ -506,10 +506,6 @@ TcShape make_tc_shape(int T, int C, int NH) {
   return sh;
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 }  // namespace
 
 bool attention_tc_supported(Storage dt, int C, int NH, const void* a, const void* b, const void* c,
@@ -518,7 +514,7 @@ bool attention_tc_supported(Storage dt, int C, int NH, const void* a, const void
   if (NH <= 0 || C % NH != 0) return false;
   const int hs = C / NH;
   if (hs != 32 && hs != 64 && hs != 128) return false;
-  return aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d);
+  return aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d);  // (null: aligned)
 }
 
 void attention_tc_forward(Storage dt, void* out, float* lse, const void* qkv, int B, int T, int C,

@@ -94,6 +94,68 @@ __device__ __forceinline__ int64_t grid_threads() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
+// ---- vectorised elementwise maps -------------------------------------------------------------
+// 16 bytes of T: 4 floats or 8 bf16 / fp16, loaded and stored as one vector.
+template <class T>
+struct alignas(16) Pack16 {
+  static constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  T v[kN];
+};
+
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// out[i] = f(a[i]) (map1) or f(a[i], b[i]) (map2) in fp32, stored in T, for i < n: in 16-byte
+// packs when `vec` (every pointer 16-byte aligned), the tail and unaligned tensors element by
+// element. out may be a or b (each element is read before it is written, by the same thread).
+template <class T, class F>
+__global__ void map1_kernel(T* out, const T* a, int64_t n, bool vec, F f) {
+  using P = Pack16<T>;
+  const int64_t packs = vec ? n / P::kN : 0;
+  for (int64_t p = global_thread(); p < packs; p += grid_threads()) {
+    const P x = reinterpret_cast<const P*>(a)[p];
+    P y;
+#pragma unroll
+    for (int k = 0; k < P::kN; ++k) y.v[k] = from_f32<T>(f(to_f32(x.v[k])));
+    reinterpret_cast<P*>(out)[p] = y;
+  }
+  for (int64_t i = packs * P::kN + global_thread(); i < n; i += grid_threads())
+    out[i] = from_f32<T>(f(to_f32(a[i])));
+}
+
+template <class T, class F>
+__global__ void map2_kernel(T* out, const T* a, const T* b, int64_t n, bool vec, F f) {
+  using P = Pack16<T>;
+  const int64_t packs = vec ? n / P::kN : 0;
+  for (int64_t p = global_thread(); p < packs; p += grid_threads()) {
+    const P x = reinterpret_cast<const P*>(a)[p];
+    const P z = reinterpret_cast<const P*>(b)[p];
+    P y;
+#pragma unroll
+    for (int k = 0; k < P::kN; ++k) y.v[k] = from_f32<T>(f(to_f32(x.v[k]), to_f32(z.v[k])));
+    reinterpret_cast<P*>(out)[p] = y;
+  }
+  for (int64_t i = packs * P::kN + global_thread(); i < n; i += grid_threads())
+    out[i] = from_f32<T>(f(to_f32(a[i]), to_f32(b[i])));
+}
+
+// Launches map1_kernel / map2_kernel for storage T on `stream` (n > 0).
+template <class T, class F>
+void launch_map1(T* out, const T* a, int64_t n, F f, cudaStream_t stream) {
+  const bool vec = aligned16(out) && aligned16(a);
+  const int64_t work = vec ? n / Pack16<T>::kN + n % Pack16<T>::kN : n;
+  map1_kernel<T, F>
+      <<<grid_stride_blocks(work), kElementwiseThreads, 0, stream>>>(out, a, n, vec, f);
+}
+template <class T, class F>
+void launch_map2(T* out, const T* a, const T* b, int64_t n, F f, cudaStream_t stream) {
+  const bool vec = aligned16(out) && aligned16(a) && aligned16(b);
+  const int64_t work = vec ? n / Pack16<T>::kN + n % Pack16<T>::kN : n;
+  map2_kernel<T, F>
+      <<<grid_stride_blocks(work), kElementwiseThreads, 0, stream>>>(out, a, b, n, vec, f);
+}
+
 // ---- reductions ------------------------------------------------------------------------------
 struct SumOp {
   template <class V>

@@ -32,6 +32,16 @@ TEST(CudaElementwise, GeluForwardAndBackwardMatchTheCpu) {
     be.gpu->gelu_backward(dinp.data(), dx.data(), dg.data(), kN);
     EXPECT_TRUE(test::close(be.read_compute(out, kN), want, test::tolerance(dt)));
     EXPECT_TRUE(test::close(be.read_compute(dinp, kN), want_d, test::tolerance(dt)));
+    // Tensors that are not 16-byte aligned (element by element, not in 16-byte packs): from the
+    // second element on.
+    Buffer out1 = be.poisoned_compute(kN);
+    const size_t e = be.gpu->compute_elem_size();
+    be.gpu->gelu_forward(static_cast<char*>(out1.data()) + e, static_cast<char*>(dx.data()) + e,
+                         kN - 1);
+    const VecF shifted = be.read_compute(out1, kN);
+    EXPECT_TRUE(std::isnan(shifted[0])) << "element 0 written";
+    EXPECT_TRUE(test::close(VecF(shifted.begin() + 1, shifted.end()),
+                            VecF(want.begin() + 1, want.end()), test::tolerance(dt)));
     // In place (dinp aliasing dout), as a model may call it.
     be.gpu->gelu_backward(dg.data(), dx.data(), dg.data(), kN);
     EXPECT_TRUE(test::close(be.read_compute(dg, kN), want_d, test::tolerance(dt)));
