@@ -9,7 +9,12 @@
 // (6 * N + 12 * L * H * Q * T FLOPs per token, N the parameters with the padded vocabulary)
 // against --peak-flops (989e12: H100/H200 SXM dense bf16).
 //
+// With --breakdown, a few more steps run with wall_clock_breakdown (the GPU synchronized around
+// every op) and the JSON gains "breakdown_ms": milliseconds per step in each kind of op, for
+// deciding what to tune (those steps are not part of the throughput).
+//
 //   zerod_gpu_bench [--steps 20] [--warmup 5] [--batch 0] [--max-batch 64] [--stage 0]
+//                   [--breakdown]
 //                   [--dtype bf16|fp32] [--layers 12 --heads 12 --embd 768 --seq 1024 ...]
 #include <CLI/CLI.hpp>
 
@@ -29,10 +34,12 @@ namespace {
 
 using namespace zerod;
 
+TrainDevice g_device = TrainDevice::kCuda;  // --device (cpu: a smoke test of this program)
+
 JobConfig gpu_job(const bench::BenchShape& shape, const bench::SyntheticData& data, int64_t steps,
                   int stage) {
   JobConfig cfg = bench::bench_job(shape, data, steps, 1, fmt::format(R"({{"stage": {}}})", stage));
-  cfg.train.device = TrainDevice::kCuda;
+  cfg.train.device = g_device;
   cfg.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
   cfg.steps_per_print = 0;
   return cfg;
@@ -49,6 +56,8 @@ int main(int argc, char** argv) {
   log::init();
   CLI::App app{"zerod GPU training benchmark (GPT-2 124M on one GPU)"};
   int steps = 20, warmup = 5, max_batch = 64, stage = 0;
+  bool breakdown = false;
+  std::string device = "cuda";
   double peak = 989e12;
   bench::BenchShape shape;
   shape.layers = 12;
@@ -60,6 +69,10 @@ int main(int argc, char** argv) {
   shape.dtype = "bf16";
   app.add_option("--steps", steps, "measured steps")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
+  app.add_option("--device", device, "cuda, or cpu to smoke-test this program on a tiny shape")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_flag("--breakdown", breakdown, "also time each kind of op (synchronized) in 3 steps");
   app.add_option("--max-batch", max_batch, "largest micro-batch the search tries")
       ->capture_default_str();
   app.add_option("--stage", stage, "ZeRO stage (one GPU)")->check(CLI::Range(0, 3));
@@ -70,7 +83,8 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
 
   try {
-    if (visible_gpus() == 0) {
+    if (device == "cpu") g_device = TrainDevice::kCpu;
+    if (g_device == TrainDevice::kCuda && visible_gpus() == 0) {
       std::fprintf(stderr, "zerod_gpu_bench: no GPU visible\n");
       return 2;
     }
@@ -125,7 +139,7 @@ int main(int argc, char** argv) {
     const double tps = tokens / median;
     nlohmann::json out = {
         {"impl", "zerod"},
-        {"device", trainer.backend().device_name()},
+        {"device", device == "cpu" ? std::string("cpu") : trainer.backend().device_name()},
         {"model", fmt::format("gpt2 L{} H{} C{}", spec.n_layer, spec.n_head, spec.n_embd)},
         {"params", static_cast<int64_t>(n_params)},
         {"layers", spec.n_layer},
@@ -153,6 +167,29 @@ int main(int argc, char** argv) {
         {"final_loss", last_loss},
         {"max_mem_gib", static_cast<double>(trainer.memory().total_peak()) / (1 << 30)},
     };
+    if (breakdown) {
+      // 1 unmeasured + 2 measured steps with every op synchronized and timed.
+      JobConfig timed = gpu_job(shape, data, 3, stage);
+      timed.wall_clock_breakdown = true;
+      TrainerOptions quiet;
+      quiet.log_steps = false;
+      Trainer t(timed, quiet);
+      t.run();  // (the model's times cover all 3 steps; the first includes warm-up)
+      const OpTimes& o = t.model().times();
+      const double per = 1e3 / 3.0;
+      out["breakdown_ms"] = {{"forward", o.forward * per},
+                             {"backward", o.backward * per},
+                             {"zero_wait", o.zero_wait * per},
+                             {"matmul_fwd", o.matmul_fwd * per},
+                             {"matmul_bwd", o.matmul_bwd * per},
+                             {"attention_fwd", o.attention_fwd * per},
+                             {"attention_bwd", o.attention_bwd * per},
+                             {"layernorm", o.layernorm * per},
+                             {"gelu", o.gelu * per},
+                             {"residual", o.residual * per},
+                             {"classifier", o.classifier * per},
+                             {"encoder", o.encoder * per}};
+    }
     std::printf("%s\n", out.dump().c_str());
     return 0;
   } catch (const InputError& e) {
