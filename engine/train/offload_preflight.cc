@@ -66,11 +66,14 @@ SwapOptions swap_options(const JobConfig& cfg) {
   return o;
 }
 
-OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world) {
+OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world,
+                         int64_t elem_bytes) {
   const int stage = cfg.zero.stage;
   const Partition part(layout, stage >= 1 ? world : 1);
   const int64_t shard = part.shard_elems_total();
-  const int64_t esz = cfg.compute_dtype() == DType::kF32 ? 4 : 2;
+  const int64_t esz = elem_bytes;
+  // fp32 runs keep no separate master: the weights are it (4-byte elements without a dtype).
+  const bool fp32 = cfg.compute_dtype() == DType::kF32;
   OffloadPlan p;
   p.device = esz * (stage >= 3 ? shard : part.padded_elems_total()) +
              esz * (stage >= 2 ? shard : part.padded_elems_total());
@@ -78,7 +81,7 @@ OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int wo
   const int64_t states = 12 * shard;  // fp32 master, exp_avg, exp_avg_sq
   switch (oo.device) {
     case OffloadDevice::kNone:
-      p.device += esz == 4 ? 8 * shard : states;  // fp32: the weights are the master
+      p.device += fp32 ? 8 * shard : states;  // fp32: the weights are the master
       break;
     case OffloadDevice::kCpu:
       p.host = static_cast<int64_t>(static_cast<double>(states) * oo.ratio);
@@ -173,11 +176,12 @@ std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const s
   return "";
 }
 
-void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout) {
+void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout,
+                       int64_t elem_bytes) {
   const OffloadOptimizerConfig& oo = cfg.zero.offload_optimizer;
   const OffloadParamConfig& op = cfg.zero.offload_param;
   if (oo.device == OffloadDevice::kNone && op.device == OffloadDevice::kNone) return;
-  const OffloadPlan plan = plan_offload(cfg, layout, ctx.world_size);
+  const OffloadPlan plan = plan_offload(cfg, layout, ctx.world_size, elem_bytes);
   // The ranks of this process share the folders; other nodes check their own. When both
   // sections name the same folder, it must hold both files.
   const bool same = oo.device == OffloadDevice::kNvme && op.device == OffloadDevice::kNvme &&

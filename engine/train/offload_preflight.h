@@ -30,8 +30,11 @@ std::string param_swap_path(const std::string& nvme_path, int rank);
 // The swapper settings of a job: sub_group_size, offload_optimizer's buffer_count, pipeline_*,
 // pin_memory, and the aio section.
 SwapOptions swap_options(const JobConfig& cfg);
-// The bytes of one rank of `world` for this job's ZeRO stage, dtype and offload settings.
-OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world);
+// The bytes of one rank of `world` for this job's ZeRO stage and offload settings, with compute
+// elements of `elem_bytes` as the backend stores them (2 for bf16/fp16 on a GPU; 4 on the CPU,
+// which keeps every dtype in fp32 arrays).
+OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int world,
+                         int64_t elem_bytes);
 // Removes the swap files in nvme_path that processes of this host which no longer exist left
 // behind (killed runs); returns their paths. Other hosts' files (a shared folder) are left.
 std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path);
@@ -40,6 +43,7 @@ std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path);
 std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what);
 // Runs the checks on every rank, collectively (every rank throws the same InputError when any
 // rank's check fails); the leader logs the plan.
-void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout);
+void offload_preflight(const JobConfig& cfg, const RankContext& ctx, const ParamLayout& layout,
+                       int64_t elem_bytes);
 
 }  // namespace zerod

@@ -74,7 +74,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   model_ =
       std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
-  offload_preflight(cfg_, ctx_, model_->layout());
+  offload_preflight(cfg_, ctx_, model_->layout(),
+                    static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
   zo.stage = cfg_.zero.stage;
   zo.world_size = ctx_.world_size;
