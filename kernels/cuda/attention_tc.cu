@@ -119,6 +119,35 @@ __device__ __forceinline__ void warp_abt(float* out, const T* a, const T* b, int
   }
 }
 
+// acc (16, 16) += A (16, 16t) x B (16t rows, 16) over t in [t_begin, t_end): A row-major with row
+// stride lda (its 16-column blocks side by side), B row-major with row stride ldb (its 16-row
+// blocks stacked), both 16-bit in shared memory. One warp.
+template <class T>
+__device__ __forceinline__ void warp_ab_acc(FragC& acc, const T* a, int lda, const T* b, int ldb,
+                                            int t_begin, int t_end) {
+  for (int t = t_begin; t < t_end; ++t) {
+    FragA<T> fa;
+    FragBRow<T> fb;
+    wmma::load_matrix_sync(fa, a + 16 * t, lda);
+    wmma::load_matrix_sync(fb, b + 16 * t * ldb, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
+// Rows [first_row, first_row + 16) of dst (row stride `stride`, 16 columns), those below T, =
+// scale * tile (16, 16), an fp32 tile in shared memory with row stride kLdS. One warp.
+template <class T>
+__device__ __forceinline__ void warp_store_tile(T* dst, int64_t stride, const float* tile,
+                                                int first_row, int T_, float scale, int lane) {
+  for (int idx = lane; idx < 256; idx += 32) {
+    const int r = idx >> 4;
+    const int c = idx & 15;
+    const int row = first_row + r;
+    if (row < T_)
+      dst[static_cast<int64_t>(row) * stride + c] = from_f32<T>(tile[r * kLdS + c] * scale);
+  }
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 template <class T, int HS>
@@ -193,13 +222,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     for (int dt = 0; dt < HS / 16; ++dt) {
       FragC acc;
       wmma::load_matrix_sync(acc, o_w + 16 * dt, ldo, wmma::mem_row_major);
-      for (int kt = 0; kt < nkt; ++kt) {
-        FragA<T> fa;
-        FragBRow<T> fb;
-        wmma::load_matrix_sync(fa, p_w + 16 * kt, kLdP);
-        wmma::load_matrix_sync(fb, v_s + 16 * kt * ldx + 16 * dt, ldx);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
+      warp_ab_acc(acc, p_w, kLdP, v_s + 16 * dt, ldx, 0, nkt);
       wmma::store_matrix_sync(o_w + 16 * dt, acc, ldo, wmma::mem_row_major);
     }
   }
@@ -309,15 +332,8 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     }
     __syncwarp();
 #pragma unroll
-    for (int dt = 0; dt < HS / 16; ++dt) {
-      for (int kt = 0; kt < nkt; ++kt) {
-        FragA<T> fa;
-        FragBRow<T> fb;
-        wmma::load_matrix_sync(fa, ds_w + 16 * kt, kLdP);
-        wmma::load_matrix_sync(fb, k_s + 16 * kt * ldx + 16 * dt, ldx);
-        wmma::mma_sync(dq[dt], fa, fb, dq[dt]);
-      }
-    }
+    for (int dt = 0; dt < HS / 16; ++dt)
+      warp_ab_acc(dq[dt], ds_w, kLdP, k_s + 16 * dt, ldx, 0, nkt);
   }
 
   if (!active) return;
@@ -327,15 +343,9 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     __syncwarp();  // the previous 16 channels are written out
     wmma::store_matrix_sync(s_w, dq[dt], kLdS, wmma::mem_row_major);
     __syncwarp();
-    for (int idx = lane; idx < 256; idx += 32) {
-      const int r = idx >> 4;
-      const int c = idx & 15;
-      const int i = r0 + r;
-      if (i < sh.T) {
-        dqkv[(static_cast<int64_t>(b) * sh.T + i) * C3 + static_cast<int64_t>(h) * HS + 16 * dt +
-             c] = from_f32<T>(s_w[r * kLdS + c] * sh.scale);
-      }
-    }
+    warp_store_tile(
+        dqkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS + 16 * dt, C3,
+        s_w, r0, sh.T, sh.scale, lane);
   }
 }
 
@@ -421,16 +431,8 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     __syncwarp();
 #pragma unroll
     for (int dt = 0; dt < HS / 16; ++dt) {
-      for (int mt = m_begin; mt < m_end; ++mt) {
-        FragA<T> fa;
-        FragBRow<T> fb;
-        wmma::load_matrix_sync(fa, pt_w + 16 * mt, kLdP);
-        wmma::load_matrix_sync(fb, do_s + 16 * mt * ldx + 16 * dt, ldx);
-        wmma::mma_sync(dv[dt], fa, fb, dv[dt]);
-        wmma::load_matrix_sync(fa, dst_w + 16 * mt, kLdP);
-        wmma::load_matrix_sync(fb, q_s + 16 * mt * ldx + 16 * dt, ldx);
-        wmma::mma_sync(dk[dt], fa, fb, dk[dt]);
-      }
+      warp_ab_acc(dv[dt], pt_w, kLdP, do_s + 16 * dt, ldx, m_begin, m_end);
+      warp_ab_acc(dk[dt], dst_w, kLdP, q_s + 16 * dt, ldx, m_begin, m_end);
     }
   }
 
@@ -442,17 +444,10 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     wmma::store_matrix_sync(st_w, dk[dt], kLdS, wmma::mem_row_major);
     wmma::store_matrix_sync(dpt_w, dv[dt], kLdS, wmma::mem_row_major);
     __syncwarp();
-    for (int idx = lane; idx < 256; idx += 32) {
-      const int r = idx >> 4;
-      const int c = idx & 15;
-      const int j = j0 + r;
-      if (j < sh.T) {
-        T* row = dqkv + (static_cast<int64_t>(b) * sh.T + j) * C3 + static_cast<int64_t>(h) * HS +
-                 16 * dt + c;
-        row[sh.C] = from_f32<T>(st_w[r * kLdS + c] * sh.scale);
-        row[2 * static_cast<int64_t>(sh.C)] = from_f32<T>(dpt_w[r * kLdS + c]);
-      }
-    }
+    T* dk_cols =
+        dqkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS + 16 * dt + sh.C;
+    warp_store_tile(dk_cols, C3, st_w, j0, sh.T, sh.scale, lane);
+    warp_store_tile(dk_cols + sh.C, C3, dpt_w, j0, sh.T, 1.0f, lane);
   }
 }
 
