@@ -62,6 +62,34 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
+// acc[e] (channel lane + 32 e) += sum over rows jj < count of coef_jj * rows[jj * ld + channel],
+// where coef_jj is lane jj's `coef` (broadcast over the warp). One warp; count <= 32.
+template <int DPL>
+__device__ __forceinline__ void warp_accumulate_rows(float (&acc)[DPL], float coef,
+                                                     const float* rows, int ld, int count, int hs,
+                                                     int lane) {
+  for (int jj = 0; jj < count; ++jj) {
+    const float cj = __shfl_sync(kFullMask, coef, jj);
+    const float* row = rows + jj * ld;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) {
+      const int d = lane + 32 * e;
+      if (d < hs) acc[e] += cj * row[d];
+    }
+  }
+}
+
+// dst[d] = acc[e] * scale for the lane's channels d = lane + 32 e < hs.
+template <class T, int DPL>
+__device__ __forceinline__ void store_row(T* dst, const float (&acc)[DPL], float scale, int hs,
+                                          int lane) {
+#pragma unroll
+  for (int e = 0; e < DPL; ++e) {
+    const int d = lane + 32 * e;
+    if (d < hs) dst[d] = from_f32<T>(acc[e] * scale);
+  }
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 template <class T, int DPL>
@@ -114,16 +142,7 @@ __global__ void __launch_bounds__(kThreads)
       m[rr] = m_new;
 #pragma unroll
       for (int e = 0; e < DPL; ++e) o[rr][e] *= alpha;
-      const int visible = min(kTile, i - k0 + 1);
-      for (int jj = 0; jj < visible; ++jj) {
-        const float pj = __shfl_sync(kFullMask, p, jj);
-        const float* vr = v_s + jj * ldk;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) o[rr][e] += pj * vr[d];
-        }
-      }
+      warp_accumulate_rows(o[rr], p, v_s, ldk, min(kTile, i - k0 + 1), hs, lane);
     }
   }
 
@@ -132,12 +151,8 @@ __global__ void __launch_bounds__(kThreads)
     const int i = q0 + warp * kRowsPerWarp + rr;
     if (i >= sh.T) continue;
     const float inv = 1.0f / l[rr];
-    T* orow = out + (static_cast<int64_t>(b) * sh.T + i) * sh.C + static_cast<int64_t>(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) orow[d] = from_f32<T>(o[rr][e] * inv);
-    }
+    store_row(out + (static_cast<int64_t>(b) * sh.T + i) * sh.C + static_cast<int64_t>(h) * hs,
+              o[rr], inv, hs, lane);
     if (lane == 0) lse[(static_cast<int64_t>(b) * sh.NH + h) * sh.T + i] = m[rr] + logf(l[rr]);
   }
 }
@@ -212,16 +227,7 @@ __global__ void __launch_bounds__(kThreads)
         const float p = expf(dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale - lse_r[rr]);
         ds = p * (dot(do_s + r * hs, v_s + lane * ldk, hs) - d_r[rr]);
       }
-      const int visible = min(kTile, i - k0 + 1);
-      for (int jj = 0; jj < visible; ++jj) {
-        const float dsj = __shfl_sync(kFullMask, ds, jj);
-        const float* kr = k_s + jj * ldk;
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) dq[rr][e] += dsj * kr[d];
-        }
-      }
+      warp_accumulate_rows(dq[rr], ds, k_s, ldk, min(kTile, i - k0 + 1), hs, lane);
     }
   }
 
@@ -229,12 +235,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int i = q0 + warp * kRowsPerWarp + rr;
     if (i >= sh.T) continue;
-    T* dqrow = dqkv + (static_cast<int64_t>(b) * sh.T + i) * C3 + static_cast<int64_t>(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) dqrow[d] = from_f32<T>(dq[rr][e] * sh.scale);
-    }
+    store_row(dqkv + (static_cast<int64_t>(b) * sh.T + i) * C3 + static_cast<int64_t>(h) * hs,
+              dq[rr], sh.scale, hs, lane);
   }
 }
 
@@ -328,14 +330,8 @@ __global__ void __launch_bounds__(kThreads)
     const int t = k0 + warp + kWarps * u;
     if (t >= sh.T) continue;
     T* row = dqkv + (static_cast<int64_t>(b) * sh.T + t) * C3 + static_cast<int64_t>(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) {
-        row[sh.C + d] = from_f32<T>(dk[u][e] * sh.scale);
-        row[2 * static_cast<int64_t>(sh.C) + d] = from_f32<T>(dv[u][e]);
-      }
-    }
+    store_row(row + sh.C, dk[u], sh.scale, hs, lane);
+    store_row(row + 2 * static_cast<int64_t>(sh.C), dv[u], 1.0f, hs, lane);
   }
 }
 
