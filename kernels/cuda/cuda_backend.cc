@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -189,67 +190,27 @@ class CudaBackend final : public Backend {
   void cast_to_compute(void* out, const float* in, int64_t n) override {
     if (n <= 0) return;
     if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
-    activate();
-    const bool in_dev = on_device(in, device_), out_dev = on_device(out, device_);
-    for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
-      const int64_t len = std::min(kStageElems, n - i0);
-      const float* src = in + i0;
-      auto* dst = static_cast<uint16_t*>(out) + i0;
-      float* stage_in = nullptr;
-      uint16_t* stage_out = nullptr;
-      stage(in_dev ? 0 : len, out_dev ? 0 : len, &stage_in, &stage_out);
-      if (!in_dev) {
-        check(cudaMemcpyAsync(stage_in, src, static_cast<size_t>(len) * 4, cudaMemcpyDefault,
-                              stream_),
-              "cast_to_compute: cudaMemcpyAsync in");
-        src = stage_in;
-      }
-      uint16_t* cast_out = out_dev ? dst : stage_out;
-      if (st_ == Storage::kBF16) {
-        cast_f32_to_bf16(cast_out, src, len, stream_);
-      } else {
-        cast_f32_to_f16(cast_out, src, len, stream_);
-      }
-      if (!out_dev) {
-        check(cudaMemcpyAsync(dst, stage_out, static_cast<size_t>(len) * 2, cudaMemcpyDefault,
-                              stream_),
-              "cast_to_compute: cudaMemcpyAsync out");
-      }
-      if (!in_dev || !out_dev) synchronize();  // the staging buffer is reused next piece
-    }
+    staged_convert(static_cast<uint16_t*>(out), in, n, "cast_to_compute",
+                   [&](uint16_t* o, const float* i, int64_t len) {
+                     if (st_ == Storage::kBF16) {
+                       cast_f32_to_bf16(o, i, len, stream_);
+                     } else {
+                       cast_f32_to_f16(o, i, len, stream_);
+                     }
+                   });
   }
 
   void cast_from_compute(float* out, const void* in, int64_t n) override {
     if (n <= 0) return;
     if (st_ == Storage::kF32) return copy(out, in, static_cast<size_t>(n) * sizeof(float));
-    activate();
-    const bool in_dev = on_device(in, device_), out_dev = on_device(out, device_);
-    for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
-      const int64_t len = std::min(kStageElems, n - i0);
-      const uint16_t* src = static_cast<const uint16_t*>(in) + i0;
-      float* dst = out + i0;
-      float* stage_out = nullptr;
-      uint16_t* stage_in = nullptr;
-      stage(out_dev ? 0 : len, in_dev ? 0 : len, &stage_out, &stage_in);
-      if (!in_dev) {
-        check(cudaMemcpyAsync(stage_in, src, static_cast<size_t>(len) * 2, cudaMemcpyDefault,
-                              stream_),
-              "cast_from_compute: cudaMemcpyAsync in");
-        src = stage_in;
-      }
-      float* cast_out = out_dev ? dst : stage_out;
-      if (st_ == Storage::kBF16) {
-        cast_bf16_to_f32(cast_out, src, len, stream_);
-      } else {
-        cast_f16_to_f32(cast_out, src, len, stream_);
-      }
-      if (!out_dev) {
-        check(cudaMemcpyAsync(dst, stage_out, static_cast<size_t>(len) * 4, cudaMemcpyDefault,
-                              stream_),
-              "cast_from_compute: cudaMemcpyAsync out");
-      }
-      if (!in_dev || !out_dev) synchronize();
-    }
+    staged_convert(out, static_cast<const uint16_t*>(in), n, "cast_from_compute",
+                   [&](float* o, const uint16_t* i, int64_t len) {
+                     if (st_ == Storage::kBF16) {
+                       cast_bf16_to_f32(o, i, len, stream_);
+                     } else {
+                       cast_f16_to_f32(o, i, len, stream_);
+                     }
+                   });
   }
 
   // ---- encoder ----------------------------------------------------------------------------------
@@ -419,13 +380,36 @@ class CudaBackend final : public Backend {
     return scratch_;
   }
 
-  // Two staging areas in the scratch: `a` of a_elems floats and `b` of b_elems uint16s.
-  void stage(int64_t a_elems, int64_t b_elems, float** a, uint16_t** b) {
-    const size_t a_bytes = align_up(static_cast<size_t>(a_elems) * sizeof(float));
-    const size_t b_bytes = static_cast<size_t>(b_elems) * sizeof(uint16_t);
-    char* base = static_cast<char*>(scratch(a_bytes + b_bytes));
-    *a = reinterpret_cast<float*>(base);
-    *b = reinterpret_cast<uint16_t*>(base + a_bytes);
+  // out (n) = convert(in (n)) on the device, either side host memory or device memory: a host
+  // side goes through device scratch, kStageElems at a time, and is done when this returns
+  // (the scratch is reused by the next piece). convert(out, in, len) queues a kernel on stream_.
+  template <class In, class Out, class Convert>
+  void staged_convert(Out* out, const In* in, int64_t n, const char* what, Convert convert) {
+    activate();
+    const bool in_dev = on_device(in, device_), out_dev = on_device(out, device_);
+    const std::string copy_in = std::string(what) + ": cudaMemcpyAsync in";
+    const std::string copy_out = std::string(what) + ": cudaMemcpyAsync out";
+    for (int64_t i0 = 0; i0 < n; i0 += kStageElems) {
+      const int64_t len = std::min(kStageElems, n - i0);
+      const size_t in_bytes = static_cast<size_t>(len) * sizeof(In);
+      const size_t out_bytes = static_cast<size_t>(len) * sizeof(Out);
+      // The scratch: [staged input (aligned) | staged output], each only when needed.
+      const size_t in_stage = in_dev ? 0 : align_up(in_bytes);
+      char* base = static_cast<char*>(scratch(in_stage + (out_dev ? 0 : out_bytes)));
+      const In* src = in + i0;
+      Out* dst = out + i0;
+      if (!in_dev) {
+        check(cudaMemcpyAsync(base, src, in_bytes, cudaMemcpyDefault, stream_), copy_in.c_str());
+        src = reinterpret_cast<const In*>(base);
+      }
+      Out* staged_out = reinterpret_cast<Out*>(base + in_stage);
+      convert(out_dev ? dst : staged_out, src, len);
+      if (!out_dev) {
+        check(cudaMemcpyAsync(dst, staged_out, out_bytes, cudaMemcpyDefault, stream_),
+              copy_out.c_str());
+      }
+      if (!in_dev || !out_dev) synchronize();
+    }
   }
 
   void check_heads(int C, int NH) const {
