@@ -27,6 +27,24 @@ inline double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Runs fn, which must throw Error(kPeerLost) (exit code 3); returns its message.
+template <class F>
+std::string peer_lost_message(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
+    EXPECT_EQ(e.exit_code(), 3);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
 // Runs fn(rank) on n threads and joins them; an exception escaping a rank fails the test.
 template <class F>
 void run_ranks(int n, F&& fn) {

@@ -13,24 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
-// Runs fn, which must throw Error(kPeerLost); returns its message.
-template <class F>
-std::string peer_lost_message(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
-    EXPECT_EQ(e.exit_code(), 3);
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
-
 GlooOptions options(int rank, int size, std::shared_ptr<Store> store, Ms timeout,
                     std::shared_ptr<PeerMonitor> monitor = nullptr) {
   GlooOptions o;

@@ -125,21 +125,4 @@ inline NcclWorld make_nccl_world(int n, Ms timeout = Ms(30000)) {
   return w;
 }
 
-// Runs fn, which must throw Error(kPeerLost); returns its message.
-template <class F>
-std::string peer_lost_message(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
-
-inline bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 }  // namespace zerod::test
