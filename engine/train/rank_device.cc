@@ -42,8 +42,8 @@ RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
                  "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one "
                  "rank per GPU: --nproc-per-node {} at most)",
                  ctx.local_world_size, gpus, gpus == 1 ? "" : "s", gpus);
-  d.gpu = ctx.local_rank;
-  d.backend = make_cuda_backend(cfg.compute_dtype(), d.gpu);
+  const int gpu = ctx.local_rank;
+  d.backend = make_cuda_backend(cfg.compute_dtype(), gpu);
   if (ctx.world_size > 1) {
 #if !defined(ZEROD_HAVE_NCCL)
     ZD_THROW_INPUT(
@@ -56,7 +56,7 @@ RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
     NcclOptions o;
     o.rank = ctx.rank;
     o.size = ctx.world_size;
-    o.device = d.gpu;
+    o.device = gpu;
     o.store = ctx.store;
     o.key_prefix = "nccl";
     o.timeout = ctx.timeout;

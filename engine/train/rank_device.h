@@ -23,7 +23,6 @@ namespace zerod {
 struct RankDevice {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> device_comm;  // NCCL, when world > 1 on GPUs (else null)
-  int gpu = -1;                               // the CUDA device, -1 on the CPU
 };
 
 RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx);
