@@ -35,6 +35,18 @@ struct AdamWParams {
   float grad_scale = 1.0f;  // gradients are multiplied by this first (1/loss_scale * clip)
 };
 
+// The shape of one attention call (see attention_forward).
+struct AttentionShape {
+  int B = 0, T = 0;
+  int NH = 0;      // query heads
+  int KVH = 0;     // key/value heads; NH % KVH == 0 (KVH == NH: multi-head attention)
+  int HS = 0;      // head size
+  int window = 0;  // 0: causal; W > 0: causal within the last W positions (sliding window)
+
+  int64_t qkv_row() const { return int64_t{NH + 2 * KVH} * HS; }  // channels of a qkv row
+  int64_t out_row() const { return int64_t{NH} * HS; }            // channels of an out row
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -88,9 +100,10 @@ class Backend {
 
   // ---- encoder: token + position embedding ---------------------------------------------------
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
+  // wpe may be null (models without learned positions: out = wte[tokens]).
   virtual void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
                                int B, int T, int C) = 0;
-  // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C).
+  // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C). dwpe may be null (no position embedding).
   virtual void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                                 int B, int T, int C) = 0;
 
@@ -120,15 +133,54 @@ class Backend {
                                const void* inp, const void* weight, int64_t N, int C, int OC,
                                bool accumulate_dinp) = 0;
 
-  // ---- causal multi-head self-attention ------------------------------------------------------
-  // qkv (B,T,3C) holds q, k, v per position (each C = NH heads x C/NH), scale 1/sqrt(C/NH).
-  // out (B,T,C) =; lse (B,NH,T) = the log-sum-exp of each softmax row (fp32), kept for backward.
-  // The T x T score matrix of all heads is never stored.
-  virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // dqkv (B,T,3C) = from dout (B,T,C), using qkv, out and lse of the forward.
+  // ---- causal multi-head self-attention (MHA and grouped-query) ------------------------------
+  // qkv (B,T,(NH+2*KVH)*HS) holds per position the NH query heads, then the KVH key heads, then
+  // the KVH value heads, HS channels each (GPT-2: KVH = NH, HS = C/NH, i.e. q, k, v of C each).
+  // Query head h reads key/value head h / (NH/KVH); K and V are never copied per query head.
+  // Scores are scaled by 1/sqrt(HS); position i attends to positions j <= i, and with a window
+  // W > 0 only to j > i - W (Mistral's sliding window: W positions including i itself).
+  // out (B,T,NH*HS) =; lse (B,NH,T) = the log-sum-exp of each softmax row (fp32), kept for
+  // backward. The T x T score matrix of all heads is never stored.
+  virtual void attention_forward(void* out, float* lse, const void* qkv,
+                                 const AttentionShape& s) = 0;
+  // dqkv (B,T,(NH+2*KVH)*HS) = from dout (B,T,NH*HS), using qkv, out and lse of the forward
+  // (dK and dV of a shared head sum over its query heads).
   virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                                  const float* lse, int B, int T, int C, int NH) = 0;
+                                  const float* lse, const AttentionShape& s) = 0;
+  // Generation with a KV cache (forward only). qkv (B,Tq,(NH+2*KVH)*HS) holds Tq new positions
+  // pos0 .. pos0+Tq-1 (s.T = Tq; q and k already rotated); their k and v are written into the
+  // caches kcache, vcache (B,maxT,KVH*HS) at those positions, then out (B,Tq,NH*HS) = attention
+  // of each new query over the cached positions it may see (causal, s.window), as
+  // attention_forward would compute for the whole sequence. pos0 + Tq <= maxT.
+  virtual void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
+                                  int maxT, const AttentionShape& s) = 0;
+
+  // ---- RMSNorm (Llama family) ----------------------------------------------------------------
+  // rstd (N) = 1 / sqrt(mean(inp[n,:]^2) + eps) in fp32; out (N,C) = inp * rstd * weight.
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
+                               int64_t N, int C, float eps) = 0;
+  // dinp (N,C) +=, dweight (C) += from dout (N,C), with inp and rstd of the forward.
+  virtual void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                                const void* weight, const float* rstd, int64_t N, int C) = 0;
+
+  // ---- rotary position embedding (Hugging Face's rotate-half convention) ---------------------
+  // In place on the q and k heads (the first NH + KVH heads) of each row of qkv
+  // (B,T,(NH+2*KVH)*HS); v is untouched. For each head x and i < HS/2, with c = cos[t,i],
+  // s = sin[t,i]: (x[i], x[i+HS/2]) = (x[i] c - x[i+HS/2] s, x[i+HS/2] c + x[i] s).
+  // cos, sin (T, HS/2) fp32: the tables of the rows' positions (the caller offsets them).
+  virtual void rope_forward(void* qkv, const float* cos, const float* sin,
+                            const AttentionShape& s) = 0;
+  // The inverse rotation, in place on the q and k heads of dqkv (the gradient of a rotation is
+  // its transpose).
+  virtual void rope_backward(void* dqkv, const float* cos, const float* sin,
+                             const AttentionShape& s) = 0;
+
+  // ---- SwiGLU (Llama family MLP) -------------------------------------------------------------
+  // gu (N,2I) holds gate (columns [0,I)) and up ([I,2I)) per row;
+  // out (N,I) = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+  virtual void swiglu_forward(void* out, const void* gu, int64_t N, int I) = 0;
+  // dgu (N,2I) = from dout (N,I) and gu: dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+  virtual void swiglu_backward(void* dgu, const void* dout, const void* gu, int64_t N, int I) = 0;
 
   // ---- GELU (tanh approximation) -------------------------------------------------------------
   // out (n) = gelu(inp)

@@ -8,25 +8,59 @@
 
 namespace zerod {
 
+const char* model_arch_name(ModelArch a) {
+  switch (a) {
+    case ModelArch::kGpt2:
+      return "gpt2";
+    case ModelArch::kLlama:
+      return "llama";
+    case ModelArch::kMistral:
+      return "mistral";
+    case ModelArch::kQwen2:
+      return "qwen2";
+  }
+  return "?";
+}
+
+const char* rope_scaling_name(RopeScaling::Type t) {
+  switch (t) {
+    case RopeScaling::Type::kNone:
+      return "none";
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+  }
+  return "?";
+}
+
 namespace {
-int64_t count_parameters(const GptSpec& s, int64_t vocab_rows) {
+int64_t count_parameters(const ModelSpec& s, int64_t vocab_rows) {
   const int64_t C = s.n_embd, L = s.n_layer;
-  const int64_t block =
-      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return vocab_rows * C + static_cast<int64_t>(s.seq_len) * C + L * block + 2 * C;
+  if (!s.llama_family()) {
+    const int64_t block =
+        2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+    return vocab_rows * C + static_cast<int64_t>(s.seq_len) * C + L * block + 2 * C;
+  }
+  const int64_t Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
+  const int64_t block = C + QKV * C + (s.qkv_bias ? QKV : 0) + C * Q + (s.o_bias ? C : 0) + C +
+                        2 * I * C + (s.mlp_bias ? 2 * I : 0) + C * I + (s.mlp_bias ? C : 0);
+  return vocab_rows * C * (s.tied() ? 1 : 2) + L * block + C;
 }
 }  // namespace
 
-int64_t GptSpec::num_parameters() const {
+int64_t ModelSpec::num_parameters() const {
   return count_parameters(*this, vocab_size);
 }
-int64_t GptSpec::num_parameters_padded() const {
+int64_t ModelSpec::num_parameters_padded() const {
   return count_parameters(*this, vp());
 }
 
-double GptSpec::flops_per_token(int T) const {
-  return 6.0 * static_cast<double>(num_parameters_padded()) +
-         6.0 * n_layer * static_cast<double>(T) * n_embd;
+double ModelSpec::flops_per_token(int T) const {
+  // An untied input embedding is a lookup, not a matmul.
+  const double lookup = tied() ? 0.0 : static_cast<double>(vp()) * n_embd;
+  return 6.0 * (static_cast<double>(num_parameters_padded()) - lookup) +
+         6.0 * n_layer * static_cast<double>(T) * q_dim();
 }
 
 const TensorInfo& UnitLayout::tensor(const std::string& tname) const {
@@ -43,6 +77,12 @@ int64_t round_up(int64_t x, int64_t a) {
 class UnitBuilder {
  public:
   UnitBuilder(std::string name, int64_t align) : align_(align) { unit_.name = std::move(name); }
+  // Between begin_packed() and end_packed() tensors follow each other with no alignment gap.
+  void begin_packed() { packed_ = true; }
+  void end_packed() {
+    packed_ = false;
+    cursor_ = round_up(cursor_, align_);
+  }
   int64_t add(std::string name, std::vector<int64_t> shape, InitKind init,
               bool hf_transposed = false, int64_t real_rows = -1) {
     TensorInfo t;
@@ -55,7 +95,7 @@ class UnitBuilder {
     t.hf_transposed = hf_transposed;
     t.real_rows = real_rows;
     t.init = init;
-    cursor_ = round_up(cursor_ + t.numel, align_);
+    cursor_ = packed_ ? cursor_ + t.numel : round_up(cursor_ + t.numel, align_);
     unit_.tensors.push_back(std::move(t));
     return unit_.tensors.back().offset;
   }
@@ -67,14 +107,77 @@ class UnitBuilder {
  private:
   int64_t align_;
   int64_t cursor_ = 0;
+  bool packed_ = false;
   UnitLayout unit_;
 };
 }  // namespace
 
-ParamLayout::ParamLayout(const GptSpec& spec, int64_t align_elems)
+ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems)
     : spec_(spec), align_(align_elems) {
   ZD_CHECK(align_ > 0, "alignment {}", align_);
   spec_.padded_vocab_size = spec.vp();
+  if (spec_.llama_family()) {
+    build_llama();
+  } else {
+    build_gpt2();
+  }
+}
+
+void ParamLayout::build_llama() {
+  const ModelSpec& s = spec_;
+  const int64_t C = s.n_embd, Vp = s.padded_vocab_size, Q = s.q_dim(), KV = s.kv_dim(), I = s.ffn();
+  {
+    UnitBuilder u("embedding", align_);
+    u.add("model.embed_tokens.weight", {Vp, C}, InitKind::kNormal, false, s.vocab_size);
+    units_.push_back(u.finish());
+  }
+  for (int l = 0; l < s.n_layer; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    UnitBuilder u("layers." + std::to_string(l), align_);
+    LlamaBlockOffsets o{};
+    o.ln1_w = u.add(p + "input_layernorm.weight", {C}, InitKind::kOnes);
+    u.begin_packed();
+    o.qkv_w = u.add(p + "self_attn.q_proj.weight", {Q, C}, InitKind::kNormal);
+    u.add(p + "self_attn.k_proj.weight", {KV, C}, InitKind::kNormal);
+    u.add(p + "self_attn.v_proj.weight", {KV, C}, InitKind::kNormal);
+    u.end_packed();
+    o.qkv_b = -1;
+    if (s.qkv_bias) {
+      u.begin_packed();
+      o.qkv_b = u.add(p + "self_attn.q_proj.bias", {Q}, InitKind::kZeros);
+      u.add(p + "self_attn.k_proj.bias", {KV}, InitKind::kZeros);
+      u.add(p + "self_attn.v_proj.bias", {KV}, InitKind::kZeros);
+      u.end_packed();
+    }
+    o.o_w = u.add(p + "self_attn.o_proj.weight", {C, Q}, InitKind::kNormal);
+    o.o_b = s.o_bias ? u.add(p + "self_attn.o_proj.bias", {C}, InitKind::kZeros) : -1;
+    o.ln2_w = u.add(p + "post_attention_layernorm.weight", {C}, InitKind::kOnes);
+    u.begin_packed();
+    o.gu_w = u.add(p + "mlp.gate_proj.weight", {I, C}, InitKind::kNormal);
+    u.add(p + "mlp.up_proj.weight", {I, C}, InitKind::kNormal);
+    u.end_packed();
+    o.gu_b = -1;
+    if (s.mlp_bias) {
+      u.begin_packed();
+      o.gu_b = u.add(p + "mlp.gate_proj.bias", {I}, InitKind::kZeros);
+      u.add(p + "mlp.up_proj.bias", {I}, InitKind::kZeros);
+      u.end_packed();
+    }
+    o.down_w = u.add(p + "mlp.down_proj.weight", {C, I}, InitKind::kNormal);
+    o.down_b = s.mlp_bias ? u.add(p + "mlp.down_proj.bias", {C}, InitKind::kZeros) : -1;
+    if (l == 0) llama_block_ = o;
+    units_.push_back(u.finish());
+  }
+  {
+    UnitBuilder u("norm", align_);
+    u.add("model.norm.weight", {C}, InitKind::kOnes);
+    lm_head_offset_ =
+        s.tied() ? -1 : u.add("lm_head.weight", {Vp, C}, InitKind::kNormal, false, s.vocab_size);
+    units_.push_back(u.finish());
+  }
+}
+
+void ParamLayout::build_gpt2() {
   const int64_t C = spec_.n_embd, Vp = spec_.padded_vocab_size;
   {
     UnitBuilder u("embedding", align_);

@@ -1,6 +1,9 @@
 // Parameter layout: the model's parameters grouped into units (embedding, each transformer
-// block, final norm), each unit one flat buffer with every tensor at an aligned offset. ZeRO
-// partitions these flat buffers; checkpoints and safetensors use the Hugging Face GPT-2 names.
+// block, final norm (+ the untied output head)), each unit one flat buffer with every tensor at
+// an aligned offset, except inside a packed group (a Llama block's q/k/v and gate/up weights lie
+// back to back, so one matmul computes them). ZeRO partitions these flat buffers; checkpoints and
+// safetensors use the Hugging Face names of the architecture (GPT-2: "h.3.attn.c_attn.weight"
+// without the "transformer." prefix; Llama family: "model.layers.3.self_attn.q_proj.weight").
 #pragma once
 
 #include <cstdint>
@@ -14,7 +17,7 @@ namespace zerod {
 enum class InitKind : uint8_t { kNormal, kNormalResidual, kZeros, kOnes };
 
 struct TensorInfo {
-  std::string name;            // Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+  std::string name;            // Hugging Face name, e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> shape;  // our storage shape, row-major: matmul weights are (OC, C)
   int64_t offset = 0;          // elements from the start of the unit's flat buffer
   int64_t numel = 0;
@@ -25,7 +28,7 @@ struct TensorInfo {
 };
 
 struct UnitLayout {
-  std::string name;  // "embedding", "h.3", "ln_f"
+  std::string name;  // "embedding", "h.3", "ln_f" (GPT-2); "embedding", "layers.3", "norm"
   std::vector<TensorInfo> tensors;
   int64_t numel = 0;  // flat buffer size in elements, a multiple of the alignment
 
@@ -35,9 +38,9 @@ struct UnitLayout {
 class ParamLayout {
  public:
   // Every tensor offset and every unit size is a multiple of align_elems.
-  explicit ParamLayout(const GptSpec& spec, int64_t align_elems = 16);
+  explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16);
 
-  const GptSpec& spec() const { return spec_; }
+  const ModelSpec& spec() const { return spec_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   const UnitLayout& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   int embedding_unit() const { return 0; }
@@ -46,28 +49,43 @@ class ParamLayout {
   int64_t align_elems() const { return align_; }
   int64_t total_numel() const;  // sum of unit buffers (with padding)
 
-  // Offsets inside a block unit (identical for every block).
+  // Offsets inside a GPT-2 block unit (identical for every block).
   struct BlockOffsets {
     int64_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
         fcproj_b;
   };
   const BlockOffsets& block() const { return block_; }
+  // Offsets inside a Llama-family block unit; -1 for a bias the spec does not have. qkv_w is
+  // q_proj (q_dim, C), k_proj (kv_dim, C), v_proj (kv_dim, C) back to back, i.e. one
+  // (qkv_dim, C) matrix; qkv_b likewise; gu_w is gate_proj (I, C) then up_proj (I, C).
+  struct LlamaBlockOffsets {
+    int64_t ln1_w, qkv_w, qkv_b, o_w, o_b, ln2_w, gu_w, gu_b, down_w, down_b;
+  };
+  const LlamaBlockOffsets& llama_block() const { return llama_block_; }
+  // Llama family: the final unit holds model.norm.weight at 0 and, when the embedding is not
+  // tied, lm_head.weight (Vp, C) at lm_head_offset() (-1 when tied: the head is embed_tokens).
+  int64_t lm_head_offset() const { return lm_head_offset_; }
   int64_t wte_offset() const { return 0; }
   int64_t wpe_offset() const { return wpe_offset_; }
   int64_t lnf_w_offset() const { return 0; }
-  int64_t lnf_b_offset() const { return lnf_b_offset_; }
+  int64_t lnf_b_offset() const { return lnf_b_offset_; }  // GPT-2 only
 
-  // Fills elements [begin, end) of unit u's flat buffer with the GPT-2 initialisation for
-  // `seed`: weights N(0, std), residual projections N(0, std/sqrt(2*n_layer)), biases 0,
-  // LayerNorm weights 1, padding (alignment gaps and padded vocabulary rows) 0. Each value is a
+  // Fills elements [begin, end) of unit u's flat buffer with the initialisation for `seed`:
+  // weights N(0, std) (GPT-2's residual projections N(0, std/sqrt(2*n_layer))), biases 0,
+  // norm weights 1, padding (alignment gaps and padded vocabulary rows) 0. Each value is a
   // function of (seed, tensor, element) only, so any slice can be initialised on its own.
   void init_range(int u, float* out, int64_t begin, int64_t end, uint64_t seed) const;
 
  private:
-  GptSpec spec_;
+  ModelSpec spec_;
   int64_t align_;
   std::vector<UnitLayout> units_;
+  void build_gpt2();
+  void build_llama();
+
   BlockOffsets block_{};
+  LlamaBlockOffsets llama_block_{};
+  int64_t lm_head_offset_ = -1;
   int64_t wpe_offset_ = 0;
   int64_t lnf_b_offset_ = 0;
 };

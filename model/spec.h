@@ -1,31 +1,77 @@
-// The shape of a GPT-2-architecture model.
+// The shape of a decoder-only transformer: GPT-2 or a Llama-family model (Llama 2/3, Mistral,
+// Qwen2). One struct for every architecture; the fields that an architecture does not use keep
+// their defaults (GPT-2: no KV heads, no RoPE; Llama: no learned positions).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace zerod {
 
-struct GptSpec {
+enum class ModelArch : uint8_t {
+  kGpt2,     // learned positions, pre-LayerNorm, GELU MLP 4x, biases, tied embedding
+  kLlama,    // RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases (by default)
+  kMistral,  // Llama + sliding-window attention
+  kQwen2,    // Llama + q/k/v biases (+ optional sliding window)
+};
+const char* model_arch_name(ModelArch a);  // "gpt2", "llama", "mistral", "qwen2"
+
+// Rotary-embedding frequency scaling (Hugging Face `rope_scaling` / `rope_parameters`).
+struct RopeScaling {
+  enum class Type : uint8_t { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                 // llama3
+  double high_freq_factor = 4.0;                // llama3
+  int original_max_position_embeddings = 8192;  // llama3
+
+  bool operator==(const RopeScaling&) const = default;
+};
+const char* rope_scaling_name(RopeScaling::Type t);  // "none", "linear", "llama3"
+
+struct ModelSpec {
+  ModelArch arch = ModelArch::kGpt2;
   int n_layer = 12;
   int n_head = 12;
-  int n_embd = 768;           // C
+  int n_embd = 768;           // C (hidden_size)
   int vocab_size = 50257;     // V: the real vocabulary, the loss covers these columns
   int padded_vocab_size = 0;  // Vp: V rounded up to a multiple of 128 (0: derive)
-  int seq_len = 1024;         // max T (rows of the position embedding)
-  double init_std = 0.02;
+  int seq_len = 1024;         // max T (GPT-2: rows of the position embedding)
+  double init_std = 0.02;     // N(0, init_std) for weights (HF initializer_range)
 
-  int head_size() const { return n_embd / n_head; }
+  // Llama family (ignored for GPT-2).
+  int n_kv_head = 0;          // KVH (num_key_value_heads); 0: n_head
+  int head_dim = 0;           // HS when set; 0: n_embd / n_head
+  int intermediate_size = 0;  // I of the MLP; 0: 4 C (GPT-2's)
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling{};
+  bool tie_word_embeddings = true;  // GPT-2 always; Llama: lm_head.weight shares embed_tokens
+  bool qkv_bias = false;            // biases on q/k/v (Qwen2; Llama's attention_bias)
+  bool o_bias = false;              // bias on o_proj (Llama's attention_bias)
+  bool mlp_bias = false;            // biases on gate/up/down (Llama's mlp_bias)
+  int sliding_window = 0;           // 0: full causal; W: attend to the last W positions
+
+  bool llama_family() const { return arch != ModelArch::kGpt2; }
+  int kv_heads() const { return llama_family() && n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_size() const { return llama_family() && head_dim > 0 ? head_dim : n_embd / n_head; }
+  int ffn() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+  int q_dim() const { return n_head * head_size(); }       // channels of q (and of attention out)
+  int kv_dim() const { return kv_heads() * head_size(); }  // channels of k (and of v)
+  int qkv_dim() const { return q_dim() + 2 * kv_dim(); }
   int vp() const {
     return padded_vocab_size > 0 ? padded_vocab_size : (vocab_size + 127) / 128 * 128;
   }
+  bool tied() const { return !llama_family() || tie_word_embeddings; }
 
   // Real parameters (as Hugging Face counts them: vocab and positions unpadded).
   int64_t num_parameters() const;
   // Parameters as stored (vocabulary padded to Vp): what the matmuls actually multiply.
   int64_t num_parameters_padded() const;
   // Training FLOPs per token (forward + backward) at sequence length T, llm.c's convention:
-  // 6 * parameters (padded) + 6 * n_layer * T * C for attention (QK^T and PV forward and
-  // backward, halved for the causal mask). The CPU benchmark shape gives 98.2 MFLOP/token.
+  // 6 * matmul parameters (padded; GPT-2 counts every parameter as llm.c does) + 6 * n_layer *
+  // T * q_dim for attention (QK^T and PV forward and backward, halved for the causal mask).
+  // The CPU benchmark shape gives 98.2 MFLOP/token.
   double flops_per_token(int T) const;
 };
 

@@ -16,6 +16,7 @@ packages=(
   prometheus-cpp-dev
   gnuplot-nox  # tools/plot
   libaio-dev fio  # offload/aio; fio: the aio benchmark's baseline
+  python3-torch python3-venv  # tests/hf: parity with transformers (in a venv over this torch)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

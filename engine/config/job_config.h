@@ -186,18 +186,40 @@ struct CommsLoggerConfig {
 };
 
 // ---- zerod sections ---------------------------------------------------------------------------
+// The model section. GPT-2 ("type": "gpt2") takes zerod's keys (n_layer, n_head, n_embd, ...,
+// which are also GPT2Config's); the Llama family ("llama", "mistral", "qwen2") takes Hugging
+// Face config.json key names (hidden_size, num_hidden_layers, ...), stored here in the same
+// fields. With init_from a Hugging Face directory, its config.json fills every key the job does
+// not give.
 struct ModelConfig {
-  std::string type = "gpt2";
-  int n_layer = 12;
-  int n_head = 12;
-  int n_embd = 768;
+  std::string type = "gpt2";  // gpt2 | llama | mistral | qwen2
+  int n_layer = 12;           // num_hidden_layers
+  int n_head = 12;            // num_attention_heads
+  int n_embd = 768;           // hidden_size
   int vocab_size = 50257;
   int seq_len = 1024;
   int padded_vocab_size = 0;              // derived: vocab_size rounded up to a multiple of 128
-  std::optional<std::string> init_from;   // safetensors file with HF GPT-2 names (later issue)
+  std::optional<std::string> init_from;   // HF safetensors file or save_pretrained directory
   bool activation_checkpointing = false;  // recompute each block in backward
-  double init_std = 0.02;
+  double init_std = 0.02;                 // initializer_range
 
+  // Llama family.
+  int n_kv_head = 0;          // num_key_value_heads (0: num_attention_heads)
+  int head_dim = 0;           // 0: hidden_size / num_attention_heads
+  int intermediate_size = 0;  // required for the Llama family
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::string rope_type = "default";  // default | linear | llama3
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int rope_original_max_position_embeddings = 8192;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // llama: q/k/v and o biases (qwen2 always has q/k/v biases)
+  bool mlp_bias = false;
+  int sliding_window = 0;  // mistral, qwen2 with use_sliding_window; 0: none
+
+  bool llama_family() const { return type != "gpt2"; }
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -206,6 +228,7 @@ struct DataConfig {
   std::vector<std::string> val;    // globs; empty: carve val_fraction out of train
   double val_fraction = 0.0;       // share of train samples held out when `val` is empty
   uint64_t seed = 1337;
+  bool shuffle = true;  // false: training samples in file order, epoch after epoch
 
   bool operator==(const DataConfig&) const = default;
 };

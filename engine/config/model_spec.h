@@ -1,4 +1,4 @@
-// The model shape of a job (ModelConfig) as the model code takes it (GptSpec). Header-only, so
+// The model shape of a job (ModelConfig) as the model code takes it (ModelSpec). Header-only, so
 // that engine/config itself does not depend on model/.
 #pragma once
 
@@ -7,8 +7,12 @@
 
 namespace zerod {
 
-inline GptSpec gpt_spec(const ModelConfig& m) {
-  GptSpec s;
+inline ModelSpec model_spec(const ModelConfig& m) {
+  ModelSpec s;
+  s.arch = m.type == "llama"     ? ModelArch::kLlama
+           : m.type == "mistral" ? ModelArch::kMistral
+           : m.type == "qwen2"   ? ModelArch::kQwen2
+                                 : ModelArch::kGpt2;
   s.n_layer = m.n_layer;
   s.n_head = m.n_head;
   s.n_embd = m.n_embd;
@@ -16,6 +20,26 @@ inline GptSpec gpt_spec(const ModelConfig& m) {
   s.padded_vocab_size = m.padded_vocab_size;
   s.seq_len = m.seq_len;
   s.init_std = m.init_std;
+  if (!s.llama_family()) return s;
+  s.n_kv_head = m.n_kv_head;
+  s.head_dim = m.head_dim;
+  s.intermediate_size = m.intermediate_size;
+  s.rms_norm_eps = m.rms_norm_eps;
+  s.rope_theta = m.rope_theta;
+  if (m.rope_type == "linear") {
+    s.rope_scaling.type = RopeScaling::Type::kLinear;
+  } else if (m.rope_type == "llama3") {
+    s.rope_scaling.type = RopeScaling::Type::kLlama3;
+  }
+  s.rope_scaling.factor = m.rope_factor;
+  s.rope_scaling.low_freq_factor = m.rope_low_freq_factor;
+  s.rope_scaling.high_freq_factor = m.rope_high_freq_factor;
+  s.rope_scaling.original_max_position_embeddings = m.rope_original_max_position_embeddings;
+  s.tie_word_embeddings = m.tie_word_embeddings;
+  s.qkv_bias = m.type == "qwen2" || m.attention_bias;
+  s.o_bias = m.type == "llama" && m.attention_bias;
+  s.mlp_bias = m.mlp_bias;
+  s.sliding_window = m.sliding_window;
   return s;
 }
 

@@ -31,6 +31,11 @@ struct ParsedJob {
 // (model.padded_vocab_size, zero.overlap_comm_resolved). Throws ConfigError listing every problem.
 ParsedJob parse_job_text(std::string_view text, const std::string& source_name);
 
+// A model section on its own, as a checkpoint manifest's copy of the resolved job holds it
+// (an init_from directory's config.json is not read: the section is complete). Validated, with
+// padded_vocab_size derived. Throws ConfigError naming `source`.
+ModelConfig parse_model_config(const nlohmann::json& model, const std::string& source);
+
 // Reads and parses a job file. A missing or unreadable file is an InputError naming it.
 ParsedJob load_job_file(const std::string& path);
 

@@ -20,8 +20,12 @@ void read_aio(ObjectReader& top, JobConfig& cfg);
 void read_runtime_sections(ObjectReader& top, JobConfig& cfg);
 // DeepSpeed sections and keys zerod recognises but does not support (unsupported_sections.cc)
 void read_unsupported(ObjectReader& top);
-// model, data, train (zerod_sections.cc)
+// model (model_section.cc); data, train (zerod_sections.cc)
 void read_model(ObjectReader& top, JobConfig& cfg);
+// One model object at `path` (a job's "model", or a checkpoint manifest's copy of it). With
+// load_hf_config, an init_from directory's config.json fills the keys the object does not give.
+void read_model_object(const Json& obj, const std::string& path, ModelConfig& m, Problems& p,
+                       bool load_hf_config);
 void read_data(ObjectReader& top, JobConfig& cfg);
 void read_train(ObjectReader& top, JobConfig& cfg);
 // "resolved": derived values as job_to_json prints them (zerod_sections.cc). Call after

@@ -120,6 +120,57 @@ const char* train_device_name(TrainDevice d) {
   return d == TrainDevice::kCuda ? "cuda" : "cpu";
 }
 
+namespace {
+// GPT-2 with zerod's keys, the Llama family with Hugging Face config.json names.
+Json model_json(const ModelConfig& m) {
+  if (!m.llama_family()) {
+    return {{"type", m.type},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.n_embd},
+            {"vocab_size", m.vocab_size},
+            {"seq_len", m.seq_len},
+            {"init_from", optional_json(m.init_from)},
+            {"activation_checkpointing", m.activation_checkpointing},
+            {"init_std", m.init_std}};
+  }
+  Json rope = nullptr;
+  if (m.rope_type == "linear") {
+    rope = {{"rope_type", "linear"}, {"factor", m.rope_factor}};
+  } else if (m.rope_type == "llama3") {
+    rope = {{"rope_type", "llama3"},
+            {"factor", m.rope_factor},
+            {"low_freq_factor", m.rope_low_freq_factor},
+            {"high_freq_factor", m.rope_high_freq_factor},
+            {"original_max_position_embeddings", m.rope_original_max_position_embeddings}};
+  }
+  Json j = {{"type", m.type},
+            {"hidden_size", m.n_embd},
+            {"intermediate_size", m.intermediate_size},
+            {"num_hidden_layers", m.n_layer},
+            {"num_attention_heads", m.n_head},
+            {"num_key_value_heads", m.n_kv_head > 0 ? m.n_kv_head : m.n_head},
+            {"head_dim", m.head_dim > 0 ? Json(m.head_dim) : Json(nullptr)},
+            {"vocab_size", m.vocab_size},
+            {"rms_norm_eps", m.rms_norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"rope_scaling", rope},
+            {"tie_word_embeddings", m.tie_word_embeddings},
+            {"initializer_range", m.init_std}};
+  if (m.type == "llama") {
+    j["attention_bias"] = m.attention_bias;
+    j["mlp_bias"] = m.mlp_bias;
+  }
+  if (m.type == "mistral") {
+    j["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
+  }
+  j["seq_len"] = m.seq_len;
+  j["init_from"] = optional_json(m.init_from);
+  j["activation_checkpointing"] = m.activation_checkpointing;
+  return j;
+}
+}  // namespace
+
 nlohmann::json job_to_json(const JobConfig& cfg) {
   const Fp16Config& f = cfg.fp16;
   const AioConfig& a = cfg.aio;
@@ -179,18 +230,13 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"prof_all", cl.prof_all},
         {"debug", cl.debug},
         {"prof_ops", cl.prof_ops}}},
-      {"model",
-       {{"type", m.type},
-        {"n_layer", m.n_layer},
-        {"n_head", m.n_head},
-        {"n_embd", m.n_embd},
-        {"vocab_size", m.vocab_size},
-        {"seq_len", m.seq_len},
-        {"init_from", optional_json(m.init_from)},
-        {"activation_checkpointing", m.activation_checkpointing},
-        {"init_std", m.init_std}}},
+      {"model", model_json(m)},
       {"data",
-       {{"train", d.train}, {"val", d.val}, {"val_fraction", d.val_fraction}, {"seed", d.seed}}},
+       {{"train", d.train},
+        {"val", d.val},
+        {"val_fraction", d.val_fraction},
+        {"seed", d.seed},
+        {"shuffle", d.shuffle}}},
       {"train",
        {{"steps", t.steps},
         {"device", train_device_name(t.device)},

@@ -80,12 +80,38 @@ void validate_zero(const JobConfig& cfg, Problems& p) {
   }
 }
 
+void validate_llama(const ModelConfig& m, Problems& p) {
+  const int kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  if (m.n_head > 0 && m.n_head % kv != 0) {
+    p.error("model.num_attention_heads",
+            fmt::format("{} is not divisible by model.num_key_value_heads {} (each key/value "
+                        "head serves a whole group of query heads)",
+                        m.n_head, kv));
+  }
+  if (m.head_dim == 0 && m.n_head > 0 && m.n_embd % m.n_head != 0) {
+    p.error("model.hidden_size",
+            fmt::format("{} is not divisible by model.num_attention_heads {} (give head_dim)",
+                        m.n_embd, m.n_head));
+  }
+  const int hs = m.head_dim > 0 ? m.head_dim : (m.n_head > 0 ? m.n_embd / m.n_head : 0);
+  if (hs % 2 != 0) {
+    p.error(m.head_dim > 0 ? "model.head_dim" : "model.hidden_size",
+            fmt::format("the head size {} is odd; rotary embeddings rotate pairs of channels", hs));
+  }
+  if (m.rope_type == "llama3" && !(m.rope_high_freq_factor > m.rope_low_freq_factor)) {
+    p.error("model.rope_scaling.high_freq_factor",
+            fmt::format("{} must be above low_freq_factor {}", m.rope_high_freq_factor,
+                        m.rope_low_freq_factor));
+  }
+}
+
 void validate_zerod_sections(const JobConfig& cfg, Problems& p) {
   const ModelConfig& m = cfg.model;
-  if (m.n_head > 0 && m.n_embd % m.n_head != 0) {
+  if (!m.llama_family() && m.n_head > 0 && m.n_embd % m.n_head != 0) {
     p.error("model.n_embd",
             fmt::format("{} is not divisible by model.n_head {}", m.n_embd, m.n_head));
   }
+  if (m.llama_family()) validate_llama(m, p);
   const DataConfig& d = cfg.data;
   if (!d.val.empty() && d.val_fraction > 0.0) {
     p.error("data.val_fraction",

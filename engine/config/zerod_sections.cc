@@ -33,25 +33,6 @@ void read_globs(ObjectReader& r, const char* key, std::vector<std::string>& out)
 
 }  // namespace
 
-void read_model(ObjectReader& top, JobConfig& cfg) {
-  const Json* obj = top.read_object("model");
-  if (obj == nullptr) return;
-  ModelConfig& m = cfg.model;
-  ObjectReader r(*obj, "model", top.problems());
-  size_t idx = 0;
-  if (r.read_choice("type", idx, {"gpt2"}, /*case_insensitive=*/false)) m.type = "gpt2";
-  r.read_int("n_layer", m.n_layer, at_least(1));
-  r.read_int("n_head", m.n_head, at_least(1));
-  r.read_int("n_embd", m.n_embd, at_least(1));
-  // Token shards store uint16 ids.
-  r.read_int("vocab_size", m.vocab_size, int_between(1, 65536));
-  r.read_int("seq_len", m.seq_len, at_least(1));
-  r.read_opt_string("init_from", m.init_from);
-  r.read_bool("activation_checkpointing", m.activation_checkpointing);
-  r.read_real("init_std", m.init_std, real_above(0.0));
-  r.finish();
-}
-
 void read_data(ObjectReader& top, JobConfig& cfg) {
   const Json* obj = top.read_object("data");
   if (obj == nullptr) return;
@@ -61,6 +42,7 @@ void read_data(ObjectReader& top, JobConfig& cfg) {
   read_globs(r, "val", d.val);
   r.read_real("val_fraction", d.val_fraction, real_between(0.0, 1.0, /*max_open=*/true));
   r.read_u64("seed", d.seed);
+  r.read_bool("shuffle", d.shuffle);
   r.finish();
 }
 

@@ -6,10 +6,10 @@
 
 namespace zerod {
 
-DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, int64_t global_batch,
+DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_t global_batch,
                        int64_t micro_batch, int world_size, int rank)
     : dataset_(std::move(dataset)),
-      sampler_(dataset_.num_samples(), seed),
+      sampler_(dataset_.num_samples(), seed, shuffle),
       global_batch_(global_batch),
       micro_batch_(micro_batch),
       world_size_(world_size),

@@ -29,8 +29,9 @@ class DataLoader {
  public:
   // Requires global_batch % world_size == 0 and (global_batch / world_size) % micro_batch == 0
   // (InputError naming the batch keys otherwise) and 0 <= rank < world_size.
-  DataLoader(TokenDataset dataset, uint64_t seed, int64_t global_batch, int64_t micro_batch,
-             int world_size, int rank);
+  // shuffle = false visits the samples in order, epoch after epoch (data.shuffle).
+  DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_t global_batch,
+             int64_t micro_batch, int world_size, int rank);
 
   int64_t global_batch() const { return global_batch_; }
   int64_t micro_batch() const { return micro_batch_; }

@@ -8,16 +8,16 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "model/gpt.h"
 #include "model/layout.h"
+#include "model/model.h"
 #include "zero/partition.h"
 #include "zero/zero_engine.h"
 
 namespace zerod {
 
-std::optional<GptSpec> gpt2_preset(const std::string& name) {
+std::optional<ModelSpec> gpt2_preset(const std::string& name) {
   auto make = [](int l, int h, int c) {
-    GptSpec s;
+    ModelSpec s;
     s.n_layer = l;
     s.n_head = h;
     s.n_embd = c;
@@ -75,8 +75,8 @@ Plan make_plan(const PlanRequest& r) {
     }
     plan.parameters = r.spec->num_parameters();
     activations =
-        Gpt::activation_bytes(*r.spec, r.micro_batch, std::min(r.seq, r.spec->seq_len),
-                              r.activation_checkpointing, static_cast<size_t>(r.compute_bytes));
+        model_activation_bytes(*r.spec, r.micro_batch, std::min(r.seq, r.spec->seq_len),
+                               r.activation_checkpointing, static_cast<size_t>(r.compute_bytes));
   } else {
     ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
     plan.parameters = r.params;

@@ -2,7 +2,7 @@
 // training job for each ZeRO stage and offload choice, which of them fit, and the fastest
 // that does. Model states come from the ZeRO formulas over the parameters as zerod lays them
 // out (zero_formula_bytes), activations from the model's own allocation formula
-// (Gpt::activation_bytes), so the figures are what zerod's memory accounting measures.
+// (model_activation_bytes), so the figures are what zerod's memory accounting measures.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,8 @@
 namespace zerod {
 
 struct PlanRequest {
-  std::optional<GptSpec> spec;  // the shape; without it only model states (from `params`)
-  int64_t params = 0;           // when spec is not given
+  std::optional<ModelSpec> spec;  // the shape; without it only model states (from `params`)
+  int64_t params = 0;             // when spec is not given
   int world = 1;
   int micro_batch = 1;    // sequences per rank per forward/backward
   int seq = 1024;         // tokens per sequence (spec->seq_len by default)
@@ -50,7 +50,7 @@ struct Plan {
 Plan make_plan(const PlanRequest& r);
 
 // "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (= "gpt2-1.5b"): the GPT-2 family's shapes.
-std::optional<GptSpec> gpt2_preset(const std::string& name);
+std::optional<ModelSpec> gpt2_preset(const std::string& name);
 // "80GiB", "512MiB", "1.5TB", "1000000": bytes (InputError naming `flag` otherwise).
 int64_t parse_bytes(const std::string& text, const std::string& flag);
 std::string format_bytes(int64_t bytes);  // "1.50 GiB"

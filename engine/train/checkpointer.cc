@@ -190,7 +190,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
 
   auto p = std::make_unique<Pending>();
   Manifest& m = p->manifest;
-  const GptSpec& spec = engine_.layout().spec();
+  const ModelSpec& spec = engine_.layout().spec();
   m.tag = tag;
   m.created = utc_now();
   m.zerod_version = "0.1.0";
@@ -369,7 +369,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
 
   // The model must be the same shape; the world size, ZeRO stage and dtype may differ.
   const ParamLayout& layout = engine_.layout();
-  const GptSpec& spec = layout.spec();
+  const ModelSpec& spec = layout.spec();
   std::string saved, ours;
   auto compare = [&](const std::string& what, int64_t have, int64_t want) {
     if (have == want) return;

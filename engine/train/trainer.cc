@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
-#include "engine/checkpoint/hf_gpt2.h"
+#include "engine/checkpoint/hf_model.h"
 #include "engine/config/model_spec.h"
 #include "engine/data/eval_loader.h"
 #include "engine/data/loader.h"
@@ -50,15 +50,15 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
            ctx_.world_size);
   ZD_CHECK(ctx_.world_size == 1 || ctx_.comm != nullptr, "rank {} of {} has no communicator",
            ctx_.rank, ctx_.world_size);
-  const GptSpec spec = gpt_spec(cfg_.model);
+  const ModelSpec spec = model_spec(cfg_.model);
   const int B = static_cast<int>(cfg_.micro_batch());
   const int T = cfg_.model.seq_len;
 
   // Data first: bad data files are the most common error and cost nothing to find.
   TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
                                    cfg_.model.vocab_size);
-  data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.global_batch(), B, ctx_.world_size,
-                       ctx_.rank);
+  data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.data.shuffle, cfg_.global_batch(),
+                       B, ctx_.world_size, ctx_.rank);
   if (tv.val) data_->val.emplace(std::move(*tv.val), B, ctx_.world_size, ctx_.rank);
   data_->inputs.resize(static_cast<size_t>(B) * T);
   data_->targets.resize(static_cast<size_t>(B) * T);
@@ -72,8 +72,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     backend_ = std::move(device.backend);
     device_comm_ = std::move(device.device_comm);
   }
-  model_ =
-      std::make_unique<Gpt>(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
+  model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
   offload_preflight(cfg_, ctx_, model_->layout(),
                     static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
@@ -109,8 +108,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit.
     Stopwatch sw;
-    import_hf_gpt2(*cfg_.model.init_from, model_->layout(),
-                   [&](int u, const float* flat) { engine_->set_master_unit(u, flat); });
+    import_hf_model(*cfg_.model.init_from, model_->layout(),
+                    [&](int u, const float* flat) { engine_->set_master_unit(u, flat); });
     engine_->refresh_weights();
     if (leader())
       spdlog::info("init_from: weights from {} ({:.2f} s)", *cfg_.model.init_from, sw.seconds());
@@ -135,8 +134,11 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   if (options_.log_steps) {
     if (leader()) {
       spdlog::info(
-          "model: GPT-2 {} layers, {} heads, {} wide, vocab {} (padded {}), seq {}: {} parameters",
-          spec.n_layer, spec.n_head, spec.n_embd, spec.vocab_size, spec.vp(), spec.seq_len,
+          "model: {} {} layers, {} heads ({} KV), {} wide, MLP {}, vocab {} (padded {}), seq {}: "
+          "{} "
+          "parameters",
+          model_arch_name(spec.arch), spec.n_layer, spec.n_head, spec.kv_heads(), spec.n_embd,
+          spec.ffn(), spec.vocab_size, spec.vp(), spec.seq_len,
           human_count(static_cast<double>(spec.num_parameters())));
       spdlog::info(
           "batch: {} sequences/step = micro-batch {} x accumulation {} x world {}; {} tokens/step; "

@@ -19,7 +19,7 @@
 #include "engine/runtime/rank_context.h"
 #include "engine/train/checkpointer.h"
 #include "engine/train/job_control.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "zero/zero_engine.h"
 
 namespace zerod {
@@ -74,7 +74,7 @@ class Trainer {
 
   const JobConfig& config() const { return cfg_; }
   const RankContext& rank_context() const { return ctx_; }
-  Gpt& model() { return *model_; }
+  Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
   ZeroEngine& engine() { return *engine_; }
   MemoryTracker& memory() { return memory_; }
@@ -95,7 +95,7 @@ class Trainer {
   MemoryTracker memory_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // NCCL between GPU ranks (engine_ uses it)
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;

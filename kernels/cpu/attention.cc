@@ -14,30 +14,43 @@ namespace zerod::cpu {
 
 namespace {
 
-// Row stride of the per-thread score blocks: T rounded up to a cache line of floats.
-int64_t score_stride(int T) {
-  return (static_cast<int64_t>(T) + 15) / 16 * 16;
+// Row stride of the per-thread score blocks: n rounded up to a cache line of floats.
+int64_t score_stride(int64_t n) {
+  return (n + 15) / 16 * 16;
 }
 
-void check_shape(int C, int NH) {
-  ZD_CHECK(NH > 0 && C % NH == 0, "attention channels C={} must be a multiple of heads NH={}", C,
-           NH);
+// The first key position visible to query position p (keys [first_key, p] are visible).
+inline int first_key(int p, int window) {
+  return window > 0 ? std::max(0, p - window + 1) : 0;
 }
 
-// One (b, h) pair of the forward. S: kAttentionBlockQ x ldS scratch.
-void forward_head(float* out, float* lse, const float* qkv, int T, int C, int hs, float scale,
+// The most keys one query block of a sequence of T positions touches.
+int64_t max_block_keys(int64_t T, int window) {
+  return window > 0 ? std::min<int64_t>(T, int64_t{kAttentionBlockQ} + window - 1) : T;
+}
+
+// Query rows of one (b, h) pair of the forward. q (Tq rows, stride ldq) holds the queries at
+// positions pos0 .. pos0+Tq-1; k, v (stride ldkv) hold the keys and values of positions 0 .. on;
+// out (Tq rows, stride ldo) =; lse (Tq) = unless null. S: kAttentionBlockQ x ldS scratch.
+void forward_rows(float* out, int64_t ldo, float* lse, const float* q, int64_t ldq, const float* k,
+                  const float* v, int64_t ldkv, int Tq, int pos0, int window, int hs, float scale,
                   float* S, int64_t ldS) {
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* q = qkv;
-  const float* k = qkv + C;
-  const float* v = qkv + 2 * static_cast<int64_t>(C);
-  for (int i0 = 0; i0 < T; i0 += kAttentionBlockQ) {
-    const int rows = std::min(kAttentionBlockQ, T - i0);
-    const int kend = i0 + rows;  // keys [0, kend) are visible to some query of the block
-    sgemm(false, true, rows, kend, hs, scale, q + i0 * C3, C3, k, C3, 0.0f, S, ldS);
+  for (int i0 = 0; i0 < Tq; i0 += kAttentionBlockQ) {
+    const int rows = std::min(kAttentionBlockQ, Tq - i0);
+    const int p0 = pos0 + i0;
+    // Keys [kbeg, kend) are visible to some query of the block; column c of S is key kbeg + c.
+    const int kbeg = first_key(p0, window);
+    const int kend = p0 + rows;
+    const int ncols = kend - kbeg;
+    sgemm(false, true, rows, ncols, hs, scale, q + i0 * ldq, ldq, k + kbeg * ldkv, ldkv, 0.0f, S,
+          ldS);
     for (int r = 0; r < rows; ++r) {
-      const int n = i0 + r + 1;  // visible keys of query i0 + r
-      float* s = S + r * ldS;
+      const int p = p0 + r;
+      const int lo = first_key(p, window) - kbeg;  // visible columns [lo, hi)
+      const int hi = p + 1 - kbeg;
+      float* srow = S + r * ldS;
+      float* s = srow + lo;
+      const int n = hi - lo;
       float mx = s[0];
 #pragma omp simd simdlen(16) reduction(max : mx)
       for (int j = 0; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
@@ -51,80 +64,96 @@ void forward_head(float* out, float* lse, const float* qkv, int T, int C, int hs
       const float inv = 1.0f / sum;
 #pragma omp simd
       for (int j = 0; j < n; ++j) s[j] *= inv;
-      std::fill(s + n, s + kend, 0.0f);
-      lse[i0 + r] = mx + std::log(sum);
+      std::fill(srow, s, 0.0f);
+      std::fill(srow + hi, srow + ncols, 0.0f);
+      if (lse != nullptr) lse[i0 + r] = mx + std::log(sum);
     }
-    sgemm(false, false, rows, hs, kend, 1.0f, S, ldS, v, C3, 0.0f,
-          out + static_cast<int64_t>(i0) * C, C);
+    sgemm(false, false, rows, hs, ncols, 1.0f, S, ldS, v + kbeg * ldkv, ldkv, 0.0f, out + i0 * ldo,
+          ldo);
   }
 }
 
-// One (b, h) pair of the backward. P, dS: kAttentionBlockQ x ldS scratch each.
-void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, int T, int C, int hs, float scale, float* P, float* dS,
-                   int64_t ldS) {
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float* q = qkv;
-  const float* k = qkv + C;
-  const float* v = qkv + 2 * static_cast<int64_t>(C);
-  float* dq = dqkv;
-  float* dk = dqkv + C;
-  float* dv = dqkv + 2 * static_cast<int64_t>(C);
-  for (int t = 0; t < T; ++t) {
-    std::fill(dk + t * C3, dk + t * C3 + hs, 0.0f);
-    std::fill(dv + t * C3, dv + t * C3 + hs, 0.0f);
-  }
+// One query head of the backward. q, k, v and dq, dk, dv are strided views (stride ld) of qkv
+// and dqkv; dout, out have stride ldo. dq =; dk, dv += (the caller zeroes them once per kv
+// head). P, dS: kAttentionBlockQ x ldS scratch each.
+void backward_head(float* dq, float* dk, float* dv, const float* q, const float* k, const float* v,
+                   int64_t ld, const float* dout, const float* out, int64_t ldo, const float* lse,
+                   int T, int window, int hs, float scale, float* P, float* dS, int64_t ldS) {
   for (int i0 = 0; i0 < T; i0 += kAttentionBlockQ) {
     const int rows = std::min(kAttentionBlockQ, T - i0);
+    const int kbeg = first_key(i0, window);
     const int kend = i0 + rows;
-    const float* q_blk = q + i0 * C3;
-    const float* do_blk = dout + static_cast<int64_t>(i0) * C;
-    // P = exp(S - lse) on the causal part, 0 above the diagonal.
-    sgemm(false, true, rows, kend, hs, scale, q_blk, C3, k, C3, 0.0f, P, ldS);
+    const int ncols = kend - kbeg;
+    const float* q_blk = q + i0 * ld;
+    const float* do_blk = dout + i0 * ldo;
+    const float* k_blk = k + kbeg * ld;
+    const float* v_blk = v + kbeg * ld;
+    // P = exp(S - lse) on the visible part, 0 elsewhere.
+    sgemm(false, true, rows, ncols, hs, scale, q_blk, ld, k_blk, ld, 0.0f, P, ldS);
     for (int r = 0; r < rows; ++r) {
-      const int n = i0 + r + 1;
-      float* p = P + r * ldS;
-      const float l = lse[i0 + r];
+      const int i = i0 + r;
+      const int lo = first_key(i, window) - kbeg;
+      const int hi = i + 1 - kbeg;
+      float* prow = P + r * ldS;
+      float* p = prow + lo;
+      const int n = hi - lo;
+      const float l = lse[i];
 #pragma omp simd simdlen(16)
       for (int j = 0; j < n; ++j) p[j] = exp_f32(p[j] - l);
-      std::fill(p + n, p + kend, 0.0f);
+      std::fill(prow, p, 0.0f);
+      std::fill(prow + hi, prow + ncols, 0.0f);
     }
-    // dV[0:kend] += P^T dO_blk
-    sgemm(true, false, kend, hs, rows, 1.0f, P, ldS, do_blk, C, 1.0f, dv, C3);
+    // dV[kbeg:kend] += P^T dO_blk
+    sgemm(true, false, ncols, hs, rows, 1.0f, P, ldS, do_blk, ldo, 1.0f, dv + kbeg * ld, ld);
     // dP = dO_blk V^T, then dS = P * (dP - D) in place.
-    sgemm(false, true, rows, kend, hs, 1.0f, do_blk, C, v, C3, 0.0f, dS, ldS);
+    sgemm(false, true, rows, ncols, hs, 1.0f, do_blk, ldo, v_blk, ld, 0.0f, dS, ldS);
     for (int r = 0; r < rows; ++r) {
-      const int n = i0 + r + 1;
-      const float* g = do_blk + static_cast<int64_t>(r) * C;
-      const float* o = out + static_cast<int64_t>(i0 + r) * C;
+      const int i = i0 + r;
+      const int lo = first_key(i, window) - kbeg;
+      const int hi = i + 1 - kbeg;
+      const float* g = do_blk + r * ldo;
+      const float* o = out + i * ldo;
       float D = 0.0f;
 #pragma omp simd reduction(+ : D)
       for (int c = 0; c < hs; ++c) D += g[c] * o[c];
-      const float* p = P + r * ldS;
-      float* ds = dS + r * ldS;
+      const float* p = P + r * ldS + lo;
+      float* dsrow = dS + r * ldS;
+      float* ds = dsrow + lo;
+      const int n = hi - lo;
 #pragma omp simd
       for (int j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - D);
-      std::fill(ds + n, ds + kend, 0.0f);
+      std::fill(dsrow, ds, 0.0f);
+      std::fill(dsrow + hi, dsrow + ncols, 0.0f);
     }
-    // dQ_blk = scale dS K[0:kend] (overwrite); dK[0:kend] += scale dS^T Q_blk.
-    sgemm(false, false, rows, hs, kend, scale, dS, ldS, k, C3, 0.0f, dq + i0 * C3, C3);
-    sgemm(true, false, kend, hs, rows, scale, dS, ldS, q_blk, C3, 1.0f, dk, C3);
+    // dQ_blk = scale dS K[kbeg:kend] (overwrite); dK[kbeg:kend] += scale dS^T Q_blk.
+    sgemm(false, false, rows, hs, ncols, scale, dS, ldS, k_blk, ld, 0.0f, dq + i0 * ld, ld);
+    sgemm(true, false, ncols, hs, rows, scale, dS, ldS, q_blk, ld, 1.0f, dk + kbeg * ld, ld);
   }
 }
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  check_shape(C, NH);
-  if (B == 0 || T == 0) return;
-  const int hs = C / NH;
+void check_attention_shape(const AttentionShape& s) {
+  ZD_CHECK(s.NH > 0 && s.KVH > 0 && s.NH % s.KVH == 0,
+           "attention query heads NH={} must be a positive multiple of kv heads KVH={}", s.NH,
+           s.KVH);
+  ZD_CHECK(s.HS > 0, "attention head size HS={} must be positive", s.HS);
+  ZD_CHECK(s.B >= 0 && s.T >= 0, "attention B={} T={} must not be negative", s.B, s.T);
+  ZD_CHECK(s.window >= 0, "attention window {} must not be negative", s.window);
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, const AttentionShape& s) {
+  check_attention_shape(s);
+  if (s.B == 0 || s.T == 0) return;
+  const int T = s.T, NH = s.NH, hs = s.HS, group = s.NH / s.KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t ldS = score_stride(T);
+  const int64_t ldS = score_stride(max_block_keys(T, s.window));
   const int64_t per_thread = kAttentionBlockQ * ldS;
-  const int tasks = B * NH;
+  const int tasks = s.B * NH;
   const int threads = std::max(1, std::min(omp_get_max_threads(), tasks));
   float* scratch = thread_scratch(static_cast<size_t>(threads * per_thread));
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int64_t R = s.qkv_row();
+  const int64_t ldo = s.out_row();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float* S = scratch + omp_get_thread_num() * per_thread;
@@ -132,40 +161,103 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
     for (int task = 0; task < tasks; ++task) {
       const int b = task / NH;
       const int h = task % NH;
-      forward_head(out + static_cast<int64_t>(b) * T * C + static_cast<int64_t>(h) * hs,
-                   lse + static_cast<int64_t>(task) * T,
-                   qkv + static_cast<int64_t>(b) * T * C3 + static_cast<int64_t>(h) * hs, T, C, hs,
+      const int g = h / group;
+      const float* row0 = qkv + static_cast<int64_t>(b) * T * R;
+      forward_rows(out + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * hs, ldo,
+                   lse + static_cast<int64_t>(task) * T, row0 + static_cast<int64_t>(h) * hs, R,
+                   row0 + static_cast<int64_t>(NH + g) * hs,
+                   row0 + static_cast<int64_t>(NH + s.KVH + g) * hs, R, T, /*pos0=*/0, s.window, hs,
                    scale, S, ldS);
     }
   }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH) {
-  check_shape(C, NH);
-  if (B == 0 || T == 0) return;
-  const int hs = C / NH;
+                        const float* lse, const AttentionShape& s) {
+  check_attention_shape(s);
+  if (s.B == 0 || s.T == 0) return;
+  const int T = s.T, NH = s.NH, KVH = s.KVH, hs = s.HS, group = s.NH / s.KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int64_t ldS = score_stride(T);
+  const int64_t ldS = score_stride(max_block_keys(T, s.window));
   const int64_t per_thread = 2 * kAttentionBlockQ * ldS;
-  const int tasks = B * NH;
+  // One task per (b, kv head): its query heads run in order on one thread, so the dK/dV sums
+  // over the shared head neither race nor depend on the thread count.
+  const int tasks = s.B * KVH;
   const int threads = std::max(1, std::min(omp_get_max_threads(), tasks));
   float* scratch = thread_scratch(static_cast<size_t>(threads * per_thread));
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const int64_t R = s.qkv_row();
+  const int64_t ldo = s.out_row();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     float* P = scratch + omp_get_thread_num() * per_thread;
     float* dS = P + kAttentionBlockQ * ldS;
 #pragma omp for schedule(static)
     for (int task = 0; task < tasks; ++task) {
+      const int b = task / KVH;
+      const int g = task % KVH;
+      const int64_t bt = static_cast<int64_t>(b) * T;
+      const float* x = qkv + bt * R;
+      float* dx = dqkv + bt * R;
+      const int64_t koff = static_cast<int64_t>(NH + g) * hs;
+      const int64_t voff = static_cast<int64_t>(NH + KVH + g) * hs;
+      for (int t = 0; t < T; ++t) {
+        std::fill(dx + t * R + koff, dx + t * R + koff + hs, 0.0f);
+        std::fill(dx + t * R + voff, dx + t * R + voff + hs, 0.0f);
+      }
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const int64_t qoff = static_cast<int64_t>(h) * hs;
+        backward_head(dx + qoff, dx + koff, dx + voff, x + qoff, x + koff, x + voff, R,
+                      dout + bt * ldo + qoff, out + bt * ldo + qoff, ldo,
+                      lse + (static_cast<int64_t>(b) * NH + h) * T, T, s.window, hs, scale, P, dS,
+                      ldS);
+      }
+    }
+  }
+}
+
+void attention_kv_cache(float* out, const float* qkv, float* kcache, float* vcache, int pos0,
+                        int maxT, const AttentionShape& s) {
+  check_attention_shape(s);
+  ZD_CHECK(pos0 >= 0 && static_cast<int64_t>(pos0) + s.T <= maxT,
+           "kv cache positions [{}, {}) outside the cache of {}", pos0,
+           static_cast<int64_t>(pos0) + s.T, maxT);
+  if (s.B == 0 || s.T == 0) return;
+  const int Tq = s.T, NH = s.NH, KVH = s.KVH, hs = s.HS, group = s.NH / s.KVH;
+  const int64_t R = s.qkv_row();
+  const int64_t ldo = s.out_row();
+  const int64_t ldkv = static_cast<int64_t>(KVH) * hs;  // a cache row: the KVH heads
+
+  // 1. The new positions' k and v into the caches.
+  const int64_t rows = static_cast<int64_t>(s.B) * Tq;
+#pragma omp parallel for schedule(static) if (rows * 2 * ldkv >= kParallelMinElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / Tq, t = r % Tq;
+    const float* src = qkv + r * R + static_cast<int64_t>(NH) * hs;
+    const int64_t dst = (b * maxT + pos0 + t) * ldkv;
+    std::copy(src, src + ldkv, kcache + dst);
+    std::copy(src + ldkv, src + 2 * ldkv, vcache + dst);
+  }
+
+  // 2. Each new query over the cached positions it may see.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t ldS = score_stride(max_block_keys(static_cast<int64_t>(pos0) + Tq, s.window));
+  const int64_t per_thread = kAttentionBlockQ * ldS;
+  const int tasks = s.B * NH;
+  const int threads = std::max(1, std::min(omp_get_max_threads(), tasks));
+  float* scratch = thread_scratch(static_cast<size_t>(threads * per_thread));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* S = scratch + omp_get_thread_num() * per_thread;
+#pragma omp for schedule(static)
+    for (int task = 0; task < tasks; ++task) {
       const int b = task / NH;
       const int h = task % NH;
-      const int64_t bt = static_cast<int64_t>(b) * T;
-      backward_head(dqkv + bt * C3 + static_cast<int64_t>(h) * hs,
-                    dout + bt * C + static_cast<int64_t>(h) * hs,
-                    qkv + bt * C3 + static_cast<int64_t>(h) * hs,
-                    out + bt * C + static_cast<int64_t>(h) * hs,
-                    lse + static_cast<int64_t>(task) * T, T, C, hs, scale, P, dS, ldS);
+      const int g = h / group;
+      const int64_t cache0 = static_cast<int64_t>(b) * maxT * ldkv + static_cast<int64_t>(g) * hs;
+      forward_rows(out + static_cast<int64_t>(b) * Tq * ldo + static_cast<int64_t>(h) * hs, ldo,
+                   /*lse=*/nullptr,
+                   qkv + static_cast<int64_t>(b) * Tq * R + static_cast<int64_t>(h) * hs, R,
+                   kcache + cache0, vcache + cache0, ldkv, Tq, pos0, s.window, hs, scale, S, ldS);
     }
   }
 }

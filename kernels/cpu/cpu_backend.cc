@@ -12,6 +12,9 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/residual.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace zerod {
 
@@ -94,14 +97,47 @@ void CpuBackend::matmul_backward(void* dinp, void* dweight, void* dbias, const v
                        accumulate_dinp);
 }
 
-void CpuBackend::attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                                   int NH) {
-  cpu::attention_forward(F(out), lse, F(qkv), B, T, C, NH);
+void CpuBackend::attention_forward(void* out, float* lse, const void* qkv,
+                                   const AttentionShape& s) {
+  cpu::attention_forward(F(out), lse, F(qkv), s);
 }
 
 void CpuBackend::attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                                    const float* lse, int B, int T, int C, int NH) {
-  cpu::attention_backward(F(dqkv), F(dout), F(qkv), F(out), lse, B, T, C, NH);
+                                    const float* lse, const AttentionShape& s) {
+  cpu::attention_backward(F(dqkv), F(dout), F(qkv), F(out), lse, s);
+}
+
+void CpuBackend::attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache,
+                                    int pos0, int maxT, const AttentionShape& s) {
+  cpu::attention_kv_cache(F(out), F(qkv), F(kcache), F(vcache), pos0, maxT, s);
+}
+
+void CpuBackend::rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,
+                                 int64_t N, int C, float eps) {
+  cpu::rmsnorm_forward(F(out), rstd, F(inp), F(weight), N, C, eps);
+}
+
+void CpuBackend::rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                                  const void* weight, const float* rstd, int64_t N, int C) {
+  cpu::rmsnorm_backward(F(dinp), F(dweight), F(dout), F(inp), F(weight), rstd, N, C);
+}
+
+void CpuBackend::rope_forward(void* qkv, const float* cos, const float* sin,
+                              const AttentionShape& s) {
+  cpu::rope_forward(F(qkv), cos, sin, s);
+}
+
+void CpuBackend::rope_backward(void* dqkv, const float* cos, const float* sin,
+                               const AttentionShape& s) {
+  cpu::rope_backward(F(dqkv), cos, sin, s);
+}
+
+void CpuBackend::swiglu_forward(void* out, const void* gu, int64_t N, int I) {
+  cpu::swiglu_forward(F(out), F(gu), N, I);
+}
+
+void CpuBackend::swiglu_backward(void* dgu, const void* dout, const void* gu, int64_t N, int I) {
+  cpu::swiglu_backward(F(dgu), F(dout), F(gu), N, I);
 }
 
 void CpuBackend::gelu_forward(void* out, const void* inp, int64_t n) {

@@ -42,10 +42,24 @@ class CpuBackend final : public Backend {
   void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                        const void* weight, int64_t N, int C, int OC, bool accumulate_dinp) override;
 
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                         int NH) override;
+  void attention_forward(void* out, float* lse, const void* qkv, const AttentionShape& s) override;
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                          const float* lse, int B, int T, int C, int NH) override;
+                          const float* lse, const AttentionShape& s) override;
+  void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
+                          int maxT, const AttentionShape& s) override;
+
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                       int C, float eps) override;
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int64_t N, int C) override;
+
+  void rope_forward(void* qkv, const float* cos, const float* sin,
+                    const AttentionShape& s) override;
+  void rope_backward(void* dqkv, const float* cos, const float* sin,
+                     const AttentionShape& s) override;
+
+  void swiglu_forward(void* out, const void* gu, int64_t N, int I) override;
+  void swiglu_backward(void* dgu, const void* dout, const void* gu, int64_t N, int I) override;
 
   void gelu_forward(void* out, const void* inp, int64_t n) override;
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override;

@@ -10,7 +10,16 @@ namespace zerod::cpu {
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                      int T, int C) {
   const int64_t rows = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static) if (rows * C >= kParallelMinElems)
+  const bool par = rows * C >= kParallelMinElems;
+  if (wpe == nullptr) {
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* e = wte + static_cast<int64_t>(tokens[r]) * C;
+      std::copy(e, e + C, out + r * C);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (par)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % T;
     const float* e = wte + static_cast<int64_t>(tokens[r]) * C;
@@ -28,13 +37,15 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   const bool par = rows * C >= kParallelMinElems;
 
   // dwpe[t] += sum over b of dout[b,t], b in increasing order: partitioned by t.
+  if (dwpe != nullptr) {
 #pragma omp parallel for schedule(static) if (par)
-  for (int t = 0; t < T; ++t) {
-    float* d = dwpe + static_cast<int64_t>(t) * C;
-    for (int b = 0; b < B; ++b) {
-      const float* g = dout + (static_cast<int64_t>(b) * T + t) * C;
+    for (int t = 0; t < T; ++t) {
+      float* d = dwpe + static_cast<int64_t>(t) * C;
+      for (int b = 0; b < B; ++b) {
+        const float* g = dout + (static_cast<int64_t>(b) * T + t) * C;
 #pragma omp simd
-      for (int c = 0; c < C; ++c) d[c] += g[c];
+        for (int c = 0; c < C; ++c) d[c] += g[c];
+      }
     }
   }
 

@@ -1,15 +1,23 @@
 // Launch shapes (256 threads = 8 warps per block, tiles of 32 queries x 32 keys, K/V/Q/dO tiles
 // converted to fp32 in dynamic shared memory, K and V rows padded to an odd stride so that a
 // lane per key reads without bank conflicts):
-// - forward: grid (ceil(T/32) query tiles, NH, B), heaviest (last) query tiles first. Each warp
-//   owns 4 query rows; per key tile a lane computes one key's score, the warp keeps an online
-//   softmax (running max m, sum l) and the output row in registers (lane = channels lane+32e).
+// - forward: grid (ceil(T/32) query tiles, NH, B), heaviest (last) query tiles first. The block
+//   reads the key/value head of its query head (h / (NH/KVH)) in place and walks the key tiles
+//   its queries see (from the first key inside the window of its first query, up to the
+//   diagonal). Each warp owns 4 query rows; per key tile a lane computes one key's score, the
+//   warp keeps an online softmax (running max m, sum l) and the output row in registers
+//   (lane = channels lane+32e).
 // - backward D: one warp per (b, h, t) row, 8 per block.
 // - backward dQ: grid as the forward; per key tile a lane computes P_ij and dS_ij for one key,
 //   then the warp accumulates dQ_i += dS_ij K_j with a lane per channel.
-// - backward dK/dV: grid (ceil(T/32) key tiles, NH, B); the block walks the query tiles at and
-//   after its keys; a thread computes P and dS for (query row, key = lane) into shared memory,
-//   then each warp accumulates 4 key rows of dK and dV with a lane per channel.
+// - backward dK/dV: grid (ceil(T/32) key tiles, KVH, B); the block walks the query heads of its
+//   key/value head in order and, for each, the query tiles that see its keys (at and after the
+//   keys, up to the window's end); a thread computes P and dS for (query row, key = lane) into
+//   shared memory, then each warp accumulates 4 key rows of dK and dV with a lane per channel
+//   (in registers across the query heads: the sum of a shared head, without atomics).
+// - KV cache: a grid-stride copy of the new k/v rows into the caches, then one warp per
+//   (b, h, new query) with an online softmax over the cached keys it sees, 32 keys (a lane each)
+//   at a time.
 #include <math_constants.h>
 
 #include <atomic>
@@ -33,7 +41,10 @@ constexpr int kRowsPerWarp = kTile / kWarps;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 struct Shape {
-  int T, C, NH, hs;
+  int T, NH, KVH, group, hs;
+  int window;    // 0 (causal) or 0 < window < T (a wider window changes nothing)
+  int64_t row;   // elements of a qkv row: (NH + 2 KVH) hs
+  int64_t orow;  // elements of an out row: NH hs
   float scale;
 };
 
@@ -41,6 +52,13 @@ struct Shape {
 // bank (j * stride + d) % 32, all distinct.
 __host__ __device__ inline int padded(int hs) {
   return hs | 1;
+}
+
+// The first key tile query tile q0 needs: the one holding the first key inside q0's window.
+__host__ __device__ inline int first_key_tile(int q0, int window) {
+  if (window <= 0) return 0;
+  const int lo = q0 - window + 1;
+  return lo > 0 ? lo / kTile * kTile : 0;
 }
 
 // dst (kTile, ld) fp32 = rows [t0, t0 + kTile) of a (T, hs) view with row stride `stride`;
@@ -62,13 +80,14 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
   return acc;
 }
 
-// acc[e] (channel lane + 32 e) += sum over rows jj < count of coef_jj * rows[jj * ld + channel],
-// where coef_jj is lane jj's `coef` (broadcast over the warp). One warp; count <= 32.
+// acc[e] (channel lane + 32 e) += sum over rows jj in [begin, end) of coef_jj * rows[jj * ld +
+// channel], where coef_jj is lane jj's `coef` (broadcast over the warp). One warp;
+// 0 <= begin, end <= 32, both uniform over the warp.
 template <int DPL>
 __device__ __forceinline__ void warp_accumulate_rows(float (&acc)[DPL], float coef,
-                                                     const float* rows, int ld, int count, int hs,
-                                                     int lane) {
-  for (int jj = 0; jj < count; ++jj) {
+                                                     const float* rows, int ld, int begin, int end,
+                                                     int hs, int lane) {
+  for (int jj = begin; jj < end; ++jj) {
     const float cj = __shfl_sync(kFullMask, coef, jj);
     const float* row = rows + jj * ld;
 #pragma unroll
@@ -90,6 +109,12 @@ __device__ __forceinline__ void store_row(T* dst, const float (&acc)[DPL], float
   }
 }
 
+// The keys of the key tile at k0 that query i sees: [*lo, *hi] (empty when *lo > *hi).
+__device__ __forceinline__ void visible_keys(int i, int k0, int window, int* lo, int* hi) {
+  *lo = window > 0 ? max(k0, i - window + 1) : k0;
+  *hi = min(k0 + kTile - 1, i);
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 template <class T, int DPL>
@@ -104,12 +129,15 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
+  const int kvh = h / sh.group;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * hs;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const T* q_base = rows + static_cast<int64_t>(h) * hs;
+  const T* k_base = rows + static_cast<int64_t>(sh.NH + kvh) * hs;
+  const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * hs;
 
-  load_tile(q_s, hs, base, C3, q0, sh.T, hs);
+  load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
   float o[kRowsPerWarp][DPL];
   float m[kRowsPerWarp];
   float l[kRowsPerWarp];
@@ -121,28 +149,32 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < DPL; ++e) o[rr][e] = 0.0f;
   }
 
-  for (int k0 = 0; k0 <= q0; k0 += kTile) {
+  for (int k0 = first_key_tile(q0, sh.window); k0 <= q0; k0 += kTile) {
     __syncthreads();  // the previous key tile is consumed (and q_s is loaded, the first time)
-    load_tile(k_s, ldk, base + sh.C, C3, k0, sh.T, hs);
-    load_tile(v_s, ldk, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T, hs);
+    load_tile(k_s, ldk, k_base, sh.row, k0, sh.T, hs);
+    load_tile(v_s, ldk, v_base, sh.row, k0, sh.T, hs);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr;
       const int i = q0 + r;
       if (i >= sh.T) continue;  // uniform over the warp
+      int jlo, jhi;
+      visible_keys(i, k0, sh.window, &jlo, &jhi);
+      if (jlo > jhi) continue;  // the row sees no key of this tile (uniform)
       const int j = k0 + lane;
+      const bool vis = j >= jlo && j <= jhi;
       float s = -CUDART_INF_F;
-      if (j <= i) s = dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale;
-      // Key 0 is visible to every query, so m is finite from the first tile on.
+      if (vis) s = dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale;
+      // Some key of the tile is visible, so m_new is finite (alpha = 0 while m is -inf).
       const float m_new = fmaxf(m[rr], warp_max(s));
-      const float p = j <= i ? expf(s - m_new) : 0.0f;
+      const float p = vis ? expf(s - m_new) : 0.0f;
       const float alpha = expf(m[rr] - m_new);
       l[rr] = l[rr] * alpha + warp_sum(p);
       m[rr] = m_new;
 #pragma unroll
       for (int e = 0; e < DPL; ++e) o[rr][e] *= alpha;
-      warp_accumulate_rows(o[rr], p, v_s, ldk, min(kTile, i - k0 + 1), hs, lane);
+      warp_accumulate_rows(o[rr], p, v_s, ldk, jlo - k0, jhi - k0 + 1, hs, lane);
     }
   }
 
@@ -150,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int i = q0 + warp * kRowsPerWarp + rr;
     if (i >= sh.T) continue;
-    const float inv = 1.0f / l[rr];
-    store_row(out + (static_cast<int64_t>(b) * sh.T + i) * sh.C + static_cast<int64_t>(h) * hs,
+    const float inv = 1.0f / l[rr];  // every row sees its own key: l >= 1
+    store_row(out + (static_cast<int64_t>(b) * sh.T + i) * sh.orow + static_cast<int64_t>(h) * hs,
               o[rr], inv, hs, lane);
     if (lane == 0) lse[(static_cast<int64_t>(b) * sh.NH + h) * sh.T + i] = m[rr] + logf(l[rr]);
   }
@@ -169,7 +201,7 @@ __global__ void attention_d_kernel(float* D, const T* dout, const T* out, int64_
   const int64_t bh = w / sh.T;
   const int h = static_cast<int>(bh % sh.NH);
   const int64_t b = bh / sh.NH;
-  const int64_t off = (b * sh.T + t) * sh.C + static_cast<int64_t>(h) * sh.hs;
+  const int64_t off = (b * sh.T + t) * sh.orow + static_cast<int64_t>(h) * sh.hs;
   float acc = 0.0f;
   for (int d = lane; d < sh.hs; d += 32) acc += to_f32(dout[off + d]) * to_f32(out[off + d]);
   acc = warp_sum(acc);
@@ -190,15 +222,18 @@ __global__ void __launch_bounds__(kThreads)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
+  const int kvh = h / sh.group;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * hs;
-  const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.C + static_cast<int64_t>(h) * hs;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const T* q_base = rows + static_cast<int64_t>(h) * hs;
+  const T* k_base = rows + static_cast<int64_t>(sh.NH + kvh) * hs;
+  const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * hs;
+  const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * hs;
   const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;  // of lse and D
 
-  load_tile(q_s, hs, base, C3, q0, sh.T, hs);
-  load_tile(do_s, hs, dbase, sh.C, q0, sh.T, hs);
+  load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
+  load_tile(do_s, hs, dbase, sh.orow, q0, sh.T, hs);
   float dq[kRowsPerWarp][DPL];
   float lse_r[kRowsPerWarp];
   float d_r[kRowsPerWarp];
@@ -211,23 +246,26 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < DPL; ++e) dq[rr][e] = 0.0f;
   }
 
-  for (int k0 = 0; k0 <= q0; k0 += kTile) {
+  for (int k0 = first_key_tile(q0, sh.window); k0 <= q0; k0 += kTile) {
     __syncthreads();
-    load_tile(k_s, ldk, base + sh.C, C3, k0, sh.T, hs);
-    load_tile(v_s, ldk, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T, hs);
+    load_tile(k_s, ldk, k_base, sh.row, k0, sh.T, hs);
+    load_tile(v_s, ldk, v_base, sh.row, k0, sh.T, hs);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp * kRowsPerWarp + rr;
       const int i = q0 + r;
       if (i >= sh.T) continue;
+      int jlo, jhi;
+      visible_keys(i, k0, sh.window, &jlo, &jhi);
+      if (jlo > jhi) continue;
       const int j = k0 + lane;
       float ds = 0.0f;
-      if (j <= i) {
+      if (j >= jlo && j <= jhi) {
         const float p = expf(dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale - lse_r[rr]);
         ds = p * (dot(do_s + r * hs, v_s + lane * ldk, hs) - d_r[rr]);
       }
-      warp_accumulate_rows(dq[rr], ds, k_s, ldk, min(kTile, i - k0 + 1), hs, lane);
+      warp_accumulate_rows(dq[rr], ds, k_s, ldk, jlo - k0, jhi - k0 + 1, hs, lane);
     }
   }
 
@@ -235,7 +273,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int i = q0 + warp * kRowsPerWarp + rr;
     if (i >= sh.T) continue;
-    store_row(dqkv + (static_cast<int64_t>(b) * sh.T + i) * C3 + static_cast<int64_t>(h) * hs,
+    store_row(dqkv + (static_cast<int64_t>(b) * sh.T + i) * sh.row + static_cast<int64_t>(h) * hs,
               dq[rr], sh.scale, hs, lane);
   }
 }
@@ -256,17 +294,19 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = ds_s + kTile * kTile;  // (kTile)
   float* d_s = lse_s + kTile;           // (kTile)
   const int k0 = blockIdx.x * kTile;    // the first key tiles see the most queries: launched first
-  const int h = blockIdx.y;
+  const int kvh = blockIdx.y;
   const int b = blockIdx.z;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * hs;
-  const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.C + static_cast<int64_t>(h) * hs;
-  const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const int64_t k_off = static_cast<int64_t>(sh.NH + kvh) * hs;
+  const int64_t v_off = static_cast<int64_t>(sh.NH + sh.KVH + kvh) * hs;
+  // Queries [k0, q_end) see some key of the tile (the last key k0 + kTile - 1 is seen up to
+  // query k0 + kTile - 1 + window - 1).
+  const int q_end = sh.window > 0 ? min(sh.T, k0 + kTile + sh.window - 1) : sh.T;
 
-  load_tile(k_s, ldk, base + sh.C, C3, k0, sh.T, hs);
-  load_tile(v_s, ldk, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T, hs);
+  load_tile(k_s, ldk, rows + k_off, sh.row, k0, sh.T, hs);
+  load_tile(v_s, ldk, rows + v_off, sh.row, k0, sh.T, hs);
   // Warp w accumulates the key rows w + kWarps * u of the tile.
   float dk[kRowsPerWarp][DPL];
   float dv[kRowsPerWarp][DPL];
@@ -279,46 +319,57 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  for (int q0 = k0; q0 < sh.T; q0 += kTile) {
-    __syncthreads();  // the previous query tile is consumed
-    load_tile(q_s, hs, base, C3, q0, sh.T, hs);
-    load_tile(do_s, hs, dbase, sh.C, q0, sh.T, hs);
-    if (threadIdx.x < kTile) {
-      const int i = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < sh.T ? lse[row0 + i] : 0.0f;
-      d_s[threadIdx.x] = i < sh.T ? D[row0 + i] : 0.0f;
-    }
-    __syncthreads();
-    // P and dS of (query row r, key lane), zero where masked or past T.
-#pragma unroll
-    for (int u = 0; u < kRowsPerWarp; ++u) {
-      const int r = warp + kWarps * u;
-      const int i = q0 + r;
-      const int j = k0 + lane;
-      float p = 0.0f, ds = 0.0f;
-      if (i < sh.T && j <= i) {
-        p = expf(dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale - lse_s[r]);
-        ds = p * (dot(do_s + r * hs, v_s + lane * ldk, hs) - d_s[r]);
+  // The query heads sharing this key/value head, in order (a deterministic sum).
+  for (int g = 0; g < sh.group; ++g) {
+    const int h = kvh * sh.group + g;
+    const T* q_base = rows + static_cast<int64_t>(h) * hs;
+    const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * hs;
+    const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
+    for (int q0 = k0; q0 < q_end; q0 += kTile) {
+      __syncthreads();  // the previous query tile is consumed
+      load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
+      load_tile(do_s, hs, dbase, sh.orow, q0, sh.T, hs);
+      if (threadIdx.x < kTile) {
+        const int i = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < sh.T ? lse[row0 + i] : 0.0f;
+        d_s[threadIdx.x] = i < sh.T ? D[row0 + i] : 0.0f;
       }
-      p_s[r * kTile + lane] = p;
-      ds_s[r * kTile + lane] = ds;
-    }
-    __syncthreads();
+      __syncthreads();
+      // P and dS of (query row r, key lane), zero where masked or past T.
 #pragma unroll
-    for (int u = 0; u < kRowsPerWarp; ++u) {
-      const int jl = warp + kWarps * u;
-      const int r_begin = q0 == k0 ? jl : 0;  // earlier queries of the diagonal tile are masked
-      for (int r = r_begin; r < kTile; ++r) {
-        const float pv = p_s[r * kTile + jl];
-        const float dsv = ds_s[r * kTile + jl];
-        const float* dor = do_s + r * hs;
-        const float* qr = q_s + r * hs;
+      for (int u = 0; u < kRowsPerWarp; ++u) {
+        const int r = warp + kWarps * u;
+        const int i = q0 + r;
+        const int j = k0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (i < sh.T && j <= i && (sh.window == 0 || j > i - sh.window)) {
+          p = expf(dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale - lse_s[r]);
+          ds = p * (dot(do_s + r * hs, v_s + lane * ldk, hs) - d_s[r]);
+        }
+        p_s[r * kTile + lane] = p;
+        ds_s[r * kTile + lane] = ds;
+      }
+      __syncthreads();
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) {
-            dv[u][e] += pv * dor[d];
-            dk[u][e] += dsv * qr[d];
+      for (int u = 0; u < kRowsPerWarp; ++u) {
+        const int jl = warp + kWarps * u;
+        const int j = k0 + jl;
+        // Query rows that see key j: i = q0 + r in [j, j + window) and below T (the others
+        // hold P = dS = 0; skipping them only saves work).
+        const int r_begin = max(0, j - q0);
+        const int r_end = min(kTile, (sh.window > 0 ? min(sh.T, j + sh.window) : sh.T) - q0);
+        for (int r = r_begin; r < r_end; ++r) {
+          const float pv = p_s[r * kTile + jl];
+          const float dsv = ds_s[r * kTile + jl];
+          const float* dor = do_s + r * hs;
+          const float* qr = q_s + r * hs;
+#pragma unroll
+          for (int e = 0; e < DPL; ++e) {
+            const int d = lane + 32 * e;
+            if (d < hs) {
+              dv[u][e] += pv * dor[d];
+              dk[u][e] += dsv * qr[d];
+            }
           }
         }
       }
@@ -329,10 +380,92 @@ __global__ void __launch_bounds__(kThreads)
   for (int u = 0; u < kRowsPerWarp; ++u) {
     const int t = k0 + warp + kWarps * u;
     if (t >= sh.T) continue;
-    T* row = dqkv + (static_cast<int64_t>(b) * sh.T + t) * C3 + static_cast<int64_t>(h) * hs;
-    store_row(row + sh.C, dk[u], sh.scale, hs, lane);
-    store_row(row + 2 * static_cast<int64_t>(sh.C), dv[u], 1.0f, hs, lane);
+    T* row = dqkv + (static_cast<int64_t>(b) * sh.T + t) * sh.row;
+    store_row(row + k_off, dk[u], sh.scale, hs, lane);
+    store_row(row + v_off, dv[u], 1.0f, hs, lane);
   }
+}
+
+// ---- KV cache (generation) -------------------------------------------------------------------
+
+// kcache, vcache [b, pos0 + t, :] = the k and v heads of qkv [b, t, :] (KVH*hs channels each).
+template <class T>
+__global__ void kv_cache_store_kernel(T* kcache, T* vcache, const T* qkv, int pos0, int maxT,
+                                      Shape sh, int B) {
+  const int64_t kv_row = static_cast<int64_t>(sh.KVH) * sh.hs;
+  const int64_t total = static_cast<int64_t>(B) * sh.T * kv_row;
+  const int64_t k_off = static_cast<int64_t>(sh.NH) * sh.hs;
+  for (int64_t idx = global_thread(); idx < total; idx += grid_threads()) {
+    const int64_t bt = idx / kv_row;
+    const int64_t c = idx - bt * kv_row;
+    const int64_t b = bt / sh.T;
+    const int64_t t = bt - b * sh.T;
+    const T* src = qkv + bt * sh.row + k_off + c;
+    const int64_t dst = (b * maxT + pos0 + t) * kv_row + c;
+    kcache[dst] = src[0];
+    vcache[dst] = src[kv_row];
+  }
+}
+
+// out [b, t, h] = attention of query (b, t, h) at position pos0 + t over the cached keys it sees;
+// one warp per (b, h, t), `rows` = B*NH*T of them.
+template <class T, int DPL>
+__global__ void __launch_bounds__(kThreads)
+    kv_cache_attention_kernel(T* out, const T* qkv, const T* kcache, const T* vcache, int pos0,
+                              int maxT, Shape sh, int64_t rows) {
+  __shared__ float q_all[kWarps][kAttentionMaxHeadSize];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (w >= rows) return;  // uniform over the warp; the kernel only synchronises warps
+  const int hs = sh.hs;
+  const int t = static_cast<int>(w % sh.T);
+  const int64_t bh = w / sh.T;
+  const int h = static_cast<int>(bh % sh.NH);
+  const int64_t b = bh / sh.NH;
+  const int kvh = h / sh.group;
+  const int i = pos0 + t;  // the query's position
+  float* q = q_all[warp];
+  const T* qrow = qkv + (b * sh.T + t) * sh.row + static_cast<int64_t>(h) * hs;
+  for (int d = lane; d < hs; d += 32) q[d] = to_f32(qrow[d]);
+  __syncwarp();
+  const int64_t kv_row = static_cast<int64_t>(sh.KVH) * hs;
+  const T* kb = kcache + b * maxT * kv_row + static_cast<int64_t>(kvh) * hs;
+  const T* vb = vcache + b * maxT * kv_row + static_cast<int64_t>(kvh) * hs;
+  const int jlo = sh.window > 0 ? max(0, i - sh.window + 1) : 0;
+  float m = -CUDART_INF_F, l = 0.0f;
+  float o[DPL];
+#pragma unroll
+  for (int e = 0; e < DPL; ++e) o[e] = 0.0f;
+  for (int k0 = jlo; k0 <= i; k0 += 32) {
+    const int j = k0 + lane;
+    const bool vis = j <= i;
+    float s = -CUDART_INF_F;
+    if (vis) {
+      const T* kr = kb + static_cast<int64_t>(j) * kv_row;
+      float acc = 0.0f;
+      for (int d = 0; d < hs; ++d) acc += q[d] * to_f32(kr[d]);
+      s = acc * sh.scale;
+    }
+    const float m_new = fmaxf(m, warp_max(s));  // key k0 is visible: finite
+    const float p = vis ? expf(s - m_new) : 0.0f;
+    const float alpha = expf(m - m_new);
+    l = l * alpha + warp_sum(p);
+    m = m_new;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) o[e] *= alpha;
+    const int count = min(32, i - k0 + 1);
+    for (int jj = 0; jj < count; ++jj) {
+      const float pj = __shfl_sync(kFullMask, p, jj);
+      const T* vr = vb + static_cast<int64_t>(k0 + jj) * kv_row;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) {
+        const int d = lane + 32 * e;
+        if (d < hs) o[e] += pj * to_f32(vr[d]);
+      }
+    }
+  }
+  store_row(out + (b * sh.T + t) * sh.orow + static_cast<int64_t>(h) * hs, o, 1.0f / l, hs, lane);
 }
 
 // ---- launch helpers ------------------------------------------------------------------------
@@ -361,13 +494,23 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   }
 }
 
-Shape make_shape(int T, int C, int NH) {
+// `span`: the positions a query may see at most (T, or pos0 + T with a cache); a window at least
+// that wide is no window.
+Shape make_shape(const AttentionDims& s, int span) {
+  if (s.NH <= 0 || s.KVH <= 0 || s.NH % s.KVH != 0 || s.HS < 1 || s.HS > kAttentionMaxHeadSize ||
+      s.window < 0) {
+    check(cudaErrorInvalidValue, "attention: invalid shape (heads, head size or window)");
+  }
   Shape sh{};
-  sh.T = T;
-  sh.C = C;
-  sh.NH = NH;
-  sh.hs = C / NH;
-  sh.scale = 1.0f / sqrtf(static_cast<float>(sh.hs));
+  sh.T = s.T;
+  sh.NH = s.NH;
+  sh.KVH = s.KVH;
+  sh.group = s.NH / s.KVH;
+  sh.hs = s.HS;
+  sh.window = s.window < span ? s.window : 0;
+  sh.row = s.qkv_row();
+  sh.orow = s.out_row();
+  sh.scale = 1.0f / sqrtf(static_cast<float>(s.HS));
   return sh;
 }
 
@@ -400,18 +543,18 @@ AttentionImpl attention_impl() {
   return impl_in_use().load(std::memory_order_relaxed);
 }
 
-void attention_forward(Storage dt, void* out, float* lse, const void* qkv, int B, int T, int C,
-                       int NH, cudaStream_t stream) {
-  if (B <= 0 || T <= 0) return;
-  if (!force_simt() && attention_tc_supported(dt, C, NH, out, qkv)) {
-    attention_tc_forward(dt, out, lse, qkv, B, T, C, NH, stream);
+void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const AttentionDims& s,
+                       cudaStream_t stream) {
+  if (s.B <= 0 || s.T <= 0) return;
+  const Shape sh = make_shape(s, s.T);
+  if (!force_simt() && attention_tc_supported(dt, s.HS, out, qkv)) {
+    attention_tc_forward(dt, out, lse, qkv, s, stream);
     return;
   }
-  const Shape sh = make_shape(T, C, NH);
   const int ldk = padded(sh.hs);
   const size_t shared =
       (static_cast<size_t>(kTile) * sh.hs + 2 * static_cast<size_t>(kTile) * ldk) * sizeof(float);
-  const dim3 grid(tiles(T), static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  const dim3 grid(tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
   dispatch(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
     dispatch_head_size(sh.hs, [&](auto dpl) {
@@ -424,29 +567,30 @@ void attention_forward(Storage dt, void* out, float* lse, const void* qkv, int B
   check(cudaGetLastError(), "attention_forward kernel launch");
 }
 
-size_t attention_backward_scratch_bytes(int B, int T, int NH) {
-  if (B <= 0 || T <= 0) return 0;
-  return static_cast<size_t>(B) * NH * T * sizeof(float);
+size_t attention_backward_scratch_bytes(const AttentionDims& s) {
+  if (s.B <= 0 || s.T <= 0 || s.NH <= 0) return 0;
+  return static_cast<size_t>(s.B) * s.NH * s.T * sizeof(float);
 }
 
 void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qkv, const void* out,
-                        const float* lse, int B, int T, int C, int NH, float* scratch,
+                        const float* lse, const AttentionDims& s, float* scratch,
                         cudaStream_t stream) {
-  if (B <= 0 || T <= 0) return;
-  if (!force_simt() && attention_tc_supported(dt, C, NH, dqkv, dout, qkv, out)) {
-    attention_tc_backward(dt, dqkv, dout, qkv, out, lse, B, T, C, NH, scratch, stream);
+  if (s.B <= 0 || s.T <= 0) return;
+  const Shape sh = make_shape(s, s.T);
+  if (!force_simt() && attention_tc_supported(dt, s.HS, dqkv, dout, qkv, out)) {
+    attention_tc_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
     return;
   }
-  const Shape sh = make_shape(T, C, NH);
   const int ldk = padded(sh.hs);
-  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  const int64_t rows = static_cast<int64_t>(s.B) * s.NH * s.T;
   const size_t tile_q = static_cast<size_t>(kTile) * sh.hs;
   const size_t tile_k = static_cast<size_t>(kTile) * ldk;
   const size_t dq_shared = (2 * tile_q + 2 * tile_k) * sizeof(float);
   const size_t dkdv_shared =
       (2 * tile_k + 2 * tile_q + 2 * static_cast<size_t>(kTile) * kTile + 2 * kTile) *
       sizeof(float);
-  const dim3 grid(tiles(T), static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  const dim3 dq_grid(tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
+  const dim3 dkdv_grid(tiles(s.T), static_cast<unsigned>(s.KVH), static_cast<unsigned>(s.B));
   float* D = scratch;
   dispatch(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
@@ -460,15 +604,40 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
       constexpr int kDpl = decltype(dpl)::value;
       auto dq_kernel = attention_dq_kernel<E, kDpl>;
       allow_shared(dq_kernel, dq_shared, "attention_backward dQ: cudaFuncSetAttribute");
-      dq_kernel<<<grid, kThreads, dq_shared, stream>>>(static_cast<E*>(dqkv), dout_t, qkv_t, lse, D,
-                                                       sh);
+      dq_kernel<<<dq_grid, kThreads, dq_shared, stream>>>(static_cast<E*>(dqkv), dout_t, qkv_t, lse,
+                                                          D, sh);
       check(cudaGetLastError(), "attention_backward dQ kernel launch");
       auto dkdv_kernel = attention_dkdv_kernel<E, kDpl>;
       allow_shared(dkdv_kernel, dkdv_shared, "attention_backward dK/dV: cudaFuncSetAttribute");
-      dkdv_kernel<<<grid, kThreads, dkdv_shared, stream>>>(static_cast<E*>(dqkv), dout_t, qkv_t,
-                                                           lse, D, sh);
+      dkdv_kernel<<<dkdv_grid, kThreads, dkdv_shared, stream>>>(static_cast<E*>(dqkv), dout_t,
+                                                                qkv_t, lse, D, sh);
       check(cudaGetLastError(), "attention_backward dK/dV kernel launch");
     });
+  });
+}
+
+void attention_kv_cache(Storage dt, void* out, const void* qkv, void* kcache, void* vcache,
+                        int pos0, int maxT, const AttentionDims& s, cudaStream_t stream) {
+  if (s.B <= 0 || s.T <= 0) return;
+  if (pos0 < 0 || maxT < 0 || static_cast<int64_t>(pos0) + s.T > maxT) {
+    check(cudaErrorInvalidValue, "attention_kv_cache: positions past the cache");
+  }
+  const Shape sh = make_shape(s, pos0 + s.T);
+  const int64_t kv_elems = static_cast<int64_t>(s.B) * s.T * s.KVH * s.HS;
+  const int64_t rows = static_cast<int64_t>(s.B) * s.NH * s.T;
+  dispatch(dt, [&](auto tag) {
+    using E = typename decltype(tag)::type;
+    kv_cache_store_kernel<E><<<grid_stride_blocks(kv_elems), kElementwiseThreads, 0, stream>>>(
+        static_cast<E*>(kcache), static_cast<E*>(vcache), static_cast<const E*>(qkv), pos0, maxT,
+        sh, s.B);
+    check(cudaGetLastError(), "attention_kv_cache store kernel launch");
+    dispatch_head_size(sh.hs, [&](auto dpl) {
+      kv_cache_attention_kernel<E, decltype(dpl)::value>
+          <<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+              static_cast<E*>(out), static_cast<const E*>(qkv), static_cast<const E*>(kcache),
+              static_cast<const E*>(vcache), pos0, maxT, sh, rows);
+    });
+    check(cudaGetLastError(), "attention_kv_cache attention kernel launch");
   });
 }
 

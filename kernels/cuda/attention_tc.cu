@@ -1,25 +1,29 @@
 // Tensor-core causal attention (flash-attention style, nvcuda::wmma 16x16x16 bf16/fp16 products
 // with fp32 accumulators): the products Q K^T, P V, dO V^T, dS K, P^T dO and dS^T Q run on
-// tensor cores; scale, causal mask, softmax and dS = P (dP - D) run as SIMT fp32 code on fp32
-// score tiles in shared memory. No code depends on the WMMA fragment element layout: fragments
-// only meet memory through load_matrix_sync / store_matrix_sync.
+// tensor cores; scale, causal / window mask, softmax and dS = P (dP - D) run as SIMT fp32 code on
+// fp32 score tiles in shared memory. No code depends on the WMMA fragment element layout:
+// fragments only meet memory through load_matrix_sync / store_matrix_sync.
 //
 // Launch shapes: 128 threads = 4 warps per block; tiles of 64 queries x 64 keys; warp w owns 16
 // rows (queries, or keys in the dK/dV kernel) of its block's tile, so warps only meet at the
 // __syncthreads around the cooperative tile loads. Q/K/V/dO tiles stay in the storage dtype in
-// shared memory (row stride hs + 8 elements); per-warp score tiles are fp32 (stride 68).
+// shared memory (row stride hs + 8 elements); per-warp score tiles are fp32 (stride 68). Query
+// head h reads key/value head h / (NH/KVH) in place. A warp only multiplies the 16-wide
+// sub-tiles that hold a key (query) one of its rows sees: on the diagonal tile warp w multiplies
+// its key sub-tiles 0..w, and with a window the sub-tiles wholly before the window are skipped
+// (as are the key tiles before the window of the block's first query).
 // - forward: grid (ceil(T/64) query tiles, NH, B), heaviest (last) query tiles first. Online
 //   softmax in the exp2 domain: running max m and sum l per row in registers (replicated over
 //   the lanes), the output accumulator O in shared memory as fp32 (rescaled by SIMT code, then
-//   loaded as accumulator fragments for O += P V). On the diagonal tile warp w only multiplies
-//   its key sub-tiles 0..w (the rest is masked).
+//   loaded as accumulator fragments for O += P V).
 // - backward dQ: grid as the forward. First D_i = dO_i . O_i of the block's rows (to the scratch
 //   for the dK/dV kernel), then per key tile S and dP = dO V^T by WMMA, P = exp(S scale - lse)
 //   and dS = P (dP - D) by SIMT, dQ += dS K by WMMA into register accumulators.
-// - backward dK/dV: grid (ceil(T/64) key tiles, NH, B); per query tile at or after its keys the
-//   warp computes S^T = K Q^T and dP^T = V dO^T for its 16 keys, P^T and dS^T by SIMT, then
-//   dV += P^T dO and dK += dS^T Q into register accumulators. Launched after the dQ kernel (it
-//   reads D). Deterministic, no atomics.
+// - backward dK/dV: grid (ceil(T/64) key tiles, KVH, B); for each query head of its key/value
+//   head in order, per query tile that sees its keys the warp computes S^T = K Q^T and
+//   dP^T = V dO^T for its 16 keys, P^T and dS^T by SIMT, then dV += P^T dO and dK += dS^T Q into
+//   register accumulators (summing the query heads of a shared head). Launched after the dQ
+//   kernel (it reads D). Deterministic, no atomics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
@@ -53,7 +57,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 struct TcShape {
-  int T, C, NH;
+  int T, NH, KVH, group;
+  int window;    // 0 (causal) or 0 < window < T
+  int64_t row;   // elements of a qkv row
+  int64_t orow;  // elements of an out row
   float scale;
 };
 
@@ -148,6 +155,41 @@ __device__ __forceinline__ void warp_store_tile(T* dst, int64_t stride, const fl
   }
 }
 
+// ---- masks -----------------------------------------------------------------------------------
+
+// True when query i sees key j.
+__device__ __forceinline__ bool sees(int i, int j, int window) {
+  return j <= i && (window == 0 || j > i - window);
+}
+
+// The first key tile query tile q0 needs (the one holding the first key in q0's window).
+__host__ __device__ inline int tc_first_key_tile(int q0, int window) {
+  if (window <= 0) return 0;
+  const int lo = q0 - window + 1;
+  return lo > 0 ? lo / kTcTile * kTcTile : 0;
+}
+
+// Key sub-tiles [*n_begin, *n_end) of the key tile at k0 holding every key that queries
+// [r0, r0 + 16) see (k0 <= r0); empty when *n_begin >= *n_end.
+__device__ __forceinline__ void key_subtiles(int r0, int k0, int window, int* n_begin, int* n_end) {
+  *n_end = min(kTcWarps, (r0 + 15 - k0) / 16 + 1);
+  const int lo = window > 0 ? r0 - window + 1 - k0 : 0;  // the first row's first key
+  *n_begin = lo > 0 ? lo / 16 : 0;
+}
+
+// Query sub-tiles [*m_begin, *m_end) of the query tile at q0 holding every query below T that
+// sees one of keys [j0, j0 + 16); empty when *m_begin >= *m_end.
+__device__ __forceinline__ void query_subtiles(int j0, int q0, int T_, int window, int* m_begin,
+                                               int* m_end) {
+  *m_begin = j0 > q0 ? (j0 - q0) / 16 : 0;  // (j0 - q0 is a multiple of 16)
+  int end = min(kTcWarps, (T_ - q0 + 15) / 16);
+  if (window > 0) {
+    const int last = j0 + 15 + window - 1 - q0;  // the last query seeing key j0 + 15
+    end = last < 0 ? 0 : min(end, last / 16 + 1);
+  }
+  *m_end = end;
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 
 template <class T, int HS>
@@ -169,13 +211,16 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTcTile;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS;
+  const int kvh = h / sh.group;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const T* q_base = rows + static_cast<int64_t>(h) * HS;
+  const T* k_base = rows + static_cast<int64_t>(sh.NH + kvh) * HS;
+  const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * HS;
   const int r0 = q0 + 16 * warp;  // the warp's first query
   const bool active = r0 < sh.T;  // uniform over the warp
   const float sl2 = sh.scale * kLog2e;
 
-  load_rows<T, HS>(q_s, ldx, base, C3, q0, sh.T);
+  load_rows<T, HS>(q_s, ldx, q_base, sh.row, q0, sh.T);
   for (int idx = lane; idx < 16 * HS; idx += 32) o_w[(idx / HS) * ldo + idx % HS] = 0.0f;
   float m[16];  // running max of the row's scores (log2 domain), the same in every lane
   float l[16];  // running sum of exp2(score - m)
@@ -185,30 +230,34 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     l[r] = 0.0f;
   }
 
-  for (int k0 = 0; k0 <= q0; k0 += kTcTile) {
+  for (int k0 = tc_first_key_tile(q0, sh.window); k0 <= q0; k0 += kTcTile) {
     __syncthreads();  // the previous K/V tiles are consumed (and O is zeroed, the first time)
-    load_rows<T, HS>(k_s, ldx, base + sh.C, C3, k0, sh.T);
-    load_rows<T, HS>(v_s, ldx, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T);
+    load_rows<T, HS>(k_s, ldx, k_base, sh.row, k0, sh.T);
+    load_rows<T, HS>(v_s, ldx, v_base, sh.row, k0, sh.T);
     __syncthreads();
     if (!active) continue;
-    // Key sub-tiles at least partly visible to the warp's rows.
-    const int nkt = k0 == q0 ? warp + 1 : kTcWarps;
-    warp_abt<T, HS>(s_w, q_s + 16 * warp * ldx, k_s, ldx, 0, nkt);
+    // Key sub-tiles holding the keys the warp's rows see.
+    int n_begin, n_end;
+    key_subtiles(r0, k0, sh.window, &n_begin, &n_end);
+    if (n_begin >= n_end) continue;  // the whole tile is before the warp's windows
+    warp_abt<T, HS>(s_w, q_s + 16 * warp * ldx, k_s, ldx, n_begin, n_end);
     __syncwarp();
-    // Online softmax, a row at a time over the whole warp (keys lane and lane + 32). Every row
-    // sees key 0 in the first tile and its diagonal key in the last, so m stays finite from the
-    // first tile on; masked keys get p = 0 (their scores, possibly never computed, are unread).
+    // Online softmax, a row at a time over the whole warp (keys lane and lane + 32). Masked keys
+    // get p = 0 (their scores, possibly never computed, are unread). A row may see no key of
+    // this tile (before its window): then m stays -inf and alpha is 1 (O and l are still 0).
+    // Every row sees its own key in the diagonal tile, so l > 0 at the end.
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
       const int i = r0 + r;
-      const bool v0 = k0 + lane <= i;
-      const bool v1 = k0 + lane + 32 <= i;
+      const bool v0 = sees(i, k0 + lane, sh.window);
+      const bool v1 = sees(i, k0 + lane + 32, sh.window);
       const float s0 = v0 ? s_w[r * kLdS + lane] * sl2 : -CUDART_INF_F;
       const float s1 = v1 ? s_w[r * kLdS + lane + 32] * sl2 : -CUDART_INF_F;
       const float m_new = fmaxf(m[r], warp_max(fmaxf(s0, s1)));
       const float p0 = v0 ? exp2f(s0 - m_new) : 0.0f;
       const float p1 = v1 ? exp2f(s1 - m_new) : 0.0f;
-      const float alpha = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
+      // 0 when m was -inf and m_new is finite; 1 (not NaN) while both are -inf.
+      const float alpha = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[r] - m_new);
       l[r] = l[r] * alpha + warp_sum(p0 + p1);
       m[r] = m_new;
       p_w[r * kLdP + lane] = from_f32<T>(p0);
@@ -222,7 +271,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     for (int dt = 0; dt < HS / 16; ++dt) {
       FragC acc;
       wmma::load_matrix_sync(acc, o_w + 16 * dt, ldo, wmma::mem_row_major);
-      warp_ab_acc(acc, p_w, kLdP, v_s + 16 * dt, ldx, 0, nkt);
+      warp_ab_acc(acc, p_w, kLdP, v_s + 16 * dt, ldx, n_begin, n_end);
       wmma::store_matrix_sync(o_w + 16 * dt, acc, ldo, wmma::mem_row_major);
     }
   }
@@ -234,7 +283,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     const int i = r0 + r;
     if (i >= sh.T) break;  // uniform over the warp
     const float inv = 1.0f / l[r];
-    T* orow = out + (static_cast<int64_t>(b) * sh.T + i) * sh.C + static_cast<int64_t>(h) * HS;
+    T* orow = out + (static_cast<int64_t>(b) * sh.T + i) * sh.orow + static_cast<int64_t>(h) * HS;
 #pragma unroll
     for (int d = lane; d < HS; d += 32) orow[d] = from_f32<T>(o_w[r * ldo + d] * inv);
     if (lane == 0) {
@@ -268,16 +317,19 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTcTile;
   const int h = blockIdx.y;
   const int b = blockIdx.z;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS;
-  const int64_t obase = static_cast<int64_t>(b) * sh.T * sh.C + static_cast<int64_t>(h) * HS;
+  const int kvh = h / sh.group;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const T* q_base = rows + static_cast<int64_t>(h) * HS;
+  const T* k_base = rows + static_cast<int64_t>(sh.NH + kvh) * HS;
+  const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * HS;
+  const int64_t obase = static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * HS;
   const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;  // of lse and D
   const int r0 = q0 + 16 * warp;
   const bool active = r0 < sh.T;
   const float sl2 = sh.scale * kLog2e;
 
-  load_rows<T, HS>(q_s, ldx, base, C3, q0, sh.T);
-  load_rows<T, HS>(do_s, ldx, dout + obase, sh.C, q0, sh.T);
+  load_rows<T, HS>(q_s, ldx, q_base, sh.row, q0, sh.T);
+  load_rows<T, HS>(do_s, ldx, dout + obase, sh.orow, q0, sh.T);
   __syncthreads();
   if (active) {
     // D_i = dO_i . O_i of the warp's rows, kept for the dK/dV kernel.
@@ -285,7 +337,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
       const int i = r0 + r;
       float acc = 0.0f;
       if (i < sh.T) {
-        const T* orow = out + obase + static_cast<int64_t>(i) * sh.C;
+        const T* orow = out + obase + static_cast<int64_t>(i) * sh.orow;
         for (int d = lane; d < HS; d += 32) {
           acc += to_f32(do_s[(16 * warp + r) * ldx + d]) * to_f32(orow[d]);
         }
@@ -303,15 +355,18 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
 #pragma unroll
   for (int dt = 0; dt < HS / 16; ++dt) wmma::fill_fragment(dq[dt], 0.0f);
 
-  for (int k0 = 0; k0 <= q0; k0 += kTcTile) {
+  // (The diagonal tile is always walked, so the __syncthreads below also orders lse_s and d_s.)
+  for (int k0 = tc_first_key_tile(q0, sh.window); k0 <= q0; k0 += kTcTile) {
     __syncthreads();  // the previous K/V tiles are consumed (and lse_s, d_s are written)
-    load_rows<T, HS>(k_s, ldx, base + sh.C, C3, k0, sh.T);
-    load_rows<T, HS>(v_s, ldx, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T);
+    load_rows<T, HS>(k_s, ldx, k_base, sh.row, k0, sh.T);
+    load_rows<T, HS>(v_s, ldx, v_base, sh.row, k0, sh.T);
     __syncthreads();
     if (!active) continue;
-    const int nkt = k0 == q0 ? warp + 1 : kTcWarps;
-    warp_abt<T, HS>(s_w, q_s + 16 * warp * ldx, k_s, ldx, 0, nkt);
-    warp_abt<T, HS>(dp_w, do_s + 16 * warp * ldx, v_s, ldx, 0, nkt);
+    int n_begin, n_end;
+    key_subtiles(r0, k0, sh.window, &n_begin, &n_end);
+    if (n_begin >= n_end) continue;
+    warp_abt<T, HS>(s_w, q_s + 16 * warp * ldx, k_s, ldx, n_begin, n_end);
+    warp_abt<T, HS>(dp_w, do_s + 16 * warp * ldx, v_s, ldx, n_begin, n_end);
     __syncwarp();
 #pragma unroll 4
     for (int r = 0; r < 16; ++r) {
@@ -321,7 +376,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = lane + 32 * half;
-        const bool vis = i < sh.T && k0 + c <= i;
+        const bool vis = i < sh.T && sees(i, k0 + c, sh.window);
         float ds = 0.0f;
         if (vis) {
           const float p = exp2f(s_w[r * kLdS + c] * sl2 - lse2);
@@ -333,7 +388,7 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     __syncwarp();
 #pragma unroll
     for (int dt = 0; dt < HS / 16; ++dt)
-      warp_ab_acc(dq[dt], ds_w, kLdP, k_s + 16 * dt, ldx, 0, nkt);
+      warp_ab_acc(dq[dt], ds_w, kLdP, k_s + 16 * dt, ldx, n_begin, n_end);
   }
 
   if (!active) return;
@@ -344,8 +399,8 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     wmma::store_matrix_sync(s_w, dq[dt], kLdS, wmma::mem_row_major);
     __syncwarp();
     warp_store_tile(
-        dqkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS + 16 * dt, C3,
-        s_w, r0, sh.T, sh.scale, lane);
+        dqkv + static_cast<int64_t>(b) * sh.T * sh.row + static_cast<int64_t>(h) * HS + 16 * dt,
+        sh.row, s_w, r0, sh.T, sh.scale, lane);
   }
 }
 
@@ -373,18 +428,19 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
   float* d_s = lse_s + kTcTile;                                           // (64)
 
   const int k0 = blockIdx.x * kTcTile;  // the first key tiles see the most queries: first
-  const int h = blockIdx.y;
+  const int kvh = blockIdx.y;
   const int b = blockIdx.z;
-  const int64_t C3 = 3 * static_cast<int64_t>(sh.C);
-  const T* base = qkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS;
-  const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.C + static_cast<int64_t>(h) * HS;
-  const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
+  const T* rows = qkv + static_cast<int64_t>(b) * sh.T * sh.row;
+  const int64_t k_off = static_cast<int64_t>(sh.NH + kvh) * HS;
+  const int64_t v_off = static_cast<int64_t>(sh.NH + sh.KVH + kvh) * HS;
   const int j0 = k0 + 16 * warp;  // the warp's first key
   const bool active = j0 < sh.T;
   const float sl2 = sh.scale * kLog2e;
+  // Queries [k0, q_end) see some key of the tile.
+  const int q_end = sh.window > 0 ? min(sh.T, k0 + kTcTile + sh.window - 1) : sh.T;
 
-  load_rows<T, HS>(k_s, ldx, base + sh.C, C3, k0, sh.T);
-  load_rows<T, HS>(v_s, ldx, base + 2 * static_cast<int64_t>(sh.C), C3, k0, sh.T);
+  load_rows<T, HS>(k_s, ldx, rows + k_off, sh.row, k0, sh.T);
+  load_rows<T, HS>(v_s, ldx, rows + v_off, sh.row, k0, sh.T);
   FragC dk[HS / 16];
   FragC dv[HS / 16];
 #pragma unroll
@@ -393,46 +449,55 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     wmma::fill_fragment(dv[dt], 0.0f);
   }
 
-  for (int q0 = k0; q0 < sh.T; q0 += kTcTile) {
-    __syncthreads();  // the previous query tile is consumed
-    load_rows<T, HS>(q_s, ldx, base, C3, q0, sh.T);
-    load_rows<T, HS>(do_s, ldx, dbase, sh.C, q0, sh.T);
-    if (threadIdx.x < kTcTile) {
-      const int i = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < sh.T ? lse[row0 + i] * kLog2e : 0.0f;
-      d_s[threadIdx.x] = i < sh.T ? D[row0 + i] : 0.0f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    // Query sub-tiles [m_begin, m_end) hold visible queries: on the diagonal tile the earlier
-    // sub-tiles precede every key of the warp; sub-tiles starting at or after T are padding.
-    const int m_begin = q0 == k0 ? warp : 0;
-    const int m_end = min(kTcWarps, (sh.T - q0 + 15) / 16);
-    warp_abt<T, HS>(st_w, k_s + 16 * warp * ldx, q_s, ldx, m_begin, m_end);
-    warp_abt<T, HS>(dpt_w, v_s + 16 * warp * ldx, do_s, ldx, m_begin, m_end);
-    __syncwarp();
-#pragma unroll 4
-    for (int r = 0; r < 16; ++r) {
-      const int j = j0 + r;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = lane + 32 * half;
-        const int i = q0 + c;
-        const bool vis = i < sh.T && i >= j;
-        float p = 0.0f, ds = 0.0f;
-        if (vis) {
-          p = exp2f(st_w[r * kLdS + c] * sl2 - lse_s[c]);
-          ds = p * (dpt_w[r * kLdS + c] - d_s[c]);
-        }
-        pt_w[r * kLdP + c] = from_f32<T>(p);
-        dst_w[r * kLdP + c] = from_f32<T>(ds);
+  // The query heads sharing this key/value head, in order (a deterministic sum).
+  for (int g = 0; g < sh.group; ++g) {
+    const int h = kvh * sh.group + g;
+    const T* q_base = rows + static_cast<int64_t>(h) * HS;
+    const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * HS;
+    const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
+    for (int q0 = k0; q0 < q_end; q0 += kTcTile) {
+      __syncthreads();  // the previous query tile is consumed
+      load_rows<T, HS>(q_s, ldx, q_base, sh.row, q0, sh.T);
+      load_rows<T, HS>(do_s, ldx, dbase, sh.orow, q0, sh.T);
+      if (threadIdx.x < kTcTile) {
+        const int i = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < sh.T ? lse[row0 + i] * kLog2e : 0.0f;
+        d_s[threadIdx.x] = i < sh.T ? D[row0 + i] : 0.0f;
       }
-    }
-    __syncwarp();
+      __syncthreads();
+      if (!active) continue;
+      // Query sub-tiles [m_begin, m_end) hold the queries that see the warp's keys: on the
+      // diagonal tile the earlier sub-tiles precede every key of the warp, past the window's end
+      // the later ones follow it, and sub-tiles starting at or after T are padding.
+      int m_begin, m_end;
+      query_subtiles(j0, q0, sh.T, sh.window, &m_begin, &m_end);
+      if (m_begin >= m_end) continue;
+      warp_abt<T, HS>(st_w, k_s + 16 * warp * ldx, q_s, ldx, m_begin, m_end);
+      warp_abt<T, HS>(dpt_w, v_s + 16 * warp * ldx, do_s, ldx, m_begin, m_end);
+      __syncwarp();
+#pragma unroll 4
+      for (int r = 0; r < 16; ++r) {
+        const int j = j0 + r;
 #pragma unroll
-    for (int dt = 0; dt < HS / 16; ++dt) {
-      warp_ab_acc(dv[dt], pt_w, kLdP, do_s + 16 * dt, ldx, m_begin, m_end);
-      warp_ab_acc(dk[dt], dst_w, kLdP, q_s + 16 * dt, ldx, m_begin, m_end);
+        for (int half = 0; half < 2; ++half) {
+          const int c = lane + 32 * half;
+          const int i = q0 + c;
+          const bool vis = i < sh.T && sees(i, j, sh.window);
+          float p = 0.0f, ds = 0.0f;
+          if (vis) {
+            p = exp2f(st_w[r * kLdS + c] * sl2 - lse_s[c]);
+            ds = p * (dpt_w[r * kLdS + c] - d_s[c]);
+          }
+          pt_w[r * kLdP + c] = from_f32<T>(p);
+          dst_w[r * kLdP + c] = from_f32<T>(ds);
+        }
+      }
+      __syncwarp();
+#pragma unroll
+      for (int dt = 0; dt < HS / 16; ++dt) {
+        warp_ab_acc(dv[dt], pt_w, kLdP, do_s + 16 * dt, ldx, m_begin, m_end);
+        warp_ab_acc(dk[dt], dst_w, kLdP, q_s + 16 * dt, ldx, m_begin, m_end);
+      }
     }
   }
 
@@ -444,10 +509,9 @@ __global__ void __launch_bounds__(kTcThreads, kTcMinBlocks)
     wmma::store_matrix_sync(st_w, dk[dt], kLdS, wmma::mem_row_major);
     wmma::store_matrix_sync(dpt_w, dv[dt], kLdS, wmma::mem_row_major);
     __syncwarp();
-    T* dk_cols =
-        dqkv + static_cast<int64_t>(b) * sh.T * C3 + static_cast<int64_t>(h) * HS + 16 * dt + sh.C;
-    warp_store_tile(dk_cols, C3, st_w, j0, sh.T, sh.scale, lane);
-    warp_store_tile(dk_cols + sh.C, C3, dpt_w, j0, sh.T, 1.0f, lane);
+    T* base = dqkv + static_cast<int64_t>(b) * sh.T * sh.row + 16 * dt;
+    warp_store_tile(base + k_off, sh.row, st_w, j0, sh.T, sh.scale, lane);
+    warp_store_tile(base + v_off, sh.row, dpt_w, j0, sh.T, 1.0f, lane);
   }
 }
 
@@ -492,35 +556,43 @@ void allow_tc_shared(Kernel kernel, size_t bytes, const char* what) {
   }
 }
 
-TcShape make_tc_shape(int T, int C, int NH) {
+TcShape make_tc_shape(const AttentionDims& s) {
+  if (s.NH <= 0 || s.KVH <= 0 || s.NH % s.KVH != 0 || s.window < 0) {
+    check(cudaErrorInvalidValue, "attention (tensor cores): invalid heads or window");
+  }
   TcShape sh{};
-  sh.T = T;
-  sh.C = C;
-  sh.NH = NH;
-  sh.scale = 1.0f / sqrtf(static_cast<float>(C / NH));
+  sh.T = s.T;
+  sh.NH = s.NH;
+  sh.KVH = s.KVH;
+  sh.group = s.NH / s.KVH;
+  sh.window = s.window < s.T ? s.window : 0;  // a window of T or more is no window
+  sh.row = s.qkv_row();
+  sh.orow = s.out_row();
+  sh.scale = 1.0f / sqrtf(static_cast<float>(s.HS));
   return sh;
+}
+
+unsigned tc_tiles(int T) {
+  return static_cast<unsigned>((T + kTcTile - 1) / kTcTile);
 }
 
 }  // namespace
 
-bool attention_tc_supported(Storage dt, int C, int NH, const void* a, const void* b, const void* c,
+bool attention_tc_supported(Storage dt, int head_size, const void* a, const void* b, const void* c,
                             const void* d) {
   if (dt != Storage::kBF16 && dt != Storage::kF16) return false;
-  if (NH <= 0 || C % NH != 0) return false;
-  const int hs = C / NH;
-  if (hs != 32 && hs != 64 && hs != 128) return false;
+  if (head_size != 32 && head_size != 64 && head_size != 128) return false;
   return aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d);  // (null: aligned)
 }
 
-void attention_tc_forward(Storage dt, void* out, float* lse, const void* qkv, int B, int T, int C,
-                          int NH, cudaStream_t stream) {
-  if (B <= 0 || T <= 0) return;
-  const TcShape sh = make_tc_shape(T, C, NH);
-  const dim3 grid(static_cast<unsigned>((T + kTcTile - 1) / kTcTile), static_cast<unsigned>(NH),
-                  static_cast<unsigned>(B));
+void attention_tc_forward(Storage dt, void* out, float* lse, const void* qkv,
+                          const AttentionDims& s, cudaStream_t stream) {
+  if (s.B <= 0 || s.T <= 0) return;
+  const TcShape sh = make_tc_shape(s);
+  const dim3 grid(tc_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
   dispatch_tc_dtype(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
-    dispatch_tc_head_size(C / NH, [&](auto hs_tag) {
+    dispatch_tc_head_size(s.HS, [&](auto hs_tag) {
       constexpr int HS = decltype(hs_tag)::value;
       const size_t shared = Layout<HS>::kFwd;
       auto kernel = attention_tc_forward_kernel<E, HS>;
@@ -533,22 +605,22 @@ void attention_tc_forward(Storage dt, void* out, float* lse, const void* qkv, in
 }
 
 void attention_tc_backward(Storage dt, void* dqkv, const void* dout, const void* qkv,
-                           const void* out, const float* lse, int B, int T, int C, int NH,
+                           const void* out, const float* lse, const AttentionDims& s,
                            float* scratch, cudaStream_t stream) {
-  if (B <= 0 || T <= 0) return;
-  const TcShape sh = make_tc_shape(T, C, NH);
-  const dim3 grid(static_cast<unsigned>((T + kTcTile - 1) / kTcTile), static_cast<unsigned>(NH),
-                  static_cast<unsigned>(B));
+  if (s.B <= 0 || s.T <= 0) return;
+  const TcShape sh = make_tc_shape(s);
+  const dim3 dq_grid(tc_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
+  const dim3 dkdv_grid(tc_tiles(s.T), static_cast<unsigned>(s.KVH), static_cast<unsigned>(s.B));
   float* D = scratch;
   dispatch_tc_dtype(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
-    dispatch_tc_head_size(C / NH, [&](auto hs_tag) {
+    dispatch_tc_head_size(s.HS, [&](auto hs_tag) {
       constexpr int HS = decltype(hs_tag)::value;
       const size_t dq_shared = Layout<HS>::kDq;
       auto dq_kernel = attention_tc_dq_kernel<E, HS>;
       allow_tc_shared(dq_kernel, dq_shared,
                       "attention_backward dQ (tensor cores): cudaFuncSetAttribute");
-      dq_kernel<<<grid, kTcThreads, dq_shared, stream>>>(
+      dq_kernel<<<dq_grid, kTcThreads, dq_shared, stream>>>(
           static_cast<E*>(dqkv), D, static_cast<const E*>(dout), static_cast<const E*>(qkv),
           static_cast<const E*>(out), lse, sh);
       check(cudaGetLastError(), "attention_backward dQ (tensor cores) kernel launch");
@@ -556,7 +628,7 @@ void attention_tc_backward(Storage dt, void* dqkv, const void* dout, const void*
       auto dkdv_kernel = attention_tc_dkdv_kernel<E, HS>;
       allow_tc_shared(dkdv_kernel, dkdv_shared,
                       "attention_backward dK/dV (tensor cores): cudaFuncSetAttribute");
-      dkdv_kernel<<<grid, kTcThreads, dkdv_shared, stream>>>(
+      dkdv_kernel<<<dkdv_grid, kTcThreads, dkdv_shared, stream>>>(
           static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D,
           sh);
       check(cudaGetLastError(), "attention_backward dK/dV (tensor cores) kernel launch");

@@ -20,7 +20,10 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/residual.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/storage.h"
+#include "kernels/cuda/swiglu.h"
 
 namespace zerod {
 
@@ -269,19 +272,70 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention --------------------------------------------------------------------------------
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                         int NH) override {
-    check_heads(C, NH);
+  void attention_forward(void* out, float* lse, const void* qkv, const AttentionShape& s) override {
+    check_attention(s);
     activate();
-    cuda::attention_forward(st_, out, lse, qkv, B, T, C, NH, stream_);
+    cuda::attention_forward(st_, out, lse, qkv, dims(s), stream_);
   }
 
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                          const float* lse, int B, int T, int C, int NH) override {
-    check_heads(C, NH);
+                          const float* lse, const AttentionShape& s) override {
+    check_attention(s);
     activate();
-    float* D = static_cast<float*>(scratch(attention_backward_scratch_bytes(B, T, NH)));
-    cuda::attention_backward(st_, dqkv, dout, qkv, out, lse, B, T, C, NH, D, stream_);
+    const AttentionDims d = dims(s);
+    float* D = static_cast<float*>(scratch(attention_backward_scratch_bytes(d)));
+    cuda::attention_backward(st_, dqkv, dout, qkv, out, lse, d, D, stream_);
+  }
+
+  void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
+                          int maxT, const AttentionShape& s) override {
+    check_attention(s);
+    const int64_t end = static_cast<int64_t>(pos0) + s.T;  // (no braces inside ZD_CHECK)
+    ZD_CHECK(pos0 >= 0 && end <= maxT,
+             "attention_kv_cache: positions {}..{} do not fit a cache of {} positions", pos0,
+             end - 1, maxT);
+    activate();
+    cuda::attention_kv_cache(st_, out, qkv, kcache, vcache, pos0, maxT, dims(s), stream_);
+  }
+
+  // ---- RMSNorm ----------------------------------------------------------------------------------
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                       int C, float eps) override {
+    activate();
+    cuda::rmsnorm_forward(st_, out, rstd, inp, weight, N, C, eps, stream_);
+  }
+
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int64_t N, int C) override {
+    activate();
+    float* partial = static_cast<float*>(scratch(rmsnorm_backward_scratch_bytes(N, C)));
+    cuda::rmsnorm_backward(st_, dinp, dweight, dout, inp, weight, rstd, N, C, partial, stream_);
+  }
+
+  // ---- rotary position embedding ----------------------------------------------------------------
+  void rope_forward(void* qkv, const float* cos, const float* sin,
+                    const AttentionShape& s) override {
+    check_rope(s);
+    activate();
+    cuda::rope_forward(st_, qkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_);
+  }
+
+  void rope_backward(void* dqkv, const float* cos, const float* sin,
+                     const AttentionShape& s) override {
+    check_rope(s);
+    activate();
+    cuda::rope_backward(st_, dqkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_);
+  }
+
+  // ---- SwiGLU -----------------------------------------------------------------------------------
+  void swiglu_forward(void* out, const void* gu, int64_t N, int I) override {
+    activate();
+    cuda::swiglu_forward(st_, out, gu, N, I, stream_);
+  }
+
+  void swiglu_backward(void* dgu, const void* dout, const void* gu, int64_t N, int I) override {
+    activate();
+    cuda::swiglu_backward(st_, dgu, dout, gu, N, I, stream_);
   }
 
   // ---- elementwise ------------------------------------------------------------------------------
@@ -412,13 +466,31 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void check_heads(int C, int NH) const {
-    ZD_CHECK(NH > 0 && C % NH == 0, "attention channels C={} must be a multiple of heads NH={}", C,
-             NH);
-    const int hs = C / NH;
-    ZD_CHECK(hs >= 1 && hs <= kAttentionMaxHeadSize,
-             "CUDA attention supports head sizes 1..{}, got C/NH = {}/{} = {}",
-             kAttentionMaxHeadSize, C, NH, hs);
+  static AttentionDims dims(const AttentionShape& s) {
+    AttentionDims d;
+    d.B = s.B;
+    d.T = s.T;
+    d.NH = s.NH;
+    d.KVH = s.KVH;
+    d.HS = s.HS;
+    d.window = s.window;
+    return d;
+  }
+
+  static void check_attention(const AttentionShape& s) {
+    ZD_CHECK(s.B >= 0 && s.T >= 0, "attention: negative shape B={} T={}", s.B, s.T);
+    ZD_CHECK(s.NH > 0 && s.KVH > 0 && s.NH % s.KVH == 0,
+             "attention: query heads NH={} must be a positive multiple of key/value heads KVH={}",
+             s.NH, s.KVH);
+    ZD_CHECK(s.HS >= 1 && s.HS <= kAttentionMaxHeadSize,
+             "CUDA attention supports head sizes 1..{}, got {}", kAttentionMaxHeadSize, s.HS);
+    ZD_CHECK(s.window >= 0, "attention: negative window {}", s.window);
+  }
+
+  static void check_rope(const AttentionShape& s) {
+    ZD_CHECK(s.B >= 0 && s.T >= 0 && s.NH >= 0 && s.KVH >= 0,
+             "rope: negative shape B={} T={} NH={} KVH={}", s.B, s.T, s.NH, s.KVH);
+    ZD_CHECK(s.HS > 0 && s.HS % 2 == 0, "rope needs an even head size, got HS={}", s.HS);
   }
 
   static void check_vocab(int V, int Vp) {

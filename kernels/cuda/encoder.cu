@@ -1,7 +1,8 @@
-// forward: grid-stride over B*T*C, 256 threads. backward: dwpe one thread per (t, c) looping
-// over b (grid-stride over T*C); dwte: iota + cub::DeviceRadixSort::SortPairs on (token, row),
-// then grid (B*T sorted rows, ceil(C/128)) of 128 threads where only the first row of each
-// token's run works, walking the run in order.
+// forward: grid-stride over B*T*C, 256 threads (without wpe: the token rows only). backward:
+// dwpe (when there is one) one thread per (t, c) looping over b (grid-stride over T*C); dwte:
+// iota + cub::DeviceRadixSort::SortPairs on (token, row), then grid (B*T sorted rows,
+// ceil(C/128)) of 128 threads where only the first row of each token's run works, walking the
+// run in order.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cast.h"
@@ -36,7 +37,8 @@ __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* w
     const int c = static_cast<int>(i - row * C);
     const int64_t t = row % T_;
     const float e = to_f32(wte[static_cast<int64_t>(tokens[row]) * C + c]);
-    out[i] = from_f32<T>(e + to_f32(wpe[t * C + c]));
+    // Without position embedding the token row is copied as is (no rounding: e is exact).
+    out[i] = wpe != nullptr ? from_f32<T>(e + to_f32(wpe[t * C + c])) : from_f32<T>(e);
   }
 }
 
@@ -107,13 +109,15 @@ void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, cons
   if (scratch_bytes < 3 * ints + temp_bytes) {
     check(cudaErrorInvalidValue, "encoder_backward: scratch too small");
   }
-  dispatch(dt, [&](auto tag) {
-    using E = typename decltype(tag)::type;
-    encoder_dwpe_kernel<E>
-        <<<grid_stride_blocks(static_cast<int64_t>(T) * C), kElementwiseThreads, 0, stream>>>(
-            static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
-  });
-  check(cudaGetLastError(), "encoder_backward dwpe kernel launch");
+  if (dwpe != nullptr) {  // (null: a model without position embedding)
+    dispatch(dt, [&](auto tag) {
+      using E = typename decltype(tag)::type;
+      encoder_dwpe_kernel<E>
+          <<<grid_stride_blocks(static_cast<int64_t>(T) * C), kElementwiseThreads, 0, stream>>>(
+              static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
+    });
+    check(cudaGetLastError(), "encoder_backward dwpe kernel launch");
+  }
   auto* base = static_cast<char*>(scratch);
   auto* sorted_tokens = reinterpret_cast<int32_t*>(base);
   auto* row_ids = reinterpret_cast<int32_t*>(base + ints);

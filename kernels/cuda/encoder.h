@@ -12,13 +12,15 @@
 namespace zerod::cuda {
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
+// wpe may be null (no position embedding: out = wte[tokens]).
 void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
                      int B, int T, int C, cudaStream_t stream);
 
 // Bytes of device scratch encoder_backward needs for B*T rows.
 size_t encoder_backward_scratch_bytes(int64_t rows);
 
-// dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C). Deterministic, without atomics: the rows are
+// dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C); dwpe may be null (no position embedding).
+// Deterministic, without atomics: the rows are
 // sorted by token (stable radix sort of (token, row)), and each distinct token's row of dwte is
 // accumulated by one thread per channel in position order, in fp32 starting from its old value
 // (the order of kernels/cpu/encoder.cc). `scratch` holds encoder_backward_scratch_bytes(B*T).

@@ -117,7 +117,8 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
 
 TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name : {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
-                           "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json"}) {
+                           "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json",
+                           "llama-tiny.json", "llama3-8b.json"}) {
     const RunResult r = run(std::string("check ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
   }

@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     const double median = sorted[sorted.size() / 2];
     double mean = 0;
     for (double t : times) mean += t / static_cast<double>(times.size());
-    const GptSpec& spec = trainer.model().spec();
+    const ModelSpec& spec = trainer.model().spec();
     const double n_params = static_cast<double>(spec.num_parameters_padded());
     const double q = spec.n_embd / spec.n_head;
     const double fpt = 6 * n_params + 12.0 * spec.n_layer * spec.n_head * q * shape.seq;

@@ -6,7 +6,8 @@
 //     checkpoint save [--tag T] | checkpoint list [--json]
 //     resume [--tag T]
 //     stop [--checkpoint]
-//     export CKPT_DIR [--tag T] --out model.safetensors [--dtype fp32|bf16] [--force]
+//     export CKPT_DIR [--tag T] --out DIR|model.safetensors [--dtype fp32|bf16]
+//            [--max-shard-size 5GB] [--force]
 //     plan --model gpt2-1.5b|N_PARAMS|JOB.json --world N [--gpu-mem 80GiB] [--cpu-mem B]
 //          [--offload none|cpu|nvme] [--micro-batch B] [--seq T] [--dtype bf16|fp16|fp32]
 //          [--activation-checkpointing] [--ranks-per-node R]
@@ -37,22 +38,34 @@ struct ExportFlags {
   std::string tag = "latest";
   std::string out;
   std::string dtype = "fp32";
+  std::string max_shard_size = "5GB";
   bool force = false;
 };
 
 int run_export(const ExportFlags& f) {
   zerod::Stopwatch sw;
-  const zerod::ExportReport r =
-      zerod::export_checkpoint(f.dir, f.tag, f.out, zerod::parse_dtype(f.dtype), f.force);
+  const int64_t max_shard = zerod::parse_bytes(f.max_shard_size, "--max-shard-size");
+  const zerod::ExportReport r = zerod::export_checkpoint(
+      f.dir, f.tag, f.out, zerod::parse_dtype(f.dtype), f.force, max_shard);
   for (const std::string& s : r.skipped) spdlog::warn("passed over {}", s);
   const double secs = sw.seconds();
-  std::printf(
-      "exported %s/%s (global step %lld, %lld parameters) to %s: %s, %.1f MB, crc32c %08x, "
-      "%.2f s (%.0f MB/s)\n",
-      f.dir.c_str(), r.tag.c_str(), static_cast<long long>(r.global_step),
-      static_cast<long long>(r.parameters), f.out.c_str(), f.dtype.c_str(),
-      static_cast<double>(r.file.bytes) / 1e6, r.file.crc32c, secs,
-      static_cast<double>(r.file.bytes) / 1e6 / std::max(secs, 1e-9));
+  if (r.files.size() == 1 && r.files[0] == f.out) {
+    std::printf(
+        "exported %s/%s (global step %lld, %lld parameters) to %s: %s, %.1f MB, crc32c %08x, "
+        "%.2f s (%.0f MB/s)\n",
+        f.dir.c_str(), r.tag.c_str(), static_cast<long long>(r.global_step),
+        static_cast<long long>(r.parameters), f.out.c_str(), f.dtype.c_str(),
+        static_cast<double>(r.file.bytes) / 1e6, r.file.crc32c, secs,
+        static_cast<double>(r.file.bytes) / 1e6 / std::max(secs, 1e-9));
+  } else {
+    std::printf(
+        "exported %s/%s (global step %lld, %lld parameters) to the Hugging Face directory %s: "
+        "%s, %zu weight file%s, %.1f MB, %.2f s (%.0f MB/s)\n",
+        f.dir.c_str(), r.tag.c_str(), static_cast<long long>(r.global_step),
+        static_cast<long long>(r.parameters), f.out.c_str(), f.dtype.c_str(), r.files.size(),
+        r.files.size() == 1 ? "" : "s", static_cast<double>(r.file.bytes) / 1e6, secs,
+        static_cast<double>(r.file.bytes) / 1e6 / std::max(secs, 1e-9));
+  }
   return 0;
 }
 
@@ -82,7 +95,7 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
     zerod::ParsedJob job = zerod::load_job_file(f.model);
     zerod::resolve_job(job.config, f.world);
     const zerod::JobConfig& c = job.config;
-    r.spec = zerod::gpt_spec(c.model);
+    r.spec = zerod::model_spec(c.model);
     if (!cmd.get_option("--micro-batch")->count())
       r.micro_batch = static_cast<int>(c.micro_batch());
     if (!cmd.get_option("--seq")->count()) r.seq = c.model.seq_len;
@@ -223,14 +236,22 @@ int main(int argc, char** argv) {
   ExportFlags ef;
   auto* exp = app.add_subcommand(
       "export",
-      "Write a checkpoint as one Hugging Face GPT-2 safetensors file, streamed unit by unit");
+      "Write a checkpoint as a Hugging Face model directory (or one .safetensors file), streamed "
+      "unit by unit");
   exp->add_option("checkpoint_dir", ef.dir, "the job's train.checkpoint_dir")->required();
   exp->add_option("--tag", ef.tag, "checkpoint tag, or latest")->capture_default_str();
-  exp->add_option("--out", ef.out, "output .safetensors file")->required();
+  exp->add_option("--out", ef.out,
+                  "output directory (config.json, generation_config.json, weights) or, ending "
+                  "in .safetensors, one weights file")
+      ->required();
+  exp->add_option("--max-shard-size", ef.max_shard_size,
+                  "largest weight file of a directory, e.g. 5GB, 500MB (transformers' default "
+                  "5GB)")
+      ->capture_default_str();
   exp->add_option("--dtype", ef.dtype, "element type of the output")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
-  exp->add_flag("--force", ef.force, "replace an existing output file");
+  exp->add_flag("--force", ef.force, "replace an existing output");
 
   try {
     app.parse(argc, argv);

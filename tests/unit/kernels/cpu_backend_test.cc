@@ -7,9 +7,13 @@
 #include "core/dtype.h"
 #include "core/memory.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/reduce.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace zerod {
 namespace {
@@ -105,6 +109,61 @@ TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
   AdamWParams P;
   be->adamw_update(master.data(), m.data(), v.data(), grad.data(), param.data(), 100, P);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(param[i], round_bf16(master[i]));
+}
+
+TEST(CpuBackend, LlamaOpsThroughTheInterfaceEqualTheFreeFunctions) {
+  auto be = make_cpu_backend(DType::kF32);
+  const int64_t N = 9;
+  const int C = 7, I = 6;
+  const VecF x = test::randn(N * C, 1020), w = test::randn(C, 1021), g = test::randn(N * C, 1022);
+  VecF y1(N * C), y2(N * C), r1(N), r2(N);
+  be->rmsnorm_forward(y1.data(), r1.data(), x.data(), w.data(), N, C, 1e-5f);
+  cpu::rmsnorm_forward(y2.data(), r2.data(), x.data(), w.data(), N, C, 1e-5f);
+  EXPECT_TRUE(test::bitwise_equal(y1, y2));
+  EXPECT_TRUE(test::bitwise_equal(r1, r2));
+  VecF dx1(N * C, 1.0f), dx2 = dx1, dw1(C, 1.0f), dw2 = dw1;
+  be->rmsnorm_backward(dx1.data(), dw1.data(), g.data(), x.data(), w.data(), r1.data(), N, C);
+  cpu::rmsnorm_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), r2.data(), N, C);
+  EXPECT_TRUE(test::bitwise_equal(dx1, dx2));
+  EXPECT_TRUE(test::bitwise_equal(dw1, dw2));
+
+  const AttentionShape s{2, 5, 4, 2, 8, 3};
+  const int64_t nq = int64_t{s.B} * s.T * s.qkv_row(), no = int64_t{s.B} * s.T * s.out_row();
+  const VecF qkv = test::randn(nq, 1023), cs = test::randn(s.T * s.HS / 2, 1024),
+             sn = test::randn(s.T * s.HS / 2, 1025), dout = test::randn(no, 1026);
+  VecF q1 = qkv, q2 = qkv;
+  be->rope_forward(q1.data(), cs.data(), sn.data(), s);
+  cpu::rope_forward(q2.data(), cs.data(), sn.data(), s);
+  EXPECT_TRUE(test::bitwise_equal(q1, q2));
+  EXPECT_FALSE(test::bitwise_equal(q1, qkv));
+  be->rope_backward(q1.data(), cs.data(), sn.data(), s);
+  cpu::rope_backward(q2.data(), cs.data(), sn.data(), s);
+  EXPECT_TRUE(test::bitwise_equal(q1, q2));
+
+  VecF o1(no), o2(no), l1(s.B * s.NH * s.T), l2(s.B * s.NH * s.T), d1(nq), d2(nq);
+  be->attention_forward(o1.data(), l1.data(), qkv.data(), s);
+  cpu::attention_forward(o2.data(), l2.data(), qkv.data(), s);
+  EXPECT_TRUE(test::bitwise_equal(o1, o2));
+  EXPECT_TRUE(test::bitwise_equal(l1, l2));
+  be->attention_backward(d1.data(), dout.data(), qkv.data(), o1.data(), l1.data(), s);
+  cpu::attention_backward(d2.data(), dout.data(), qkv.data(), o2.data(), l2.data(), s);
+  EXPECT_TRUE(test::bitwise_equal(d1, d2));
+  const int maxT = 8;
+  VecF kc1(s.B * maxT * s.KVH * s.HS), kc2 = kc1, vc1 = kc1, vc2 = kc1;
+  be->attention_kv_cache(o1.data(), qkv.data(), kc1.data(), vc1.data(), 1, maxT, s);
+  cpu::attention_kv_cache(o2.data(), qkv.data(), kc2.data(), vc2.data(), 1, maxT, s);
+  EXPECT_TRUE(test::bitwise_equal(o1, o2));
+  EXPECT_TRUE(test::bitwise_equal(kc1, kc2));
+  EXPECT_TRUE(test::bitwise_equal(vc1, vc2));
+
+  const VecF gu = test::randn(N * 2 * I, 1027), gs = test::randn(N * I, 1028);
+  VecF s1(N * I), s2(N * I), dg1(N * 2 * I), dg2(N * 2 * I);
+  be->swiglu_forward(s1.data(), gu.data(), N, I);
+  cpu::swiglu_forward(s2.data(), gu.data(), N, I);
+  EXPECT_TRUE(test::bitwise_equal(s1, s2));
+  be->swiglu_backward(dg1.data(), gs.data(), gu.data(), N, I);
+  cpu::swiglu_backward(dg2.data(), gs.data(), gu.data(), N, I);
+  EXPECT_TRUE(test::bitwise_equal(dg1, dg2));
 }
 
 }  // namespace

@@ -57,5 +57,23 @@ TEST(Encoder, ForwardAndBackwardMatchFiniteDifferences) {
     for (int c = 0; c < C; ++c) EXPECT_EQ(dwpe[t * C + c], dwpe0[t * C + c]);
 }
 
+TEST(Encoder, WithoutPositionEmbedding) {
+  const int B = 2, T = 4, C = 5, Vp = 6;
+  const std::vector<int32_t> tok = {3, 1, 3, 0, 5, 3, 2, 1};
+  const VecF wte = test::randn(Vp * C, 11), wpe = test::randn(T * C, 12);
+  VecF out(B * T * C, test::kNaN);
+  encoder_forward(out.data(), tok.data(), wte.data(), nullptr, B, T, C);
+  for (int r = 0; r < B * T; ++r)
+    for (int c = 0; c < C; ++c) ASSERT_EQ(out[r * C + c], wte[tok[r] * C + c]);
+
+  // dwte as with a position embedding (bit for bit); a null dwpe is simply skipped.
+  const VecF g = test::randn(B * T * C, 13), dwte0 = test::randn(Vp * C, 14);
+  VecF dwte = dwte0, dwte_ref = dwte0, dwpe(T * C, 0.0f);
+  encoder_backward(dwte.data(), nullptr, g.data(), tok.data(), B, T, C);
+  encoder_backward(dwte_ref.data(), dwpe.data(), g.data(), tok.data(), B, T, C);
+  EXPECT_TRUE(test::bitwise_equal(dwte, dwte_ref));
+  EXPECT_FALSE(test::bitwise_equal(dwte, dwte0));
+}
+
 }  // namespace
 }  // namespace zerod::cpu

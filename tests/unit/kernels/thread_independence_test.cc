@@ -12,6 +12,9 @@
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/swiglu.h"
 
 namespace zerod::cpu {
 namespace {
@@ -37,7 +40,10 @@ TEST(ThreadIndependence, Encoder) {
     VecF out(B * T * C), dwte = test::randn(Vp * C, 4), dwpe = test::randn(T * C, 5);
     encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
     encoder_backward(dwte.data(), dwpe.data(), g.data(), tok.data(), B, T, C);
-    return Outputs{out, dwte, dwpe};
+    VecF out2(B * T * C), dwte2 = test::randn(Vp * C, 4);  // without position embedding
+    encoder_forward(out2.data(), tok.data(), wte.data(), nullptr, B, T, C);
+    encoder_backward(dwte2.data(), nullptr, g.data(), tok.data(), B, T, C);
+    return Outputs{out, dwte, dwpe, out2, dwte2};
   }));
 }
 
@@ -70,14 +76,54 @@ TEST(ThreadIndependence, Matmul) {
   }));
 }
 
-TEST(ThreadIndependence, Attention) {
-  const int B = 2, T = 100, C = 48, NH = 3;
-  const VecF qkv = test::randn(B * T * 3 * C, 30), g = test::randn(B * T * C, 31);
+void expect_attention_thread_independent(const AttentionShape& s, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "NH=" << s.NH << " KVH=" << s.KVH << " window=" << s.window);
+  const int64_t rows = int64_t{s.B} * s.T;
+  const VecF qkv = test::randn(rows * s.qkv_row(), seed), g = test::randn(rows * s.out_row(), seed);
+  const int maxT = s.T + 3, prefill = s.T - 5;
   expect_same(test::with_1_and_2_threads([&] {
-    VecF out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), g.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
-    return Outputs{out, lse, dqkv};
+    VecF out(rows * s.out_row()), lse(rows * s.NH), dqkv(rows * s.qkv_row());
+    attention_forward(out.data(), lse.data(), qkv.data(), s);
+    attention_backward(dqkv.data(), g.data(), qkv.data(), out.data(), lse.data(), s);
+    // The KV cache: a prefill of all but 5 positions (batch 0 only: B = 1).
+    AttentionShape p = s;
+    p.B = 1;
+    p.T = prefill;
+    VecF kc(static_cast<size_t>(maxT) * s.KVH * s.HS),
+        vc = kc, cached(static_cast<size_t>(prefill) * s.out_row());
+    attention_kv_cache(cached.data(), qkv.data(), kc.data(), vc.data(), 0, maxT, p);
+    return Outputs{out, lse, dqkv, cached, kc, vc};
+  }));
+}
+
+TEST(ThreadIndependence, Attention) {
+  expect_attention_thread_independent({2, 100, 3, 3, 16, 0}, 30);   // GPT-2's MHA
+  expect_attention_thread_independent({2, 100, 4, 2, 16, 24}, 32);  // GQA + sliding window
+  expect_attention_thread_independent({3, 70, 4, 1, 8, 0}, 34);     // multi-query, odd B
+}
+
+TEST(ThreadIndependence, RmsNormRopeSwiGlu) {
+  const int64_t N = 301;  // 19 chunks of 16 rows
+  const int C = 129;
+  const VecF x = test::randn(N * C, 50), w = test::randn(C, 51), g = test::randn(N * C, 52);
+  const AttentionShape s{3, 101, 4, 2, 32, 0};
+  const int64_t n_qkv = int64_t{s.B} * s.T * s.qkv_row();
+  static_assert(301 * 129 >= kParallelMinElems);
+  const VecF qkv = test::randn(n_qkv, 53), cs = test::randn(s.T * s.HS / 2, 54),
+             sn = test::randn(s.T * s.HS / 2, 55);
+  const int I = 200;
+  const VecF gu = test::randn(N * 2 * I, 56), gsw = test::randn(N * I, 57);
+  expect_same(test::with_1_and_2_threads([&] {
+    VecF out(N * C), rstd(N), dx = test::randn(N * C, 58), dw = test::randn(C, 59);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
+    VecF q = qkv, dq = qkv;
+    rope_forward(q.data(), cs.data(), sn.data(), s);
+    rope_backward(dq.data(), cs.data(), sn.data(), s);
+    VecF y(N * I), dgu(N * 2 * I);
+    swiglu_forward(y.data(), gu.data(), N, I);
+    swiglu_backward(dgu.data(), gsw.data(), gu.data(), N, I);
+    return Outputs{out, rstd, dx, dw, q, dq, y, dgu};
   }));
 }
 

@@ -63,5 +63,31 @@ TEST(CudaEncoder, BackwardAccumulatesLikeTheCpu) {
   }
 }
 
+// Models without learned positions: wpe and dwpe null (out = wte[tokens]; dwte only).
+TEST(CudaEncoder, WithoutPositionEmbeddingMatchesTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Backends be(dt);
+    const VecI tok = tokens();
+    const VecF wte = be.round(test::randn(int64_t{Vp} * C, 113));
+    VecF out(int64_t{B} * T * C);
+    be.cpu->encoder_forward(out.data(), tok.data(), wte.data(), nullptr, B, T, C);
+    Buffer d_tok = be.i32(tok), d_wte = be.compute(wte);
+    Buffer d_out = be.poisoned_compute(static_cast<int64_t>(out.size()));
+    be.gpu->encoder_forward(d_out.data(), d_tok.as<int32_t>(), d_wte.data(), nullptr, B, T, C);
+    // The token rows, copied: exact.
+    EXPECT_TRUE(test::close(be.read_compute(d_out, static_cast<int64_t>(out.size())), out, 0.0));
+
+    const VecF dout = be.round(test::randn(int64_t{B} * T * C, 123));
+    VecF dwte = be.round(test::randn(int64_t{Vp} * C, 124, 0.1f));
+    Buffer d_dout = be.compute(dout), d_dwte = be.compute(dwte);
+    be.cpu->encoder_backward(dwte.data(), nullptr, dout.data(), tok.data(), B, T, C);
+    be.gpu->encoder_backward(d_dwte.data(), nullptr, d_dout.data(), d_tok.as<int32_t>(), B, T, C);
+    EXPECT_TRUE(test::close(be.read_compute(d_dwte, static_cast<int64_t>(dwte.size())), dwte,
+                            test::tolerance(dt)));
+  }
+}
+
 }  // namespace
 }  // namespace zerod

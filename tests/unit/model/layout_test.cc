@@ -9,17 +9,17 @@
 namespace zerod {
 namespace {
 
-GptSpec gpt2_small() {
-  GptSpec s;  // defaults are GPT-2 124M
+ModelSpec gpt2_small() {
+  ModelSpec s;  // defaults are GPT-2 124M
   return s;
 }
 
 TEST(Layout, Gpt2SmallHasTheHuggingFaceParameterCount) {
-  const GptSpec s = gpt2_small();
+  const ModelSpec s = gpt2_small();
   EXPECT_EQ(s.vp(), 50304);
   EXPECT_EQ(s.num_parameters(), 124439808);  // GPT-2 small with tied embeddings
   // The benchmark shape's FLOPs per token quoted in the issue: 98.2 MFLOP.
-  GptSpec b;
+  ModelSpec b;
   b.n_layer = 4;
   b.n_head = 4;
   b.n_embd = 256;
@@ -28,7 +28,7 @@ TEST(Layout, Gpt2SmallHasTheHuggingFaceParameterCount) {
 }
 
 TEST(Layout, UnitsTensorsAndAlignment) {
-  GptSpec s;
+  ModelSpec s;
   s.n_layer = 3;
   s.n_head = 3;
   s.n_embd = 24;
@@ -67,7 +67,7 @@ TEST(Layout, UnitsTensorsAndAlignment) {
 }
 
 TEST(Layout, InitIsSliceableAndFollowsGpt2) {
-  GptSpec s;
+  ModelSpec s;
   s.n_layer = 4;
   s.n_head = 2;
   s.n_embd = 32;
@@ -110,6 +110,61 @@ TEST(Layout, InitIsSliceableAndFollowsGpt2) {
   std::vector<float> other(blk.numel);
   layout.init_range(1, other.data(), 0, blk.numel, 8);
   EXPECT_NE(bw, other);
+}
+
+ModelSpec llama_like(ModelArch arch, int C, int I, int L, int NH, int KVH, int V, bool tied) {
+  ModelSpec s;
+  s.arch = arch;
+  s.n_embd = C;
+  s.intermediate_size = I;
+  s.n_layer = L;
+  s.n_head = NH;
+  s.n_kv_head = KVH;
+  s.vocab_size = V;
+  s.tie_word_embeddings = tied;
+  s.qkv_bias = arch == ModelArch::kQwen2;
+  return s;
+}
+
+TEST(Layout, LlamaFamilyParameterCountsAreTheHuggingFaceOnes) {
+  // The counts transformers reports for these configurations (model.num_parameters()).
+  EXPECT_EQ(llama_like(ModelArch::kLlama, 4096, 11008, 32, 32, 32, 32000, false).num_parameters(),
+            6738415616);  // Llama 2 7B
+  EXPECT_EQ(llama_like(ModelArch::kLlama, 4096, 14336, 32, 32, 8, 128256, false).num_parameters(),
+            8030261248);  // Llama 3 8B
+  EXPECT_EQ(llama_like(ModelArch::kMistral, 4096, 14336, 32, 32, 8, 32000, false).num_parameters(),
+            7241732096);  // Mistral 7B
+  EXPECT_EQ(llama_like(ModelArch::kQwen2, 896, 4864, 24, 14, 2, 151936, true).num_parameters(),
+            494032768);  // Qwen2 0.5B
+}
+
+TEST(Layout, LlamaBlocksPackQkvAndGateUpUnderTheirHuggingFaceNames) {
+  ModelSpec s = llama_like(ModelArch::kLlama, 40, 56, 2, 4, 2, 300, false);
+  s.qkv_bias = true;
+  const ParamLayout layout(s, 16);
+  ASSERT_EQ(layout.num_units(), 4);
+  EXPECT_EQ(layout.unit(1).name, "layers.0");
+  EXPECT_EQ(layout.unit(3).name, "norm");
+  const UnitLayout& b = layout.unit(2);
+  const auto& o = layout.llama_block();
+  const TensorInfo& q = b.tensor("model.layers.1.self_attn.q_proj.weight");
+  const TensorInfo& k = b.tensor("model.layers.1.self_attn.k_proj.weight");
+  const TensorInfo& v = b.tensor("model.layers.1.self_attn.v_proj.weight");
+  EXPECT_EQ(q.offset, o.qkv_w);
+  EXPECT_EQ(k.offset, q.offset + 40 * 40);  // q (NH*HS = 40, C) then k (KVH*HS = 20, C)
+  EXPECT_EQ(v.offset, k.offset + 20 * 40);
+  EXPECT_EQ(b.tensor("model.layers.1.self_attn.k_proj.bias").offset, o.qkv_b + 40);
+  const TensorInfo& gate = b.tensor("model.layers.1.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.offset, o.gu_w);
+  EXPECT_EQ(b.tensor("model.layers.1.mlp.up_proj.weight").offset, gate.offset + 56 * 40);
+  EXPECT_EQ(b.tensor("model.layers.1.mlp.down_proj.weight").shape, (std::vector<int64_t>{40, 56}));
+  EXPECT_EQ(o.o_b, -1);
+  EXPECT_EQ(layout.unit(3).tensor("lm_head.weight").shape, (std::vector<int64_t>{384, 40}));
+  EXPECT_EQ(layout.unit(3).tensor("lm_head.weight").real_rows, 300);
+  EXPECT_GE(layout.lm_head_offset(), 0);
+  s.tie_word_embeddings = true;
+  EXPECT_EQ(ParamLayout(s, 16).lm_head_offset(), -1);
+  EXPECT_EQ(ParamLayout(s, 16).unit(3).tensors.size(), 1u);
 }
 
 }  // namespace

@@ -11,8 +11,8 @@
 namespace zerod {
 namespace {
 
-GptSpec small_spec() {
-  GptSpec s;
+ModelSpec small_spec() {
+  ModelSpec s;
   s.n_layer = 2;
   s.n_head = 2;
   s.n_embd = 20;

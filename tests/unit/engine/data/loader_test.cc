@@ -58,7 +58,7 @@ std::vector<int64_t> run_step(std::vector<DataLoader>& ranks) {
 std::vector<DataLoader> make_world(const TokenDataset& ds, uint64_t seed, int64_t gb, int64_t micro,
                                    int world) {
   std::vector<DataLoader> ranks;
-  for (int r = 0; r < world; ++r) ranks.emplace_back(ds, seed, gb, micro, world, r);
+  for (int r = 0; r < world; ++r) ranks.emplace_back(ds, seed, true, gb, micro, world, r);
   return ranks;
 }
 
@@ -119,7 +119,7 @@ TEST(DataLoader, RanksOfAStepHoldDisjointSlices) {
 TEST(DataLoader, PositionSaveRestoreReproducesTheFollowingBatches) {
   TempDir dir;
   const TokenDataset ds = make_dataset(dir);
-  DataLoader a(ds, 77, 6, 3, 1, 0);
+  DataLoader a(ds, 77, true, 6, 3, 1, 0);
   std::vector<int32_t> in(3 * kT), tg(3 * kT);
   for (int i = 0; i < 10; ++i) a.next_micro_batch(in.data(), tg.data());  // 5 steps
   const LoaderState saved = a.state();
@@ -134,7 +134,7 @@ TEST(DataLoader, PositionSaveRestoreReproducesTheFollowingBatches) {
     expected_tg.push_back(tg);
   }
   // A fresh loader (as after a restart) restored to the saved state continues identically.
-  DataLoader b(ds, 77, 6, 3, 1, 0);
+  DataLoader b(ds, 77, true, 6, 3, 1, 0);
   b.restore(saved);
   EXPECT_EQ(b.position(), 30);
   for (int i = 0; i < 16; ++i) {
@@ -143,7 +143,7 @@ TEST(DataLoader, PositionSaveRestoreReproducesTheFollowingBatches) {
     EXPECT_EQ(tg, expected_tg[i]) << i;
   }
   // A loader that did not restore starts elsewhere.
-  DataLoader c(ds, 77, 6, 3, 1, 0);
+  DataLoader c(ds, 77, true, 6, 3, 1, 0);
   c.next_micro_batch(in.data(), tg.data());
   EXPECT_NE(in, expected_in[0]);
 }
@@ -162,7 +162,7 @@ TEST(DataLoader, RestoreAtAnotherWorldSizeContinuesTheSameGlobalBatches) {
 TEST(DataLoader, MidStepPositionIsTheStepStart) {
   TempDir dir;
   const TokenDataset ds = make_dataset(dir);
-  DataLoader a(ds, 1, 8, 2, 1, 0);  // 4 micro-batches per step
+  DataLoader a(ds, 1, true, 8, 2, 1, 0);  // 4 micro-batches per step
   std::vector<int32_t> in(2 * kT), tg(2 * kT);
   std::vector<int64_t> first(2), again(2);
   a.next_micro_batch(in.data(), tg.data(), first.data());
@@ -179,7 +179,7 @@ TEST(DataLoader, MidStepPositionIsTheStepStart) {
 TEST(DataLoader, RestoreRejectsAnotherStream) {
   TempDir dir;
   const TokenDataset ds = make_dataset(dir);
-  DataLoader a(ds, 1, 8, 2, 1, 0);
+  DataLoader a(ds, 1, true, 8, 2, 1, 0);
   expect_input_error([&] { a.restore({16, 2, 45}); }, {"data.seed 2", "data.seed 1"});
   expect_input_error([&] { a.restore({16, 1, 44}); }, {"44", "45", "changed"});
   a.restore({16, 1, 45});
@@ -189,10 +189,10 @@ TEST(DataLoader, RestoreRejectsAnotherStream) {
 TEST(DataLoader, BatchShapesMustDivide) {
   TempDir dir;
   const TokenDataset ds = make_dataset(dir);
-  expect_input_error([&] { DataLoader l(ds, 1, 10, 1, 4, 0); },
+  expect_input_error([&] { DataLoader l(ds, 1, true, 10, 1, 4, 0); },
                      {"train_batch_size 10", "world size 4"});
   expect_input_error(
-      [&] { DataLoader l(ds, 1, 12, 4, 2, 0); },
+      [&] { DataLoader l(ds, 1, true, 12, 4, 2, 0); },
       {"train_batch_size 12", "6 samples per rank", "train_micro_batch_size_per_gpu 4"});
 }
 
@@ -230,6 +230,22 @@ TEST(EvalLoader, TooFewSamplesIsAnInputError) {
   expect_input_error([&] { EvalLoader l(small, 3, 2, 0); },
                      {"data.val", "5 validation samples", "3 x world size 2 = 6"});
   EXPECT_EQ(EvalLoader(small, 5, 1, 0).num_micro_batches(), 1);
+}
+
+TEST(DataLoader, WithoutShuffleVisitsSamplesInFileOrder) {
+  TempDir dir;
+  const TokenDataset ds = make_dataset(dir);            // 45 samples
+  DataLoader a(ds, 77, /*shuffle=*/false, 4, 2, 2, 1);  // rank 1 of 2: samples 2,3 then 6,7
+  std::vector<int32_t> in(2 * kT), tg(2 * kT);
+  std::vector<int64_t> idx(2);
+  a.next_micro_batch(in.data(), tg.data(), idx.data());
+  EXPECT_EQ(idx, (std::vector<int64_t>{2, 3}));
+  a.next_micro_batch(in.data(), tg.data(), idx.data());
+  EXPECT_EQ(idx, (std::vector<int64_t>{6, 7}));
+  for (int step = 2; step < 11; ++step) a.next_micro_batch(in.data(), tg.data(), idx.data());
+  EXPECT_EQ(idx, (std::vector<int64_t>{42, 43}));        // step 10
+  a.next_micro_batch(in.data(), tg.data(), idx.data());  // positions 46, 47: the next epoch
+  EXPECT_EQ(idx, (std::vector<int64_t>{1, 2}));
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/export.h"
-#include "engine/checkpoint/hf_gpt2.h"
+#include "engine/checkpoint/hf_model.h"
 #include "engine/checkpoint/shard_io.h"
 #include "train_test_util.h"
 
@@ -342,9 +342,9 @@ TEST_F(Checkpoints, ExportThenInitFromGivesIdenticalWeights) {
       export_checkpoint(ckpt_.string(), "global_step3", half.string(), DType::kBF16, false);
   EXPECT_LT(rep16.file.bytes, rep.file.bytes * 6 / 10);
   const ParamLayout layout(
-      GptSpec{.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 256, .seq_len = 24});
+      ModelSpec{.n_layer = 2, .n_head = 2, .n_embd = 32, .vocab_size = 256, .seq_len = 24});
   int checked = 0;
-  import_hf_gpt2(half.string(), layout, [&](int u, const float* flat) {
+  import_hf_model(half.string(), layout, [&](int u, const float* flat) {
     const auto& w = expected[static_cast<size_t>(u)];
     for (size_t i = 0; i < w.size(); ++i) {
       uint32_t bits;

@@ -26,8 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-GptSpec tiny_spec() {
-  GptSpec s;
+ModelSpec tiny_spec() {
+  ModelSpec s;
   s.n_layer = 2;
   s.n_head = 2;
   s.n_embd = 32;
@@ -198,7 +198,7 @@ TEST(DeviceMemoryCheckpoint, SavesAndLoadsStatesInDeviceMemory) {
       JobConfig cfg = testing::tiny_job(corpus, 1, stage, 1, 2, R"(, "bf16": {"enabled": true})",
                                         R"(, "checkpoint_dir": ")" + dir + R"(")");
       cfg.checkpoint.async = async;
-      const GptSpec spec = gpt_spec(cfg.model);
+      const ModelSpec spec = model_spec(cfg.model);
       ZeroOptions zo;
       zo.stage = stage;
       auto masters = [](ZeroEngine& e) {  // master, exp_avg, exp_avg_sq of every piece

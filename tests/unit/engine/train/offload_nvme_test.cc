@@ -336,7 +336,7 @@ TEST_F(OffloadNvme, PreflightRefusesABadFolderWithTheNumbers) {
   refused("/proc/self", "is not writable");
   // The plan's numbers: the disk bytes are what the swapper will allocate.
   const JobConfig cfg = job({.world = 2, .stage = 2, .device = "nvme", .sub_group = 4096});
-  const OffloadPlan p = plan_offload(cfg, ParamLayout(gpt_spec(cfg.model)), 2, 4);
+  const OffloadPlan p = plan_offload(cfg, ParamLayout(model_spec(cfg.model)), 2, 4);
   EXPECT_EQ(p.disk % (12 * 4096), 0);
   EXPECT_EQ(p.host, 3 * 12 * 4096);
   // Parameters on NVMe: the disk holds the weight shards in the backend's element size (4 bytes
@@ -344,7 +344,7 @@ TEST_F(OffloadNvme, PreflightRefusesABadFolderWithTheNumbers) {
   const Spec params_on_nvme{
       .world = 2, .stage = 3, .dtype = R"(, "bf16": {"enabled": true})", .param = "nvme"};
   const JobConfig pcfg = job(params_on_nvme);
-  const ParamLayout playout(gpt_spec(pcfg.model));
+  const ParamLayout playout(model_spec(pcfg.model));
   const OffloadPlan p4 = plan_offload(pcfg, playout, 2, 4), p2 = plan_offload(pcfg, playout, 2, 2);
   EXPECT_GT(p4.param_disk, p2.param_disk);
   EXPECT_EQ(p4.param_disk, run(params_on_nvme).measured.nvme) << "the plan is what is allocated";

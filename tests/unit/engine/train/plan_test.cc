@@ -34,7 +34,7 @@ TEST(Planner, MatchesMeasuredMemoryForEveryStageAndWorldSize) {
         acts = t.memory().peak(MemCategory::kActivations);
       });
       PlanRequest r;
-      r.spec = gpt_spec(cfg.model);
+      r.spec = model_spec(cfg.model);
       r.world = world;
       r.micro_batch = static_cast<int>(cfg.micro_batch());
       r.seq = cfg.model.seq_len;

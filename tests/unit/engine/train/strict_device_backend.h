@@ -94,13 +94,38 @@ class StrictDeviceBackend final : public Backend {
       cpu_->matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
     });
   }
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                         int NH) override {
-    run([&] { cpu_->attention_forward(out, lse, qkv, B, T, C, NH); });
+  void attention_forward(void* out, float* lse, const void* qkv, const AttentionShape& s) override {
+    run([&] { cpu_->attention_forward(out, lse, qkv, s); });
   }
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                          const float* lse, int B, int T, int C, int NH) override {
-    run([&] { cpu_->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+                          const float* lse, const AttentionShape& s) override {
+    run([&] { cpu_->attention_backward(dqkv, dout, qkv, out, lse, s); });
+  }
+  void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
+                          int maxT, const AttentionShape& s) override {
+    run([&] { cpu_->attention_kv_cache(out, qkv, kcache, vcache, pos0, maxT, s); });
+  }
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                       int C, float eps) override {
+    run([&] { cpu_->rmsnorm_forward(out, rstd, inp, weight, N, C, eps); });
+  }
+  void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp,
+                        const void* weight, const float* rstd, int64_t N, int C) override {
+    run([&] { cpu_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C); });
+  }
+  void rope_forward(void* qkv, const float* cos, const float* sin,
+                    const AttentionShape& s) override {
+    run([&] { cpu_->rope_forward(qkv, cos, sin, s); });
+  }
+  void rope_backward(void* dqkv, const float* cos, const float* sin,
+                     const AttentionShape& s) override {
+    run([&] { cpu_->rope_backward(dqkv, cos, sin, s); });
+  }
+  void swiglu_forward(void* out, const void* gu, int64_t N, int I) override {
+    run([&] { cpu_->swiglu_forward(out, gu, N, I); });
+  }
+  void swiglu_backward(void* dgu, const void* dout, const void* gu, int64_t N, int I) override {
+    run([&] { cpu_->swiglu_backward(dgu, dout, gu, N, I); });
   }
   void gelu_forward(void* out, const void* inp, int64_t n) override {
     run([&] { cpu_->gelu_forward(out, inp, n); });

@@ -1,6 +1,8 @@
-// Whole-model checks on a tiny GPT: gradients against finite differences of the loss,
-// determinism, activation checkpointing and reduced-precision emulation.
+// Whole-model checks on tiny models of every architecture (GPT-2 and the Llama family):
+// gradients against finite differences of the loss, determinism, activation checkpointing and
+// reduced-precision emulation.
 #include "model/gpt.h"
+#include "model/llama.h"
 
 #include <gtest/gtest.h>
 
@@ -16,14 +18,48 @@
 namespace zerod {
 namespace {
 
-GptSpec tiny_spec() {
-  GptSpec s;
+ModelSpec tiny_spec() {
+  ModelSpec s;
   s.n_layer = 2;
   s.n_head = 3;
   s.n_embd = 18;      // head size 6: nothing is a multiple of 8
   s.vocab_size = 37;  // padded to 128
   s.seq_len = 11;
   return s;
+}
+
+// Llama-family variants of the tiny shape: grouped-query attention, untied or tied head,
+// biases, a sliding window shorter than the sequence, rope scaling, head_dim != C / NH.
+ModelSpec tiny_llama(ModelArch arch) {
+  ModelSpec s;
+  s.arch = arch;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.n_embd = 20;
+  s.head_dim = 6;
+  s.intermediate_size = 26;
+  s.vocab_size = 37;
+  s.seq_len = 11;
+  s.rms_norm_eps = 1e-5;
+  s.tie_word_embeddings = false;
+  if (arch == ModelArch::kLlama) {
+    s.qkv_bias = s.o_bias = s.mlp_bias = true;
+    s.rope_scaling.type = RopeScaling::Type::kLlama3;
+    s.rope_scaling.factor = 4;
+    s.rope_scaling.original_max_position_embeddings = 4;
+  }
+  if (arch == ModelArch::kMistral) s.sliding_window = 4;
+  if (arch == ModelArch::kQwen2) {
+    s.qkv_bias = true;
+    s.tie_word_embeddings = true;
+    s.n_kv_head = 1;
+  }
+  return s;
+}
+
+std::string arch_name(const testing::TestParamInfo<ModelSpec>& info) {
+  return model_arch_name(info.param.arch);
 }
 
 struct Batch {
@@ -66,12 +102,12 @@ class SimpleStates : public ParamSource, public GradSink {
 
 struct TinyModel {
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<Gpt> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<SimpleStates> states;
-  TinyModel(const GptSpec& s, int B, int T, bool ckpt, DType dtype = DType::kF32,
+  TinyModel(const ModelSpec& s, int B, int T, bool ckpt, DType dtype = DType::kF32,
             uint64_t seed = 5) {
     backend = make_cpu_backend(dtype);
-    model = std::make_unique<Gpt>(s, *backend, B, T, ckpt, nullptr);
+    model = make_model(s, *backend, B, T, ckpt, nullptr);
     states = std::make_unique<SimpleStates>(model->layout(), *backend, seed);
   }
   float train(const Batch& b, float weight = 1.0f) {
@@ -81,8 +117,16 @@ struct TinyModel {
   const std::vector<float>& grads(int u) const { return states->grads[u]; }
 };
 
-TEST(Gpt, GradientsMatchFiniteDifferencesOfTheLoss) {
-  const GptSpec s = tiny_spec();
+class ModelTest : public testing::TestWithParam<ModelSpec> {};
+
+INSTANTIATE_TEST_SUITE_P(Archs, ModelTest,
+                         testing::Values(tiny_spec(), tiny_llama(ModelArch::kLlama),
+                                         tiny_llama(ModelArch::kMistral),
+                                         tiny_llama(ModelArch::kQwen2)),
+                         arch_name);
+
+TEST_P(ModelTest, GradientsMatchFiniteDifferencesOfTheLoss) {
+  const ModelSpec s = GetParam();
   const int B = 2, T = 9;
   TinyModel st(s, B, T, false);
   // Larger weights than the init make the loss surface less flat, so the check has teeth.
@@ -128,8 +172,8 @@ TEST(Gpt, GradientsMatchFiniteDifferencesOfTheLoss) {
   }
 }
 
-TEST(Gpt, LossWeightScalesGradientsAndAccumulates) {
-  const GptSpec s = tiny_spec();
+TEST_P(ModelTest, LossWeightScalesGradientsAndAccumulates) {
+  const ModelSpec s = GetParam();
   TinyModel st(s, 2, 8, false);
   const Batch b = random_batch(2, 8, s.vocab_size, 4);
   st.train(b, 1.0f);
@@ -140,8 +184,8 @@ TEST(Gpt, LossWeightScalesGradientsAndAccumulates) {
     ASSERT_NEAR(g3[i], 3 * g1[i], 1e-5f + 1e-4f * std::abs(g1[i]));
 }
 
-TEST(Gpt, ActivationCheckpointingGivesBitIdenticalGradients) {
-  const GptSpec s = tiny_spec();
+TEST_P(ModelTest, ActivationCheckpointingGivesBitIdenticalGradients) {
+  const ModelSpec s = GetParam();
   TinyModel plain(s, 3, 11, false), ckpt(s, 3, 11, true);
   const Batch b = random_batch(3, 11, s.vocab_size, 5);
   const float l1 = plain.train(b);
@@ -151,8 +195,8 @@ TEST(Gpt, ActivationCheckpointingGivesBitIdenticalGradients) {
     EXPECT_EQ(plain.grads(u), ckpt.grads(u)) << u;
 }
 
-TEST(Gpt, RepeatedRunsAreBitIdentical) {
-  const GptSpec s = tiny_spec();
+TEST_P(ModelTest, RepeatedRunsAreBitIdentical) {
+  const ModelSpec s = GetParam();
   const Batch b = random_batch(2, 11, s.vocab_size, 6);
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
@@ -173,8 +217,8 @@ TEST(Gpt, RepeatedRunsAreBitIdentical) {
   }
 }
 
-TEST(Gpt, Bf16EmulationRoundsWeightsAndActivationsAndStaysClose) {
-  const GptSpec s = tiny_spec();
+TEST_P(ModelTest, Bf16EmulationRoundsWeightsAndActivationsAndStaysClose) {
+  const ModelSpec s = GetParam();
   TinyModel f32(s, 2, 11, false, DType::kF32), bf16(s, 2, 11, false, DType::kBF16);
   const Batch b = random_batch(2, 11, s.vocab_size, 7);
   // Compute weights are the fp32 init rounded to bf16.
@@ -211,7 +255,7 @@ class SlowStates : public SimpleStates {
 };
 
 TEST(Gpt, TimingSplitsForwardBackwardAndTimeInsideTheSeams) {
-  const GptSpec s = tiny_spec();
+  const ModelSpec s = tiny_spec();
   auto backend = make_cpu_backend(DType::kF32);
   Gpt model(s, *backend, 2, 11, false, nullptr);
   SlowStates states(model.layout(), *backend, 5);

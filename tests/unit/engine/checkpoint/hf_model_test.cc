@@ -1,9 +1,10 @@
-#include "engine/checkpoint/hf_gpt2.h"
+#include "engine/checkpoint/hf_model.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -23,8 +24,8 @@ using testing::le_bytes;
 using testing::safetensors_bytes;
 using testing::write_file;
 
-GptSpec tiny_spec() {
-  GptSpec s;
+ModelSpec tiny_spec() {
+  ModelSpec s;
   s.n_layer = 2;
   s.n_head = 2;
   s.n_embd = 8;
@@ -53,14 +54,14 @@ Units random_units(const ParamLayout& layout, uint32_t seed) {
 
 FileChecksum export_units(const ParamLayout& layout, const Units& units, const std::string& path,
                           DType dtype) {
-  return export_hf_gpt2(
+  return export_hf_safetensors(
       layout, [&](int u, float* out) { std::copy(units[u].begin(), units[u].end(), out); }, path,
       dtype);
 }
 
 Units import_units(const std::string& path, const ParamLayout& layout) {
   Units got;
-  import_hf_gpt2(path, layout, [&](int u, const float* flat) {
+  import_hf_model(path, layout, [&](int u, const float* flat) {
     EXPECT_EQ(u, static_cast<int>(got.size())) << "units out of order";
     got.emplace_back(flat, flat + layout.unit(u).numel);
   });
@@ -87,7 +88,7 @@ class HfGpt2 : public testing::TempDirTest {
 TEST_F(HfGpt2, Fp32ExportThenImportIsBitwiseIdentical) {
   const std::string file = path("model.safetensors");
   int calls = 0;
-  export_hf_gpt2(
+  export_hf_safetensors(
       layout_,
       [&](int u, float* out) {
         EXPECT_EQ(u, calls++) << "read_unit called out of order or twice";
@@ -196,7 +197,7 @@ TEST_F(HfGpt2, ExportRefusesFp16AndCleansUpAfterAFailure) {
   EXPECT_THROW(export_units(layout_, units_, path("m.safetensors"), DType::kF16), InputError);
   const std::string file = path("model.safetensors");
   write_file(file, "an older export");
-  EXPECT_THROW(export_hf_gpt2(
+  EXPECT_THROW(export_hf_safetensors(
                    layout_,
                    [&](int u, float* out) {
                      if (u == 2) throw std::runtime_error("rank died");
@@ -406,6 +407,114 @@ TEST_F(HfGpt2, EveryMismatchGivesAClearError) {
   export_units(layout_, units_, file, DType::kF32);
   std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
   EXPECT_NE(input_error_message([&] { import_units(file, layout_); }).find("truncated"),
+            std::string::npos);
+}
+
+ModelSpec tiny_llama(ModelArch arch, bool tied) {
+  ModelSpec s;
+  s.arch = arch;
+  s.n_layer = 2;
+  s.n_head = 4;
+  s.n_kv_head = 2;
+  s.n_embd = 16;
+  s.intermediate_size = 24;
+  s.vocab_size = 50;
+  s.seq_len = 8;
+  s.tie_word_embeddings = tied;
+  s.qkv_bias = arch == ModelArch::kQwen2;
+  return s;
+}
+
+class HfDirectory : public testing::TempDirTest,
+                    public ::testing::WithParamInterface<std::tuple<ModelSpec, int64_t>> {};
+
+// A directory per architecture, in one file and sharded: every weight comes back bit for bit,
+// config.json describes the model, the index names every tensor once.
+TEST_P(HfDirectory, ExportThenImportIsBitwiseIdenticalWithAConfigAndAnIndex) {
+  const auto& [spec, max_shard] = GetParam();
+  const ParamLayout layout(spec, 16);
+  const Units units = random_units(layout, 11);
+  const std::string dir = path("hf");
+  const HfDirectoryReport r = export_hf_directory(
+      layout, [&](int u, float* out) { std::copy(units[u].begin(), units[u].end(), out); }, dir,
+      DType::kF32, max_shard, false);
+  EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
+  const Units got = import_units(dir, layout);
+  ASSERT_EQ(got.size(), units.size());
+  for (size_t u = 0; u < got.size(); ++u)
+    EXPECT_EQ(std::memcmp(got[u].data(), units[u].data(), got[u].size() * 4), 0) << "unit " << u;
+
+  const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  EXPECT_EQ(cfg["model_type"], model_arch_name(spec.arch));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/generation_config.json"));
+  if (max_shard < 4096) {
+    ASSERT_GT(r.files.size(), 2u);
+    EXPECT_EQ(r.files[0], fmt::format("model-00001-of-{:05d}.safetensors", r.files.size()));
+    const nlohmann::json index =
+        nlohmann::json::parse(std::ifstream(dir + "/model.safetensors.index.json"));
+    std::set<std::string> files;
+    for (const auto& [name, file] : index["weight_map"].items()) files.insert(file);
+    EXPECT_EQ(files.size(), r.files.size());
+    int64_t sum = 0;
+    for (const auto& f : r.files) {
+      const SafetensorsReader reader(dir + "/" + f);
+      for (const StTensor& t : reader.tensors()) {
+        EXPECT_EQ(index["weight_map"][t.name], f) << t.name;
+        sum += static_cast<int64_t>(t.bytes());
+      }
+    }
+    EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), sum);
+  } else {
+    EXPECT_EQ(r.files, std::vector<std::string>{"model.safetensors"});
+    EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors.index.json"));
+  }
+  if (!spec.llama_family()) {  // GPT2LMHeadModel's state_dict names, the tied head included
+    const SafetensorsReader reader(dir + "/" + r.files.back());
+    EXPECT_NE(reader.find("lm_head.weight"), nullptr);
+    EXPECT_EQ(cfg["n_positions"], spec.seq_len);
+  } else {
+    EXPECT_EQ(cfg["num_key_value_heads"], spec.kv_heads());
+    EXPECT_EQ(cfg["tie_word_embeddings"], spec.tie_word_embeddings);
+  }
+  // Existing output: refused without overwrite, replaced with it.
+  auto again = [&](bool overwrite) {
+    export_hf_directory(
+        layout, [&](int u, float* out) { std::copy(units[u].begin(), units[u].end(), out); }, dir,
+        DType::kBF16, max_shard, overwrite);
+  };
+  EXPECT_NE(input_error_message([&] { again(false); }).find("pass --force"), std::string::npos);
+  again(true);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir + "/config.json"))["torch_dtype"], "bfloat16");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Archs, HfDirectory,
+    ::testing::Combine(::testing::Values(tiny_spec(), tiny_llama(ModelArch::kLlama, false),
+                                         tiny_llama(ModelArch::kMistral, false),
+                                         tiny_llama(ModelArch::kQwen2, true)),
+                       ::testing::Values(int64_t{1000}, int64_t{1} << 30)));
+
+TEST_F(HfGpt2, LlamaImportListsEveryMismatch) {
+  const ModelSpec spec = tiny_llama(ModelArch::kLlama, false);
+  const ParamLayout layout(spec, 16);
+  const Units units = random_units(layout, 3);
+  const std::string dir = path("hf");
+  export_hf_directory(
+      layout, [&](int u, float* out) { std::copy(units[u].begin(), units[u].end(), out); }, dir,
+      DType::kF32, int64_t{1} << 30, false);
+  ModelSpec other = spec;
+  other.n_kv_head = 4;  // k/v projections twice as tall
+  other.tie_word_embeddings = true;
+  const std::string msg = input_error_message([&] { import_units(dir, ParamLayout(other, 16)); });
+  EXPECT_NE(msg.find("not a llama model with num_hidden_layers 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor model.layers.0.self_attn.k_proj.weight has shape [8, 16], expected "
+                     "[16, 16]"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("tensor model.layers.1.self_attn.v_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(input_error_message([&] {
+              import_units(path("nothing"), layout);
+            }).find("no such file or directory"),
             std::string::npos);
 }
 

@@ -1,0 +1,342 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/op_timing.h"
+
+namespace zerod {
+
+void rope_tables(const ModelSpec& s, std::vector<float>* cos_t, std::vector<float>* sin_t) {
+  const int HS = s.head_size(), half = HS / 2;
+  ZD_CHECK(HS % 2 == 0, "rotary embedding needs an even head size, got {}", HS);
+  // inv_freq in fp32, as transformers computes it: 1 / base^(float(2i) / dim).
+  std::vector<float> inv(static_cast<size_t>(half));
+  const float base = static_cast<float>(s.rope_theta);
+  for (int i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(HS);
+    inv[static_cast<size_t>(i)] = 1.0f / powf(base, e);
+  }
+  const RopeScaling& r = s.rope_scaling;
+  if (r.type == RopeScaling::Type::kLinear) {
+    for (float& f : inv) f = f / static_cast<float>(r.factor);
+  } else if (r.type == RopeScaling::Type::kLlama3) {
+    const float factor = static_cast<float>(r.factor), lo = static_cast<float>(r.low_freq_factor),
+                hi = static_cast<float>(r.high_freq_factor),
+                old_len = static_cast<float>(r.original_max_position_embeddings);
+    const float lo_wavelen = old_len / lo, hi_wavelen = old_len / hi;
+    const float two_pi = static_cast<float>(2.0 * M_PI);
+    for (float& f : inv) {
+      const float wavelen = two_pi / f;
+      float scaled = wavelen > lo_wavelen ? f / factor : f;
+      const bool medium = !(wavelen < hi_wavelen) && !(wavelen > lo_wavelen);
+      if (medium) {
+        const float smooth = (old_len / wavelen - lo) / (hi - lo);
+        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  cos_t->assign(static_cast<size_t>(s.seq_len) * half, 0.0f);
+  sin_t->assign(static_cast<size_t>(s.seq_len) * half, 0.0f);
+  for (int t = 0; t < s.seq_len; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * inv[static_cast<size_t>(i)];
+      const size_t k = static_cast<size_t>(t) * half + i;
+      (*cos_t)[k] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      (*sin_t)[k] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
+namespace {
+void check_spec(const ModelSpec& s) {
+  ZD_CHECK(s.llama_family(), "Llama model built for a {} spec", model_arch_name(s.arch));
+  ZD_CHECK(s.kv_heads() > 0 && s.n_head % s.kv_heads() == 0,
+           "num_attention_heads {} is not a multiple of num_key_value_heads {}", s.n_head,
+           s.kv_heads());
+  ZD_CHECK(s.head_size() > 0 && s.head_size() % 2 == 0, "head size {} (must be even)",
+           s.head_size());
+}
+}  // namespace
+
+Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
+             MemoryTracker* tracker)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker) {
+  const ModelSpec& s = layout_.spec();
+  check_spec(s);
+  const size_t N = static_cast<size_t>(B) * T, C = s.n_embd, NH = s.n_head, Q = s.q_dim(),
+               QKV = s.qkv_dim(), I = s.ffn();
+  auto make_block = [&]() {
+    BlockActs a{};
+    a.ln1 = act(N * C);
+    a.ln1_rstd = stat(N);
+    a.qkv = act(N * QKV);
+    a.atty = act(N * Q);
+    a.lse = stat(N * NH);
+    a.res2 = act(N * C);
+    a.ln2 = act(N * C);
+    a.ln2_rstd = stat(N);
+    a.gu = act(N * 2 * I);
+    a.act = act(N * I);
+    return a;
+  };
+  if (checkpointing_) {
+    work_ = make_block();
+  } else {
+    for (int l = 0; l < s.n_layer; ++l) blocks_.push_back(make_block());
+  }
+  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(N * C));
+  proj_tmp_ = act(N * C);
+  lnf_ = act(N * C);
+  lnf_rstd_ = stat(N);
+  const size_t table = static_cast<size_t>(s.seq_len) * (s.head_size() / 2);
+  rope_cos_ = stat(table);
+  rope_sin_ = stat(table);
+  std::vector<float> cos_t, sin_t;
+  rope_tables(s, &cos_t, &sin_t);
+  be_.copy(rope_cos_, cos_t.data(), table * sizeof(float));
+  be_.copy(rope_sin_, sin_t.data(), table * sizeof(float));
+  dres_ = act(N * C);
+  d_a_ = act(N * std::max(2 * I, QKV));
+  d_b_ = act(N * std::max(I, Q));
+  d_c_ = act(N * C);
+}
+
+int64_t Llama::activation_bytes(const ModelSpec& s, int B, int T, bool activation_checkpointing,
+                                size_t esz) {
+  // Mirrors the constructor: per block ln1, qkv, atty (Q), res2, ln2, gu (2I), act (I) and the
+  // statistics ln1/ln2 rstd and lse (NH); then the residual stream (L + 1), proj_tmp, lnf,
+  // logits (Vp), dres, d_a, d_b, d_c; lnf rstd, losses, tokens, targets; the rope tables.
+  const int64_t N = int64_t{B} * T, C = s.n_embd, NH = s.n_head, L = s.n_layer, Q = s.q_dim(),
+                QKV = s.qkv_dim(), I = s.ffn();
+  const int64_t e = static_cast<int64_t>(esz);
+  const int64_t block = N * ((4 * C + QKV + Q + 3 * I) * e + (2 + NH) * 4);
+  const int64_t blocks = activation_checkpointing ? 1 : L;
+  const int64_t rest =
+      N * (((L + 1) * C + 4 * C + s.vp() + std::max(2 * I, QKV) + std::max(I, Q)) * e + 4 * 4);
+  const int64_t tables = 2 * int64_t{s.seq_len} * (s.head_size() / 2) * 4;
+  return blocks * block + rest + tables;
+}
+
+AttentionShape Llama::attn_shape() const {
+  const ModelSpec& s = spec();
+  AttentionShape a;
+  a.B = B_;
+  a.T = T_;
+  a.NH = s.n_head;
+  a.KVH = s.kv_heads();
+  a.HS = s.head_size();
+  a.window = s.sliding_window;
+  return a;
+}
+
+void Llama::block_forward(const void* w, const void* res_in, BlockActs& a, void* res_out) {
+  const ModelSpec& s = spec();
+  const int C = s.n_embd, Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
+  const int64_t N = int64_t{B_} * T_;
+  const float eps = static_cast<float>(s.rms_norm_eps);
+  const auto& o = layout_.llama_block();
+  const AttentionShape as = attn_shape();
+  auto bias = [&](int64_t off) -> const void* {
+    return off >= 0 ? elem_at(w, off, esz_) : nullptr;
+  };
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_forward(a.ln1, a.ln1_rstd, res_in, elem_at(w, o.ln1_w, esz_), N, C, eps);
+  });
+  round(a.ln1, N * C);
+  timed(timer(), times_.matmul_fwd, [&] {
+    be_.matmul_forward(a.qkv, a.ln1, elem_at(w, o.qkv_w, esz_), bias(o.qkv_b), N, C, QKV);
+  });
+  round(a.qkv, N * QKV);
+  timed(timer(), times_.attention_fwd, [&] { be_.rope_forward(a.qkv, rope_cos_, rope_sin_, as); });
+  round(a.qkv, N * QKV);
+  timed(timer(), times_.attention_fwd, [&] { be_.attention_forward(a.atty, a.lse, a.qkv, as); });
+  round(a.atty, N * Q);
+  timed(timer(), times_.matmul_fwd, [&] {
+    be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.o_w, esz_), bias(o.o_b), N, Q, C);
+  });
+  round(proj_tmp_, N * C);
+  timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
+  round(a.res2, N * C);
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, elem_at(w, o.ln2_w, esz_), N, C, eps);
+  });
+  round(a.ln2, N * C);
+  timed(timer(), times_.matmul_fwd, [&] {
+    be_.matmul_forward(a.gu, a.ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
+  });
+  round(a.gu, N * 2 * I);
+  timed(timer(), times_.gelu, [&] { be_.swiglu_forward(a.act, a.gu, N, I); });
+  round(a.act, N * I);
+  timed(timer(), times_.matmul_fwd, [&] {
+    be_.matmul_forward(proj_tmp_, a.act, elem_at(w, o.down_w, esz_), bias(o.down_b), N, I, C);
+  });
+  round(proj_tmp_, N * C);
+  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
+  round(res_out, N * C);
+}
+
+// dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
+void Llama::block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a) {
+  const ModelSpec& s = spec();
+  const int C = s.n_embd, Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
+  const int64_t N = int64_t{B_} * T_;
+  const auto& o = layout_.llama_block();
+  const AttentionShape as = attn_shape();
+  auto dbias = [&](int64_t off) -> void* { return off >= 0 ? elem_at(dw, off, esz_) : nullptr; };
+  // MLP: res_out = res2 + down(swiglu(gu(ln2(res2))))
+  timed(timer(), times_.matmul_bwd, [&] {
+    be_.matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dres_, a.act,
+                        elem_at(w, o.down_w, esz_), N, I, C, false);
+  });
+  round(d_b_, N * I);
+  timed(timer(), times_.gelu, [&] { be_.swiglu_backward(d_a_, d_b_, a.gu, N, I); });
+  round(d_a_, N * 2 * I);
+  timed(timer(), times_.matmul_bwd, [&] {
+    be_.matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, a.ln2,
+                        elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
+  });
+  round(d_c_, N * C);
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), d_c_, a.res2, elem_at(w, o.ln2_w, esz_),
+                         a.ln2_rstd, N, C);
+  });
+  round(dres_, N * C);
+  // Attention: res2 = res_in + o(attention(rope(qkv(ln1(res_in)))))
+  timed(timer(), times_.matmul_bwd, [&] {
+    be_.matmul_backward(d_b_, elem_at(dw, o.o_w, esz_), dbias(o.o_b), dres_, a.atty,
+                        elem_at(w, o.o_w, esz_), N, Q, C, false);
+  });
+  round(d_b_, N * Q);
+  timed(timer(), times_.attention_bwd,
+        [&] { be_.attention_backward(d_a_, d_b_, a.qkv, a.atty, a.lse, as); });
+  round(d_a_, N * QKV);
+  timed(timer(), times_.attention_bwd, [&] { be_.rope_backward(d_a_, rope_cos_, rope_sin_, as); });
+  round(d_a_, N * QKV);
+  timed(timer(), times_.matmul_bwd, [&] {
+    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), dbias(o.qkv_b), d_a_, a.ln1,
+                        elem_at(w, o.qkv_w, esz_), N, C, QKV, false);
+  });
+  round(d_c_, N * C);
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), d_c_, res_in, elem_at(w, o.ln1_w, esz_),
+                         a.ln1_rstd, N, C);
+  });
+  round(dres_, N * C);
+}
+
+const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
+                                     const void** emb_unit) {
+  const ModelSpec& s = spec();
+  const int C = s.n_embd, Vp = s.vp();
+  const int64_t N = int64_t{B_} * T_;
+  const int eu = layout_.embedding_unit();
+  const void* we = params.acquire(eu);
+  timed(timer(), times_.encoder, [&] {
+    be_.encoder_forward(res_[0], tokens, elem_at(we, layout_.wte_offset(), esz_), nullptr, B_, T_,
+                        C);
+  });
+  params.release(eu);
+  we = nullptr;
+  round(res_[0], N * C);
+  for (int l = 0; l < s.n_layer; ++l) {
+    const int u = layout_.block_unit(l);
+    if (l + 1 < s.n_layer) params.prefetch(u + 1);
+    const void* w = params.acquire(u);
+    block_forward(w, res_[static_cast<size_t>(l)], acts_for(l), res_[static_cast<size_t>(l) + 1]);
+    params.release(u);
+  }
+  const void* wf = params.acquire(layout_.final_unit());
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_forward(lnf_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
+                        elem_at(wf, layout_.lnf_w_offset(), esz_), N, C,
+                        static_cast<float>(s.rms_norm_eps));
+  });
+  round(lnf_, N * C);
+  if (s.tied()) we = params.acquire(eu);
+  const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
+                              : elem_at(wf, layout_.lm_head_offset(), esz_);
+  timed(timer(), times_.matmul_fwd,
+        [&] { be_.matmul_forward(logits_, lnf_, head, nullptr, N, C, Vp); });
+  round(logits_, N * Vp);
+  *emb_unit = we;
+  return wf;
+}
+
+float Llama::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
+  const ModelSpec& s = spec();
+  const int64_t N = int64_t{B_} * T_;
+  const void* we = nullptr;
+  upload(inputs, targets);
+  forward_to_logits(tokens_, params, &we);
+  timed(timer(), times_.classifier,
+        [&] { be_.crossentropy_forward(losses_, logits_, targets_, N, s.vocab_size, s.vp()); });
+  if (we != nullptr) params.release(layout_.embedding_unit());
+  params.release(layout_.final_unit());
+  return mean_loss(targets);
+}
+
+float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,
+                                   ParamSource& params, GradSink& grads, float loss_weight) {
+  const ModelSpec& s = spec();
+  const int C = s.n_embd, Vp = s.vp();
+  const int64_t N = int64_t{B_} * T_;
+  const int eu = layout_.embedding_unit(), fu = layout_.final_unit();
+  const void* we = nullptr;
+  upload(inputs, targets);
+  const void* wf = forward_to_logits(tokens_, params, &we);
+
+  const float dloss = loss_gradient(targets, loss_weight);
+  timed(timer(), times_.classifier,
+        [&] { be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, Vp, dloss); });
+  round(logits_, N * Vp);
+  forward_phase_done();  // the forward phase ends with the loss
+
+  // Head: logits = lnf @ head^T, head = embed_tokens (tied) or lm_head (final unit).
+  void* dwf = grads.grad_buffer(fu);
+  void* dwe = s.tied() ? grads.grad_buffer(eu) : nullptr;
+  const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
+                              : elem_at(wf, layout_.lm_head_offset(), esz_);
+  void* dhead = s.tied() ? elem_at(dwe, layout_.wte_offset(), esz_)
+                         : elem_at(dwf, layout_.lm_head_offset(), esz_);
+  timed(timer(), times_.matmul_bwd,
+        [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf_, head, N, C, Vp, false); });
+  if (s.tied()) params.release(eu);
+  round(d_c_, N * C);
+  be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
+  timed(timer(), times_.layernorm, [&] {
+    be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), d_c_,
+                         res_[static_cast<size_t>(s.n_layer)],
+                         elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_rstd_, N, C);
+  });
+  params.release(fu);
+  round(dres_, N * C);
+  round(dwf, layout_.unit(fu).numel);
+  grads.unit_done(fu);
+
+  for (int l = s.n_layer - 1; l >= 0; --l) {
+    const int u = layout_.block_unit(l);
+    if (l > 0) params.prefetch(u - 1);
+    const void* w = params.acquire(u);
+    const void* res_in = res_[static_cast<size_t>(l)];
+    if (checkpointing_) block_forward(w, res_in, work_, proj_tmp_);  // recompute (output unused)
+    void* dw = grads.grad_buffer(u);
+    block_backward(w, dw, res_in, acts_for(l));
+    params.release(u);
+    round(dw, layout_.unit(u).numel);
+    grads.unit_done(u);
+  }
+
+  if (dwe == nullptr) dwe = grads.grad_buffer(eu);
+  timed(timer(), times_.encoder, [&] {
+    be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_), nullptr, dres_, tokens_, B_, T_,
+                         C);
+  });
+  round(dwe, layout_.unit(eu).numel);
+  grads.unit_done(eu);
+  return mean_loss(targets);
+}
+
+}  // namespace zerod

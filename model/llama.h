@@ -1,0 +1,77 @@
+// A Llama-family transformer (Llama 2/3, Mistral, Qwen2) over a Backend, computing what Hugging
+// Face's LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM compute: token embedding (no
+// learned positions), pre-RMSNorm blocks with rotary-embedded grouped-query attention (sliding
+// window for Mistral) and a SwiGLU MLP, a final RMSNorm and an output head that is the embedding
+// (tied) or lm_head.weight; vocabulary padded to Vp (the loss covers the real V). Weights come
+// from a ParamSource, gradients go to a GradSink, unit by unit; the model knows no peers.
+//
+// Per micro-batch of B sequences of T tokens (T <= seq_len), activations are allocated once at
+// construction. With activation checkpointing only each block's input is kept and the block is
+// recomputed in backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/timer.h"
+#include "kernels/backend.h"
+#include "model/model_base.h"
+
+namespace zerod {
+
+// The rotary tables of a spec: cos, sin (seq_len, HS/2) in fp32, computed as Hugging Face
+// computes them in fp32 (inv_freq = 1 / theta^(2i/HS), then the rope_scaling of the spec, then
+// angle = float(position) * inv_freq).
+void rope_tables(const ModelSpec& spec, std::vector<float>* cos, std::vector<float>* sin);
+
+class Llama final : public ModelBase {
+ public:
+  static int64_t activation_bytes(const ModelSpec& spec, int B, int T,
+                                  bool activation_checkpointing, size_t esz);
+
+  Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
+        MemoryTracker* tracker);
+
+  float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) override;
+
+ private:
+  float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                              GradSink& grads, float loss_weight) override;
+
+  struct BlockActs {  // one block's saved activations (N = B*T rows)
+    void* ln1;        // (N,C)
+    float* ln1_rstd;  // (N)
+    void* qkv;        // (N,QKV) q and k rotated
+    void* atty;       // (N,Q)
+    float* lse;       // (B,NH,T)
+    void* res2;       // (N,C) residual after attention
+    void* ln2;        // (N,C)
+    float* ln2_rstd;  // (N)
+    void* gu;         // (N,2I) gate | up
+    void* act;        // (N,I) silu(gate) * up
+  };
+
+  void block_forward(const void* w, const void* res_in, BlockActs& a, void* res_out);
+  void block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a);
+  // Embedding, blocks, final norm and logits. Leaves the final unit acquired (returned) and,
+  // when the head is tied, the embedding unit (*emb_unit, else null); the caller releases them.
+  const void* forward_to_logits(const int32_t* tokens, ParamSource& params, const void** emb_unit);
+  AttentionShape attn_shape() const;
+  BlockActs& acts_for(int l) { return checkpointing_ ? work_ : blocks_[static_cast<size_t>(l)]; }
+
+  std::vector<BlockActs> blocks_;  // per layer (no checkpointing)
+  BlockActs work_{};               // recompute space (checkpointing)
+  std::vector<void*> res_;  // (L+1) x (N,C): res_[0] = embedding out, res_[l+1] = block l out
+  void* proj_tmp_;          // (N,C) attention/MLP projection before the residual add
+  void* lnf_;               // (N,C)
+  float* lnf_rstd_;
+  float* rope_cos_;  // (seq_len, HS/2) in the backend's memory
+  float* rope_sin_;  // (seq_len, HS/2)
+  void* dres_;       // (N,C) gradient of the residual stream
+  void* d_a_;        // (N, max(2I, QKV))
+  void* d_b_;        // (N, max(I, Q))
+  void* d_c_;        // (N,C)
+};
+
+}  // namespace zerod

@@ -1,0 +1,22 @@
+#include "model/gpt.h"
+#include "model/llama.h"
+#include "model/model.h"
+
+namespace zerod {
+
+std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
+                                  bool activation_checkpointing, MemoryTracker* tracker) {
+  if (spec.llama_family()) {
+    return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker);
+  }
+  return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker);
+}
+
+int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
+                               size_t esz) {
+  if (spec.llama_family())
+    return Llama::activation_bytes(spec, B, T, activation_checkpointing, esz);
+  return Gpt::activation_bytes(spec, B, T, activation_checkpointing, esz);
+}
+
+}  // namespace zerod

@@ -1,0 +1,67 @@
+// The model interface the engine trains: a decoder-only transformer over a Backend whose weights
+// come from a ParamSource and whose gradients go to a GradSink, unit by unit (param_source.h).
+// One implementation per architecture family: Gpt (gpt.h) and Llama (llama.h, also Mistral and
+// Qwen2). make_model() picks by ModelSpec::arch. Models know no peers: parallelism is applied
+// from outside through the seams.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/memory.h"
+#include "kernels/backend.h"
+#include "model/layout.h"
+#include "model/param_source.h"
+
+namespace zerod {
+
+// Seconds spent per kind of op (accumulated while enabled). layernorm counts every norm
+// (LayerNorm or RMSNorm), gelu the MLP activation (GELU or SwiGLU), attention_* the rotary
+// embedding too.
+struct OpTimes {
+  double encoder = 0, layernorm = 0, matmul_fwd = 0, matmul_bwd = 0, attention_fwd = 0,
+         attention_bwd = 0, gelu = 0, residual = 0, classifier = 0, rounding = 0;
+  // Phases of forward_backward: forward (through the loss) and backward, each without the
+  // time spent inside the ParamSource/GradSink (ZeRO gathers and reductions), which is zero_wait.
+  double forward = 0, backward = 0, zero_wait = 0;
+  double total() const;  // the ops above
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ParamLayout& layout() const = 0;
+  const ModelSpec& spec() const { return layout().spec(); }
+  virtual int batch() const = 0;
+  virtual int seq() const = 0;
+
+  // Mean cross-entropy over the positions whose target is >= 0 (evaluation; no gradients).
+  // inputs, targets (B,T), tokens in [0, V), in host memory (copied to the backend's memory).
+  virtual float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) = 0;
+
+  // Forward and backward of one micro-batch. Returns the mean loss. The gradient of
+  // loss_weight * mean_loss is accumulated (+=) into the GradSink's buffers (loss_weight folds
+  // in the loss scale and 1/gradient_accumulation_steps).
+  virtual float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                                 GradSink& grads, float loss_weight) = 0;
+
+  // After forward(): the logits (B,T,Vp) of that call, converted to fp32, into host memory
+  // (out: B*T*Vp floats).
+  virtual void read_logits(float* out) = 0;
+
+  virtual void set_timing(bool on) = 0;
+  virtual const OpTimes& times() const = 0;
+  virtual void reset_times() = 0;
+};
+
+// The model of spec.arch for micro-batches of B x T (T <= spec.seq_len).
+std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
+                                  bool activation_checkpointing, MemoryTracker* tracker);
+
+// The bytes make_model's model allocates for activations (MemCategory::kActivations) for a
+// micro-batch of B x T, compute elements of esz bytes (statistics are fp32).
+int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
+                               size_t esz);
+
+}  // namespace zerod

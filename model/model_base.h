@@ -1,0 +1,84 @@
+// What every model implementation shares: the layout, the micro-batch shape, the activation
+// allocations, the tokens/targets/losses/logits buffers in the backend's memory, reduced-precision
+// rounding, and the timing of forward_backward (ops, phases and the time inside the ZeRO seams).
+// An architecture derives from it and implements forward() and forward_backward_impl().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/timer.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+
+namespace zerod {
+
+class ModelBase : public Model {
+ public:
+  const ParamLayout& layout() const override { return layout_; }
+  int batch() const override { return B_; }
+  int seq() const override { return T_; }
+
+  // Times the phases when timing is on, then runs forward_backward_impl.
+  float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                         GradSink& grads, float loss_weight) final;
+  void read_logits(float* out) final;
+
+  void set_timing(bool on) final { timing_ = on; }
+  const OpTimes& times() const final { return times_; }
+  void reset_times() final { times_ = OpTimes{}; }
+
+ protected:
+  // Checks the micro-batch against the spec and allocates tokens, targets, losses and logits.
+  ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
+            MemoryTracker* tracker);
+  // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
+  // logits: N x Vp compute elements).
+  static int64_t base_activation_bytes(const ModelSpec& spec, int B, int T, size_t esz);
+
+  virtual float forward_backward_impl(const int32_t* inputs, const int32_t* targets,
+                                      ParamSource& params, GradSink& grads, float loss_weight) = 0;
+
+  // Activations in the compute dtype / fp32 statistics, one allocation each (64-byte aligned,
+  // visible in the memory report).
+  void* act(size_t elems);
+  float* stat(size_t elems);
+  // x (n) rounded to the compute dtype where the backend emulates it (timed as rounding).
+  void round(void* x, int64_t n);
+  Backend* timer() { return timing_ ? &be_ : nullptr; }  // for timed()
+  // inputs and targets (host) into tokens_ and targets_ (the backend's memory).
+  void upload(const int32_t* inputs, const int32_t* targets);
+  // Mean of the losses of the positions whose target is >= 0 (read back from the backend).
+  float mean_loss(const int32_t* targets);
+  // The gradient of each position's loss: loss_weight / (positions with a target).
+  float loss_gradient(const int32_t* targets, float loss_weight) const;
+  // Called once the loss is computed: ends the forward phase of a timed forward_backward.
+  void forward_phase_done();
+
+  ParamLayout layout_;
+  Backend& be_;
+  int B_, T_;
+  bool checkpointing_;
+  bool rounding_;  // compute dtype != fp32 and the backend stores fp32 (emulation)
+  size_t esz_;
+  MemoryTracker* tracker_;
+  std::vector<Buffer> buffers_;
+
+  void* logits_;                    // (B,T,Vp), becomes dlogits in backward
+  float* losses_;                   // (B,T)
+  int32_t* tokens_;                 // (B,T) the inputs, in the backend's memory
+  int32_t* targets_;                // (B,T)
+  std::vector<float> host_losses_;  // (B,T)
+
+  bool timing_ = false;
+  OpTimes times_;
+
+ private:
+  // While a timed forward_backward runs: its clock, its seam time, and both at the loss.
+  const Stopwatch* phase_clock_ = nullptr;
+  const double* phase_seam_ = nullptr;
+  double forward_wall_ = 0, forward_seam_ = 0;
+};
+
+}  // namespace zerod

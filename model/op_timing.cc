@@ -1,0 +1,44 @@
+#include "model/op_timing.h"
+
+#include "model/model.h"
+
+namespace zerod {
+
+double OpTimes::total() const {
+  return encoder + layernorm + matmul_fwd + matmul_bwd + attention_fwd + attention_bwd + gelu +
+         residual + classifier + rounding;
+}
+
+const void* TimedParams::acquire(int u) {
+  Stopwatch sw;
+  const void* p = inner_.acquire(u);
+  seconds_ += sw.seconds();
+  return p;
+}
+
+void TimedParams::release(int u) {
+  Stopwatch sw;
+  inner_.release(u);
+  seconds_ += sw.seconds();
+}
+
+void TimedParams::prefetch(int u) {
+  Stopwatch sw;
+  inner_.prefetch(u);
+  seconds_ += sw.seconds();
+}
+
+void* TimedGrads::grad_buffer(int u) {
+  Stopwatch sw;
+  void* p = inner_.grad_buffer(u);
+  seconds_ += sw.seconds();
+  return p;
+}
+
+void TimedGrads::unit_done(int u) {
+  Stopwatch sw;
+  inner_.unit_done(u);
+  seconds_ += sw.seconds();
+}
+
+}  // namespace zerod

@@ -1,0 +1,205 @@
+// The model section for the Llama family: Hugging Face config.json keys, a directory's
+// config.json under init_from, the round trip through job_to_json, and the refusals.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config_test_util.h"
+#include "engine/config/model_spec.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+using testing_config::contains;
+using testing_config::job_with;
+using testing_config::joined;
+using testing_config::parse;
+using testing_config::problems_of;
+
+// Meta-Llama-3-8B's config.json as published (transformers 4.40 spelling).
+json llama3_8b_config() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+    "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.0.dev0", "use_cache": true, "vocab_size": 128256})");
+}
+
+TEST(ModelSection, APastedLlamaConfigJsonIsAModelSection) {
+  json model = llama3_8b_config();
+  model["type"] = "llama";
+  model["seq_len"] = 2048;
+  const ParsedJob job = parse(job_with({{"model", model}}));
+  const ModelConfig& m = job.config.model;
+  EXPECT_EQ(m.type, "llama");
+  EXPECT_EQ(m.n_embd, 4096);
+  EXPECT_EQ(m.n_layer, 32);
+  EXPECT_EQ(m.n_head, 32);
+  EXPECT_EQ(m.n_kv_head, 8);
+  EXPECT_EQ(m.intermediate_size, 14336);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.rms_norm_eps, 1e-5);
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_FALSE(m.tie_word_embeddings);
+  EXPECT_EQ(m.seq_len, 2048);
+  const ModelSpec s = model_spec(m);
+  EXPECT_EQ(s.arch, ModelArch::kLlama);
+  EXPECT_EQ(s.head_size(), 128);
+  // The resolved job reads back to the same config.
+  EXPECT_EQ(parse(job_to_json(job.config).dump()).config, job.config);
+}
+
+TEST(ModelSection, RopeScalingAndRopeParametersSpellingsAgree) {
+  json a = {{"type", "llama"},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"rope_theta", 500000.0},
+            {"rope_scaling",
+             {{"rope_type", "llama3"},
+              {"factor", 8.0},
+              {"low_freq_factor", 1.0},
+              {"high_freq_factor", 4.0},
+              {"original_max_position_embeddings", 8192}}}};
+  json b = a;
+  b.erase("rope_scaling");
+  b.erase("rope_theta");
+  b["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                          {"factor", 8.0},           {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const ModelConfig ma = parse(job_with({{"model", a}})).config.model;
+  const ModelConfig mb = parse(job_with({{"model", b}})).config.model;
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(ma.rope_type, "llama3");
+  EXPECT_EQ(model_spec(ma).rope_scaling.type, RopeScaling::Type::kLlama3);
+  // The older "type" key of rope_scaling too.
+  json c = a;
+  c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(parse(job_with({{"model", c}})).config.model.rope_type, "linear");
+}
+
+TEST(ModelSection, ArchitectureSpecificKeys) {
+  json base = {{"hidden_size", 64},
+               {"intermediate_size", 96},
+               {"num_hidden_layers", 2},
+               {"num_attention_heads", 4},
+               {"num_key_value_heads", 2}};
+  json mistral = base;
+  mistral["type"] = "mistral";
+  EXPECT_EQ(parse(job_with({{"model", mistral}})).config.model.sliding_window, 4096);  // default
+  mistral["sliding_window"] = nullptr;  // (not through job_with: a merge patch drops nulls)
+  json job = testing_config::minimal_job();
+  job["model"] = mistral;
+  EXPECT_EQ(parse(job.dump()).config.model.sliding_window, 0);
+  mistral.erase("sliding_window");
+  json qwen = base;
+  qwen["type"] = "qwen2";
+  qwen["sliding_window"] = 4096;  // unused without use_sliding_window
+  qwen["use_sliding_window"] = false;
+  const ModelConfig q = parse(job_with({{"model", qwen}})).config.model;
+  EXPECT_EQ(q.sliding_window, 0);
+  EXPECT_TRUE(model_spec(q).qkv_bias);
+  EXPECT_FALSE(model_spec(q).o_bias);
+  json llama = base;
+  llama["type"] = "llama";
+  llama["attention_bias"] = true;
+  const ModelSpec ls = model_spec(parse(job_with({{"model", llama}})).config.model);
+  EXPECT_TRUE(ls.qkv_bias && ls.o_bias);
+  // attention_bias is Llama's key, not Mistral's.
+  mistral["attention_bias"] = true;
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"model", mistral}})), "model.attention_bias: unknown key"));
+}
+
+TEST(ModelSection, BadShapesAndUnsupportedFeaturesAreNamed) {
+  json m = {{"type", "llama"},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}};
+  auto with = [&](const char* k, json v) {
+    json x = m;
+    x[k] = std::move(v);
+    return joined(problems_of(job_with({{"model", x}})));
+  };
+  EXPECT_NE(with("num_key_value_heads", 3)
+                .find("model.num_attention_heads: 4 is not divisible by "
+                      "model.num_key_value_heads 3"),
+            std::string::npos);
+  EXPECT_NE(with("hidden_size", 66)
+                .find("model.hidden_size: 66 is not divisible by "
+                      "model.num_attention_heads 4"),
+            std::string::npos);
+  EXPECT_NE(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})
+                .find("model.rope_scaling.rope_type: \"yarn\" is not supported (supported: "
+                      "default, linear, llama3)"),
+            std::string::npos);
+  EXPECT_NE(with("hidden_act", "gelu").find("model.hidden_act: \"gelu\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(with("n_embd", 64).find("model.n_embd: unknown key"), std::string::npos);
+  json no_ffn = m;
+  no_ffn.erase("intermediate_size");
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", no_ffn}})),
+                       "model.intermediate_size: required for type \"llama\""));
+  EXPECT_TRUE(contains(
+      problems_of(R"({"train_micro_batch_size_per_gpu": 1, "model": null, "train": {"steps": 1}})"),
+      "model: null"));
+}
+
+class HfDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("zerod_model_section_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void write_config(const json& j) { std::ofstream(dir_ / "config.json") << j.dump(2); }
+  std::string dir() const { return dir_.string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(HfDir, InitFromADirectoryTakesItsConfigAndTheJobOverridesKeys) {
+  json c = llama3_8b_config();
+  c["num_hidden_layers"] = 2;
+  write_config(c);
+  const ParsedJob job =
+      parse(job_with({{"model", {{"init_from", dir()}, {"seq_len", 64}, {"rope_theta", 1e4}}}}));
+  const ModelConfig& m = job.config.model;
+  EXPECT_EQ(m.type, "llama");  // from model_type
+  EXPECT_EQ(m.n_layer, 2);
+  EXPECT_EQ(m.n_kv_head, 8);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.rope_theta, 1e4);  // the job's value wins
+  EXPECT_EQ(m.seq_len, 64);
+  EXPECT_EQ(parse(job_to_json(job.config).dump()).config, job.config);
+}
+
+TEST_F(HfDir, ProblemsInTheDirectoryNameTheFile) {
+  json c = llama3_8b_config();
+  c["quantization_config"] = {{"bits", 4}};
+  write_config(c);
+  const std::string file = (dir_ / "config.json").string();
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
+                       file + ".quantization_config: unknown key"));
+  c = llama3_8b_config();
+  c["model_type"] = "gemma2";
+  write_config(c);
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
+                       file + ": model_type: \"gemma2\" is not a supported architecture "
+                              "(supported: gpt2, llama, mistral, qwen2)"));
+  std::filesystem::remove(dir_ / "config.json");
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
+                       "model.init_from: " + dir() + " is a directory without a config.json"));
+}
+
+}  // namespace
+}  // namespace zerod
