@@ -4,6 +4,9 @@
 //               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
 //               [--listen ADDR:PORT]
 //   zerod check JOB.json [--world-size N]
+//   zerod eval JOB.json [--from CKPT_DIR|HF_DIR] [--tokens N]
+//   zerod generate --from CKPT_DIR|HF_DIR --prompt-tokens 1,2,3 [--max-new-tokens N]
+//                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-token ID]
 //   zerod serve [--listen ADDR:PORT] [--token-file F] [--tls-cert C --tls-key K]
 //               [--nproc-per-node N] [--nnodes M [--node-rank R --master ADDR:PORT]
 //               [--rendezvous-port P]]
@@ -26,6 +29,8 @@
 #include "engine/runtime/local_session.h"
 #include "engine/runtime/signals.h"
 #include "engine/train/demo.h"
+#include "engine/train/eval_job.h"
+#include "engine/train/generate.h"
 #include "engine/train/run_job.h"
 #ifdef ZEROD_HAVE_PROMETHEUS
 #include "engine/metrics/prometheus_exporter.h"
@@ -228,6 +233,60 @@ int run_check(const std::string& path, int world_size) {
   return 0;
 }
 
+int run_eval(const std::string& path, const zerod::EvalOptions& o) {
+  zerod::ParsedJob job = zerod::load_job_file(path);
+  print_warnings(job);
+  const zerod::EvalResult r = zerod::evaluate_job(job.config, o);
+  std::printf("val loss %.6f | perplexity %.4f | %lld tokens | %s\n", r.loss, r.perplexity,
+              static_cast<long long>(r.tokens), r.source.c_str());
+  return 0;
+}
+
+struct GenerateFlags {
+  zerod::GenerateOptions options;
+  std::string prompt_tokens, prompt_text;
+  int64_t eos = -1;
+};
+
+int run_generate(GenerateFlags& f) {
+  if (!f.prompt_text.empty()) {
+    ZD_THROW_INPUT(
+        "--prompt \"...\": zerod has no tokenizer yet; give the prompt as token ids with "
+        "--prompt-tokens 1,2,3");
+  }
+  if (f.prompt_tokens.empty()) ZD_THROW_INPUT("give the prompt: --prompt-tokens 1,2,3");
+  size_t start = 0;
+  while (start <= f.prompt_tokens.size()) {
+    const size_t comma = f.prompt_tokens.find(',', start);
+    const std::string item = f.prompt_tokens.substr(
+        start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || end == item.c_str() || *end != '\0' || errno != 0 || v < 0 ||
+        v > INT32_MAX) {
+      ZD_THROW_INPUT("--prompt-tokens: \"{}\" is not a token id (comma-separated integers >= 0)",
+                     item.size() > 32 ? item.substr(0, 32) + "..." : item);
+    }
+    f.options.prompt.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (f.eos >= 0) f.options.eos_token = static_cast<int32_t>(f.eos);
+  const zerod::GenerateResult r = zerod::generate(f.options);
+  std::string out;
+  for (int32_t t : r.tokens) out += (out.empty() ? "" : " ") + std::to_string(t);
+  std::printf("%s\n", out.c_str());
+  std::fflush(stdout);
+  const double per = r.tokens.size() > 1 ? r.decode_seconds / (r.tokens.size() - 1) : 0;
+  std::fprintf(stderr,
+               "zerod: %zu prompt tokens, %zu new from %s | load %.2f s | prefill %.1f ms | "
+               "decode %.2f ms/token\n",
+               f.options.prompt.size(), r.tokens.size(), r.model.c_str(), r.load_seconds,
+               r.prefill_seconds * 1e3, per * 1e3);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,6 +336,39 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
 
+  std::string eval_path;
+  zerod::EvalOptions eo;
+  auto* eval = app.add_subcommand(
+      "eval", "Validation loss and perplexity of a checkpoint or Hugging Face model");
+  eval->add_option("job", eval_path, "job file (its model and validation data)")->required();
+  eval->add_option("--from", eo.from,
+                   "a checkpoint dir (newest complete checkpoint) or a Hugging Face directory "
+                   "(default: the job's train.checkpoint_dir, else its initial weights)");
+  eval->add_option("--tokens", eo.tokens, "evaluate about N tokens (default: all)")
+      ->check(CLI::PositiveNumber);
+
+  GenerateFlags gf;
+  auto* gen = app.add_subcommand(
+      "generate", "Generate tokens from a checkpoint or Hugging Face model (KV cache)");
+  gen->add_option("--from", gf.options.from, "checkpoint dir or Hugging Face directory")
+      ->required();
+  gen->add_option("--tag", gf.options.tag, "checkpoint tag (checkpoint dirs)")
+      ->capture_default_str();
+  gen->add_option("--prompt-tokens", gf.prompt_tokens, "prompt token ids: 1,2,3");
+  gen->add_option("--prompt", gf.prompt_text, "prompt text (needs a tokenizer)");
+  gen->add_option("--max-new-tokens", gf.options.max_new_tokens, "tokens to generate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  gen->add_option("--temperature", gf.options.temperature, "0: greedy; > 0: sample")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  gen->add_option("--top-k", gf.options.top_k, "sample among the K most likely (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", gf.options.top_p, "nucleus sampling threshold (1: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--seed", gf.options.seed, "sampling seed")->capture_default_str();
+  gen->add_option("--eos-token", gf.eos, "stop after this token id")->check(CLI::NonNegativeNumber);
+
   ServeFlags sf;
   auto* serve = app.add_subcommand(
       "serve", "Run the daemon: jobs are submitted and controlled over gRPC (zeroctl)");
@@ -318,10 +410,12 @@ int main(int argc, char** argv) {
       continue;
     }
     if (word.rfind("-", 0) == 0) continue;
-    if (word != "train" && word != "check" && word != "serve") {
-      std::fprintf(
-          stderr, "zerod: unknown command '%s' (commands: train, check, serve; see zerod --help)\n",
-          word.c_str());
+    if (word != "train" && word != "check" && word != "serve" && word != "eval" &&
+        word != "generate") {
+      std::fprintf(stderr,
+                   "zerod: unknown command '%s' (commands: train, check, eval, generate, serve; "
+                   "see zerod --help)\n",
+                   word.c_str());
       return 2;
     }
     break;
@@ -344,6 +438,8 @@ int main(int argc, char** argv) {
     zerod::log::set_level(log_level);
     if (*train) return run_train(tf);
     if (*check) return run_check(check_path, world_size);
+    if (*eval) return run_eval(eval_path, eo);
+    if (*gen) return run_generate(gf);
     if (*serve) return run_serve(sf);
   } catch (...) {
     return zerod::report_current_exception("zerod");

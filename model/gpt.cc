@@ -62,8 +62,10 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   const ModelSpec& s = spec();
   const void* w = params.acquire(layout_.embedding_unit());
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_forward(res_[0], inputs, w, elem_at(w, layout_.wpe_offset(), esz_), B_, T_,
-                        s.n_embd);
+    be_.encoder_forward(
+        res_[0], inputs, w,
+        elem_at(w, layout_.wpe_offset() + int64_t{position_offset()} * s.n_embd, esz_), B_, T_,
+        s.n_embd);
   });
   params.release(layout_.embedding_unit());
   round(res_[0], int64_t{B_} * T_ * s.n_embd);
@@ -85,7 +87,7 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   });
   round(a.qkv, N * 3 * C);
   timed(timer(), times_.attention_fwd, [&] {
-    be_.attention_forward(a.atty, a.lse, a.qkv, AttentionShape{B_, T_, NH, NH, C / NH, 0});
+    attend(l, a.atty, a.lse, a.qkv, AttentionShape{B_, T_, NH, NH, C / NH, 0});
   });
   round(a.atty, N * C);
   timed(timer(), times_.matmul_fwd, [&] {
@@ -113,7 +115,6 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   round(proj_tmp_, N * C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
   round(res_out, N * C);
-  (void)l;
 }
 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
@@ -265,6 +266,13 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   grads.unit_done(layout_.embedding_unit());
   // The losses are read back last: a GPU has the whole backward queued by then.
   return mean_loss(targets);
+}
+
+void Gpt::run_to_logits(ParamSource& params) {
+  const void* we = nullptr;
+  forward_to_logits(tokens_, params, &we);
+  params.release(layout_.embedding_unit());
+  params.release(layout_.final_unit());
 }
 
 }  // namespace zerod

@@ -50,6 +50,7 @@ class Gpt final : public ModelBase {
     void* fch_gelu;   // (B,T,4C)
   };
 
+  void run_to_logits(ParamSource& params) override;
   void encoder(const int32_t* inputs, ParamSource& params);
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);

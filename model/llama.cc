@@ -132,7 +132,7 @@ AttentionShape Llama::attn_shape() const {
   return a;
 }
 
-void Llama::block_forward(const void* w, const void* res_in, BlockActs& a, void* res_out) {
+void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
   const int64_t N = int64_t{B_} * T_;
@@ -150,9 +150,12 @@ void Llama::block_forward(const void* w, const void* res_in, BlockActs& a, void*
     be_.matmul_forward(a.qkv, a.ln1, elem_at(w, o.qkv_w, esz_), bias(o.qkv_b), N, C, QKV);
   });
   round(a.qkv, N * QKV);
-  timed(timer(), times_.attention_fwd, [&] { be_.rope_forward(a.qkv, rope_cos_, rope_sin_, as); });
+  timed(timer(), times_.attention_fwd, [&] {
+    const int64_t rot = int64_t{position_offset()} * (s.head_size() / 2);
+    be_.rope_forward(a.qkv, rope_cos_ + rot, rope_sin_ + rot, as);
+  });
   round(a.qkv, N * QKV);
-  timed(timer(), times_.attention_fwd, [&] { be_.attention_forward(a.atty, a.lse, a.qkv, as); });
+  timed(timer(), times_.attention_fwd, [&] { attend(l, a.atty, a.lse, a.qkv, as); });
   round(a.atty, N * Q);
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.o_w, esz_), bias(o.o_b), N, Q, C);
@@ -245,7 +248,8 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
     const int u = layout_.block_unit(l);
     if (l + 1 < s.n_layer) params.prefetch(u + 1);
     const void* w = params.acquire(u);
-    block_forward(w, res_[static_cast<size_t>(l)], acts_for(l), res_[static_cast<size_t>(l) + 1]);
+    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
+                  res_[static_cast<size_t>(l) + 1]);
     params.release(u);
   }
   const void* wf = params.acquire(layout_.final_unit());
@@ -321,7 +325,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
     if (l > 0) params.prefetch(u - 1);
     const void* w = params.acquire(u);
     const void* res_in = res_[static_cast<size_t>(l)];
-    if (checkpointing_) block_forward(w, res_in, work_, proj_tmp_);  // recompute (output unused)
+    if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
     void* dw = grads.grad_buffer(u);
     block_backward(w, dw, res_in, acts_for(l));
     params.release(u);
@@ -337,6 +341,13 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
   round(dwe, layout_.unit(eu).numel);
   grads.unit_done(eu);
   return mean_loss(targets);
+}
+
+void Llama::run_to_logits(ParamSource& params) {
+  const void* we = nullptr;
+  forward_to_logits(tokens_, params, &we);
+  if (we != nullptr) params.release(layout_.embedding_unit());
+  params.release(layout_.final_unit());
 }
 
 }  // namespace zerod

@@ -52,7 +52,8 @@ class Llama final : public ModelBase {
     void* act;        // (N,I) silu(gate) * up
   };
 
-  void block_forward(const void* w, const void* res_in, BlockActs& a, void* res_out);
+  void run_to_logits(ParamSource& params) override;
+  void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a);
   // Embedding, blocks, final norm and logits. Leaves the final unit acquired (returned) and,
   // when the head is tied, the embedding unit (*emb_unit, else null); the caller releases them.

@@ -46,6 +46,16 @@ class Model {
   virtual float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                                  GradSink& grads, float loss_weight) = 0;
 
+  // ---- generation (forward only, one rank, with a KV cache) ----
+  // Allocates a KV cache for batch() sequences of up to max_len positions (<= spec().seq_len).
+  virtual void start_generation(int max_len) = 0;
+  // Runs n new positions pos0 .. pos0 + n - 1 (1 <= n <= seq()) of every sequence: tokens
+  // (B, n) in host memory. Their keys and values join the cache, which must hold positions
+  // [0, pos0). last_logits (B, Vp) = the fp32 logits of each sequence's last new position, in
+  // host memory. The results equal forward() over the whole sequence.
+  virtual void generate_step(const int32_t* tokens, int n, int pos0, ParamSource& params,
+                             float* last_logits) = 0;
+
   // After forward(): the logits (B,T,Vp) of that call, converted to fp32, into host memory
   // (out: B*T*Vp floats).
   virtual void read_logits(float* out) = 0;

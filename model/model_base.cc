@@ -78,6 +78,60 @@ void ModelBase::forward_phase_done() {
   forward_seam_ = *phase_seam_;
 }
 
+void ModelBase::attend(int l, void* out, float* lse, const void* qkv, const AttentionShape& s) {
+  if (cache_pos0_ < 0) {
+    be_.attention_forward(out, lse, qkv, s);
+    return;
+  }
+  be_.attention_kv_cache(out, qkv, kcache_[static_cast<size_t>(l)], vcache_[static_cast<size_t>(l)],
+                         cache_pos0_, cache_len_, s);
+}
+
+void ModelBase::start_generation(int max_len) {
+  const ModelSpec& s = layout_.spec();
+  ZD_CHECK_INPUT(max_len >= 1 && max_len <= s.seq_len,
+                 "generation of {} positions: the model has {} (seq_len)", max_len, s.seq_len);
+  cache_buffers_.clear();
+  kcache_.clear();
+  vcache_.clear();
+  const size_t bytes = static_cast<size_t>(B_) * max_len * s.kv_dim() * esz_;
+  for (int l = 0; l < s.n_layer; ++l) {
+    cache_buffers_.push_back(be_.allocate(bytes, MemCategory::kActivations, tracker_));
+    kcache_.push_back(cache_buffers_.back().data());
+    cache_buffers_.push_back(be_.allocate(bytes, MemCategory::kActivations, tracker_));
+    vcache_.push_back(cache_buffers_.back().data());
+  }
+  cache_len_ = max_len;
+}
+
+void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSource& params,
+                              float* last_logits) {
+  ZD_CHECK(cache_len_ > 0, "generate_step before start_generation");
+  ZD_CHECK(n >= 1 && n <= T_ && pos0 >= 0 && pos0 + n <= cache_len_,
+           "generate_step of {} positions at {} (micro-batch T {}, cache {})", n, pos0, T_,
+           cache_len_);
+  const int saved_T = T_;
+  T_ = n;
+  cache_pos0_ = pos0;
+  try {
+    be_.copy(tokens_, tokens, static_cast<size_t>(B_) * n * sizeof(int32_t));
+    run_to_logits(params);
+  } catch (...) {
+    T_ = saved_T;
+    cache_pos0_ = -1;
+    throw;
+  }
+  T_ = saved_T;
+  cache_pos0_ = -1;
+  const int Vp = layout_.spec().vp();
+  for (int b = 0; b < B_; ++b) {
+    const int64_t row = int64_t{b} * n + (n - 1);
+    be_.cast_from_compute(last_logits + int64_t{b} * Vp,
+                          static_cast<const char*>(logits_) + row * Vp * static_cast<int64_t>(esz_),
+                          Vp);
+  }
+}
+
 void ModelBase::read_logits(float* out) {
   be_.cast_from_compute(out, logits_, int64_t{B_} * T_ * layout_.spec().vp());
 }

@@ -24,6 +24,9 @@ class ModelBase : public Model {
   float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                          GradSink& grads, float loss_weight) final;
   void read_logits(float* out) final;
+  void start_generation(int max_len) final;
+  void generate_step(const int32_t* tokens, int n, int pos0, ParamSource& params,
+                     float* last_logits) final;
 
   void set_timing(bool on) final { timing_ = on; }
   const OpTimes& times() const final { return times_; }
@@ -39,6 +42,14 @@ class ModelBase : public Model {
 
   virtual float forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                       ParamSource& params, GradSink& grads, float loss_weight) = 0;
+  // Logits (B,T,Vp) of tokens_ into logits_, every unit released again (generation).
+  virtual void run_to_logits(ParamSource& params) = 0;
+
+  // Attention of block l: attention_forward, or while generating attention_kv_cache over the
+  // block's cache (lse is then not written).
+  void attend(int l, void* out, float* lse, const void* qkv, const AttentionShape& s);
+  // The position of row 0 of the micro-batch: 0, or pos0 of the generate_step running.
+  int position_offset() const { return cache_pos0_ > 0 ? cache_pos0_ : 0; }
 
   // Activations in the compute dtype / fp32 statistics, one allocation each (64-byte aligned,
   // visible in the memory report).
@@ -75,6 +86,11 @@ class ModelBase : public Model {
   OpTimes times_;
 
  private:
+  std::vector<Buffer> cache_buffers_;  // per layer: keys, values (B, cache_len_, kv_dim)
+  std::vector<void*> kcache_, vcache_;
+  int cache_len_ = 0;
+  int cache_pos0_ = -1;  // >= 0 while generate_step runs
+
   // While a timed forward_backward runs: its clock, its seam time, and both at the loss.
   const Stopwatch* phase_clock_ = nullptr;
   const double* phase_seam_ = nullptr;

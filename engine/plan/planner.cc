@@ -15,7 +15,33 @@
 
 namespace zerod {
 
-std::optional<ModelSpec> gpt2_preset(const std::string& name) {
+std::optional<ModelSpec> model_preset(const std::string& name) {
+  auto llama = [](ModelArch arch, int C, int I, int L, int NH, int KVH, int V, bool tied, int seq) {
+    ModelSpec s;
+    s.arch = arch;
+    s.n_embd = C;
+    s.intermediate_size = I;
+    s.n_layer = L;
+    s.n_head = NH;
+    s.n_kv_head = KVH;
+    s.vocab_size = V;
+    s.tie_word_embeddings = tied;
+    s.qkv_bias = arch == ModelArch::kQwen2;
+    s.seq_len = seq;
+    return s;
+  };
+  if (name == "llama2-7b")
+    return llama(ModelArch::kLlama, 4096, 11008, 32, 32, 32, 32000, false, 4096);
+  if (name == "llama3-8b")
+    return llama(ModelArch::kLlama, 4096, 14336, 32, 32, 8, 128256, false, 8192);
+  if (name == "llama3-70b")
+    return llama(ModelArch::kLlama, 8192, 28672, 80, 64, 8, 128256, false, 8192);
+  if (name == "mistral-7b")
+    return llama(ModelArch::kMistral, 4096, 14336, 32, 32, 8, 32000, false, 8192);
+  if (name == "qwen2-0.5b")
+    return llama(ModelArch::kQwen2, 896, 4864, 24, 14, 2, 151936, true, 4096);
+  if (name == "qwen2-7b")
+    return llama(ModelArch::kQwen2, 3584, 18944, 28, 28, 4, 152064, false, 4096);
   auto make = [](int l, int h, int c) {
     ModelSpec s;
     s.n_layer = l;

@@ -49,8 +49,10 @@ struct Plan {
 
 Plan make_plan(const PlanRequest& r);
 
-// "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (= "gpt2-1.5b"): the GPT-2 family's shapes.
-std::optional<ModelSpec> gpt2_preset(const std::string& name);
+// "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (= "gpt2-1.5b"): the GPT-2 family's shapes;
+// "llama2-7b", "llama3-8b", "llama3-70b", "mistral-7b", "qwen2-0.5b", "qwen2-7b": the shapes of
+// those models' published config.json.
+std::optional<ModelSpec> model_preset(const std::string& name);
 // "80GiB", "512MiB", "1.5TB", "1000000": bytes (InputError naming `flag` otherwise).
 int64_t parse_bytes(const std::string& text, const std::string& flag);
 std::string format_bytes(int64_t bytes);  // "1.50 GiB"

@@ -240,6 +240,7 @@ std::optional<double> Trainer::evaluate() {
     if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
     sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
   }
+  evaluated_tokens_ = batches * int64_t{model_->batch()} * model_->seq() * ctx_.world_size;
   if (batches == 0) return std::nullopt;
   return mean_over_ranks(sum / static_cast<double>(batches));
 }

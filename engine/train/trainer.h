@@ -71,6 +71,8 @@ class Trainer {
   // Mean validation loss over train.eval_batches micro-batches per rank of the validation set,
   // averaged over ranks (nullopt when there is none).
   std::optional<double> evaluate();
+  // Tokens (over all ranks) whose loss the last evaluate() averaged.
+  int64_t evaluated_tokens() const { return evaluated_tokens_; }
 
   const JobConfig& config() const { return cfg_; }
   const RankContext& rank_context() const { return ctx_; }
@@ -96,6 +98,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // NCCL between GPU ranks (engine_ uses it)
   std::unique_ptr<Model> model_;
+  int64_t evaluated_tokens_ = 0;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;

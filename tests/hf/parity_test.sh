@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Parity with Hugging Face transformers: makes (once) a venv over Debian's python3-torch with
 # transformers from PyPI, then runs tests/hf/parity.py (forward and gradients, zerod_hf_probe)
-# and tests/hf/train_parity.py (20 steps of `zerod train` against a PyTorch loop).
+# tests/hf/train_parity.py (20 steps of `zerod train` against a PyTorch loop; eval, export and
+# from_pretrained of its checkpoint) and tests/hf/generate_parity.py (`zerod generate` against
+# transformers' generate).
 #   parity_test.sh BUILD_DIR
 # Exits 0 when every case matches; a machine without python3-torch or without access to PyPI
 # (when the venv is not there yet) fails with the reason, it does not skip.
@@ -23,4 +25,6 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$venv/bin/python" "$here/parity.py" "$build/tests/zerod_hf_probe" "$work"
-"$venv/bin/python" "$here/train_parity.py" "$build/engine/zerod" "$work/train"
+"$venv/bin/python" "$here/train_parity.py" "$build/engine/zerod" "$build/tools/zeroctl/zeroctl" \
+  "$work/train"
+"$venv/bin/python" "$here/generate_parity.py" "$build/engine/zerod" "$work/generate"

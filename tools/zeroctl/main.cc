@@ -88,7 +88,7 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
   if (!f.gpu_mem.empty()) r.device_bytes = zerod::parse_bytes(f.gpu_mem, "--gpu-mem");
   if (!f.cpu_mem.empty()) r.host_bytes = zerod::parse_bytes(f.cpu_mem, "--cpu-mem");
   std::string source = f.model;
-  if (auto preset = zerod::gpt2_preset(f.model)) {
+  if (auto preset = zerod::model_preset(f.model)) {
     r.spec = *preset;
     r.spec->seq_len = std::max(r.spec->seq_len, f.seq);
   } else if (f.model.size() > 5 && f.model.substr(f.model.size() - 5) == ".json") {
@@ -211,8 +211,9 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand(
       "plan", "Per-rank memory of each ZeRO stage and offload choice, and the fastest that fits");
   plan->add_option("--model", pf.model,
-                   "gpt2, gpt2-medium, gpt2-large, gpt2-xl/gpt2-1.5b, a "
-                   "parameter count (1.5B, 350M) or a job file")
+                   "gpt2, gpt2-medium, gpt2-large, gpt2-xl/gpt2-1.5b, llama2-7b, llama3-8b, "
+                   "llama3-70b, mistral-7b, qwen2-0.5b, qwen2-7b, a parameter count (1.5B, "
+                   "350M) or a job file")
       ->required();
   plan->add_option("--world", pf.world, "ranks")->check(CLI::PositiveNumber)->capture_default_str();
   plan->add_option("--gpu-mem", pf.gpu_mem, "device memory per rank (80GiB)");

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
 
@@ -215,6 +216,36 @@ TEST_P(ModelTest, RepeatedRunsAreBitIdentical) {
     else
       EXPECT_EQ(first, losses);
   }
+}
+
+// Generation with the KV cache: a prefill of some positions, then one position at a time, gives
+// the logits forward() computes over the whole sequence at each last position.
+TEST_P(ModelTest, GenerationWithTheKvCacheEqualsTheFullForward) {
+  const ModelSpec s = GetParam();
+  const int T = s.seq_len, Vp = s.vp();
+  TinyModel full(s, 1, T, false);
+  const Batch b = random_batch(1, T, s.vocab_size, 9);
+  full.eval(b);
+  std::vector<float> want(static_cast<size_t>(T) * Vp);
+  full.model->read_logits(want.data());
+
+  TinyModel gen(s, 1, 4, false);  // same seed: same weights
+  gen.model->start_generation(T);
+  std::vector<float> last(static_cast<size_t>(Vp));
+  auto check = [&](int pos) {
+    for (int v = 0; v < s.vocab_size; ++v)
+      ASSERT_NEAR(last[v], want[static_cast<size_t>(pos) * Vp + v],
+                  1e-5f * (1.0f + std::abs(want[static_cast<size_t>(pos) * Vp + v])))
+          << "position " << pos << " token " << v;
+  };
+  gen.model->generate_step(b.inputs.data(), 4, 0, *gen.states, last.data());  // prefill 0..3
+  check(3);
+  for (int pos = 4; pos < T; ++pos) {
+    gen.model->generate_step(b.inputs.data() + pos, 1, pos, *gen.states, last.data());
+    check(pos);
+  }
+  // Positions past the cache are refused.
+  EXPECT_THROW(gen.model->generate_step(b.inputs.data(), 1, T, *gen.states, last.data()), Error);
 }
 
 TEST_P(ModelTest, Bf16EmulationRoundsWeightsAndActivationsAndStaysClose) {

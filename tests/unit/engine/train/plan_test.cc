@@ -66,7 +66,7 @@ TEST(Planner, MatchesMeasuredMemoryForEveryStageAndWorldSize) {
 
 TEST(Planner, RecommendsTheFastestChoiceThatFits) {
   PlanRequest r;
-  r.spec = gpt2_preset("gpt2-1.5b");
+  r.spec = model_preset("gpt2-1.5b");
   ASSERT_TRUE(r.spec);
   r.world = 8;
   r.micro_batch = 4;
@@ -101,6 +101,26 @@ TEST(Planner, RecommendsTheFastestChoiceThatFits) {
   EXPECT_EQ(make_plan(r).recommended, -1);
   EXPECT_THROW(parse_bytes("80 parsecs", "--gpu-mem"), InputError);
   EXPECT_EQ(parse_bytes("1.5GB", "x"), 1500000000);
+}
+
+TEST(Plan, LlamaPresetsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(model_preset("llama3-8b")->num_parameters(), 8030261248);
+  EXPECT_EQ(model_preset("llama2-7b")->num_parameters(), 6738415616);
+  EXPECT_EQ(model_preset("mistral-7b")->num_parameters(), 7241732096);
+  EXPECT_EQ(model_preset("qwen2-0.5b")->num_parameters(), 494032768);
+  EXPECT_EQ(model_preset("llama3-70b")->num_parameters(), 70553706496);
+  EXPECT_EQ(model_preset("qwen2-7b")->num_parameters(), 7615616512);
+  EXPECT_FALSE(model_preset("llama4"));
+  PlanRequest r;
+  r.spec = model_preset("llama3-8b");
+  r.world = 8;
+  r.micro_batch = 1;
+  r.seq = 8192;
+  r.activation_checkpointing = true;
+  r.device_bytes = int64_t{80} << 30;
+  const Plan plan = make_plan(r);
+  EXPECT_EQ(plan.parameters, 8030261248);
+  ASSERT_GE(plan.recommended, 0);
 }
 
 }  // namespace

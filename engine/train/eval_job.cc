@@ -1,0 +1,59 @@
+#include "engine/train/eval_job.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "engine/config/parse.h"
+#include "engine/train/trainer.h"
+
+namespace zerod {
+
+namespace fs = std::filesystem;
+
+EvalResult evaluate_job(JobConfig cfg, const EvalOptions& o) {
+  if (cfg.data.val.empty() && cfg.data.val_fraction == 0.0) {
+    ZD_THROW_INPUT("{}: zerod eval needs validation data: data.val or data.val_fraction > 0",
+                   cfg.source);
+  }
+  EvalResult r;
+  std::error_code ec;
+  bool resume = false;
+  if (!o.from.empty()) {
+    if (!fs::is_directory(o.from, ec)) ZD_THROW_INPUT("--from {}: not a directory", o.from);
+    if (fs::exists(fs::path(o.from) / "config.json", ec)) {
+      cfg.model.init_from = o.from;  // a Hugging Face directory
+      r.source = "Hugging Face model " + o.from;
+    } else {
+      cfg.train.checkpoint_dir = o.from;
+      resume = true;
+      r.source = "checkpoint dir " + o.from;
+    }
+  } else if (!cfg.train.checkpoint_dir.empty() &&
+             fs::exists(fs::path(cfg.train.checkpoint_dir) / "latest", ec)) {
+    resume = true;
+    r.source = "checkpoint dir " + cfg.train.checkpoint_dir;
+  } else {
+    r.source = cfg.model.init_from ? "Hugging Face weights " + *cfg.model.init_from
+                                   : "the seeded initialisation (no checkpoint, no init_from)";
+  }
+  cfg.train.save_interval = 0;
+  resolve_job(cfg, 1);
+  const int64_t per_batch = int64_t{cfg.micro_batch()} * cfg.model.seq_len;
+  cfg.train.eval_batches =
+      o.tokens > 0 ? std::max<int64_t>(1, (o.tokens + per_batch - 1) / per_batch) : INT32_MAX;
+  TrainerOptions opts;
+  opts.log_steps = false;
+  Trainer trainer(cfg, opts);
+  if (resume) trainer.resume("latest");
+  const std::optional<double> loss = trainer.evaluate();
+  if (!loss) ZD_THROW_INPUT("{}: the validation data gives no micro-batch", cfg.source);
+  r.loss = *loss;
+  r.perplexity = std::exp(*loss);
+  r.tokens = trainer.evaluated_tokens();
+  return r;
+}
+
+}  // namespace zerod
