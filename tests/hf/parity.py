@@ -21,6 +21,8 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
 LOGITS_TOL = 1e-5  # max |diff| / max |logit|
 LOSS_TOL = 1e-5    # relative
 GRAD_TOL = 1e-4    # max |diff| / max |grad| per tensor
+BF16_LOSS_TOL = 1e-2  # zerod's bf16 emulation against transformers in bfloat16 (as the bf16
+                      # parity tests between ZeRO stages use)
 
 B, T = 2, 16
 
@@ -99,8 +101,20 @@ def check_case(name, cfg_cls, model_cls, kw, probe, workdir):
     extra = set(k[5:] for k in got if k.startswith("grad.")) - set(params)
     if extra:
         failures.append(f"zerod has tensors transformers does not: {sorted(extra)}")
+    # bf16: zerod's emulated bf16 against transformers running the model in bfloat16.
+    out16 = os.path.join(workdir, name + ".bf16.safetensors")
+    subprocess.run([probe, "--from", d, "--tokens", tokens, "--batch", str(B), "--seq", str(T),
+                    "--out", out16, "--dtype", "bf16"], check=True, capture_output=True)
+    with torch.no_grad():
+        logits16 = model.to(torch.bfloat16)(input_ids=inputs).logits.float()
+    loss16 = F.cross_entropy(logits16.reshape(-1, logits16.shape[-1]), targets.reshape(-1)).item()
+    got16 = load_file(out16)["loss"].item()
+    e16 = abs(got16 - loss16) / abs(loss16)
+    if e16 > BF16_LOSS_TOL:
+        failures.append(f"bf16 loss: {got16} vs {loss16} ({e16:.3g} > {BF16_LOSS_TOL})")
     status = "ok" if not failures else "FAIL"
-    print(f"{name}: {status} (loss {loss.item():.6f}, worst gradient rel. error {worst:.2e})")
+    print(f"{name}: {status} (loss {loss.item():.6f}, worst gradient rel. error {worst:.2e}; "
+          f"bf16 loss {got16:.5f} vs transformers bf16 {loss16:.5f})")
     for f in failures:
         print("   ", f)
     return not failures
