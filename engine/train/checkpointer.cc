@@ -7,12 +7,14 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 
 namespace zerod {
@@ -371,16 +373,48 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   const ParamLayout& layout = engine_.layout();
   const ModelSpec& spec = layout.spec();
   std::string saved, ours;
-  auto compare = [&](const std::string& what, int64_t have, int64_t want) {
+  auto compare_text = [&](const std::string& what, const std::string& have,
+                          const std::string& want) {
     if (have == want) return;
     saved += fmt::format("{}{} {}", saved.empty() ? "" : ", ", what, have);
     ours += fmt::format("{}{} {}", ours.empty() ? "" : ", ", what, want);
   };
-  compare("n_layer", m.n_layer, spec.n_layer);
-  compare("n_head", m.n_head, spec.n_head);
-  compare("n_embd", m.n_embd, spec.n_embd);
+  auto compare = [&](const std::string& what, int64_t have, int64_t want) {
+    compare_text(what, std::to_string(have), std::to_string(want));
+  };
+  auto compare_bool = [&](const std::string& what, bool have, bool want) {
+    compare_text(what, have ? "true" : "false", want ? "true" : "false");
+  };
+  // The saved model as the manifest's copy of the job describes it (every manifest has it).
+  std::optional<ModelSpec> saved_spec;
+  if (m.job.is_object() && m.job.contains("model")) {
+    try {
+      saved_spec = model_spec(parse_model_config(m.job["model"], path + "/manifest.json"));
+    } catch (const InputError&) {
+      // An older or foreign job section: the shape fields and units below still decide.
+    }
+  }
+  const bool llama = spec.llama_family();
+  if (saved_spec) {
+    compare_text("type", model_arch_name(saved_spec->arch), model_arch_name(spec.arch));
+  }
+  compare(llama ? "num_hidden_layers" : "n_layer", m.n_layer, spec.n_layer);
+  compare(llama ? "num_attention_heads" : "n_head", m.n_head, spec.n_head);
+  compare(llama ? "hidden_size" : "n_embd", m.n_embd, spec.n_embd);
   compare("vocab_size", m.vocab_size, spec.vocab_size);
-  compare("seq_len", m.seq_len, spec.seq_len);
+  // GPT-2 learns one position embedding per position; the Llama family's rotary positions are
+  // not weights, so it may resume at another sequence length.
+  if (!llama) compare("seq_len", m.seq_len, spec.seq_len);
+  if (llama && saved_spec && saved_spec->llama_family()) {
+    const ModelSpec& o = *saved_spec;
+    compare("num_key_value_heads", o.kv_heads(), spec.kv_heads());
+    compare("head_dim", o.head_size(), spec.head_size());
+    compare("intermediate_size", o.ffn(), spec.ffn());
+    compare_bool("tie_word_embeddings", o.tied(), spec.tied());
+    compare_bool("q/k/v biases", o.qkv_bias, spec.qkv_bias);
+    compare_bool("o_proj bias", o.o_bias, spec.o_bias);
+    compare_bool("mlp_bias", o.mlp_bias, spec.mlp_bias);
+  }
   if (saved.empty()) {
     compare("units", static_cast<int64_t>(m.units.size()), layout.num_units());
     for (int u = 0; saved.empty() && u < layout.num_units(); ++u) {

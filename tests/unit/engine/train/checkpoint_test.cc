@@ -3,6 +3,7 @@
 // torn or corrupt checkpoints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,15 +24,17 @@ using testing::quiet_trainer;
 using testing::run_world;
 using testing::TempCorpus;
 using testing::tiny_job;
+using testing::TinyModel;
 
 class Checkpoints : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { corpus_ = new TempCorpus("zerod_ckpt_corpus"); }
   static void TearDownTestSuite() { delete corpus_; }
   void SetUp() override {
-    ckpt_ = fs::temp_directory_path() /
-            ("zerod_ckpt_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // Parametrized tests are named "Test/Param": one directory, not a nested one.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    ckpt_ = fs::temp_directory_path() / ("zerod_ckpt_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(ckpt_);
   }
   void TearDown() override { fs::remove_all(ckpt_); }
@@ -46,11 +49,12 @@ class Checkpoints : public ::testing::Test {
     std::string extra = "";       // top-level JSON members
     std::string resume = "";      // "", "latest" or a tag
     std::string train_more = "";  // more train members
+    TinyModel model = testing::tiny_gpt2();
   };
   // Losses of the steps this run trained (rank 0's, identical on every rank).
   std::vector<double> run(const RunSpec& r) {
     const JobConfig cfg = tiny_job(*corpus_, r.world, r.stage, r.accum, r.steps, r.extra,
-                                   train_extra(r.save_interval, r.train_more));
+                                   train_extra(r.save_interval, r.train_more), 8, "", r.model);
     std::vector<double> losses;
     std::mutex mu;
     run_world(r.world, [&](const RankContext& ctx) {
@@ -69,6 +73,10 @@ class Checkpoints : public ::testing::Test {
 };
 
 TempCorpus* Checkpoints::corpus_ = nullptr;
+
+// The tests that hold for every architecture: GPT-2 and a Llama (grouped-query attention, untied
+// output head).
+class ModelCheckpoints : public Checkpoints, public ::testing::WithParamInterface<TinyModel> {};
 
 TEST_F(Checkpoints, RoundTripOfEveryStageWorldSizeAndDtype) {
   for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
@@ -117,7 +125,7 @@ TEST_F(Checkpoints, RoundTripOfEveryStageWorldSizeAndDtype) {
   }
 }
 
-TEST_F(Checkpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16) {
+TEST_P(ModelCheckpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16) {
   for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
     for (int stage : {0, 1, 2, 3}) {
       fs::remove_all(ckpt_);
@@ -126,7 +134,8 @@ TEST_F(Checkpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16
                                              .accum = 2,
                                              .steps = 10,
                                              .save_interval = 5,
-                                             .extra = dtype});
+                                             .extra = dtype,
+                                             .model = GetParam()});
       ASSERT_EQ(whole.size(), 10u);
       // Stop after step 5 (its checkpoint is what the uninterrupted run saved), resume, finish.
       const std::vector<double> rest = run({.world = 2,
@@ -134,7 +143,8 @@ TEST_F(Checkpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16
                                             .accum = 2,
                                             .steps = 10,
                                             .extra = dtype,
-                                            .resume = "global_step5"});
+                                            .resume = "global_step5",
+                                            .model = GetParam()});
       ASSERT_EQ(rest.size(), 5u);
       for (size_t i = 0; i < 5; ++i) {
         EXPECT_EQ(rest[i], whole[5 + i])
@@ -144,23 +154,59 @@ TEST_F(Checkpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32AndBf16
   }
 }
 
-TEST_F(Checkpoints, ReshardingToOtherWorldSizesAndStagesContinuesTheLossCurve) {
+TEST_P(ModelCheckpoints, ReshardingToOtherWorldSizesAndStagesContinuesTheLossCurve) {
   struct Case {
     int from_world, from_stage, to_world, to_stage;
   };
   for (const Case c : {Case{4, 3, 2, 2}, Case{2, 1, 4, 3}, Case{2, 3, 1, 2}}) {
     fs::remove_all(ckpt_);
-    run({.world = c.from_world, .stage = c.from_stage, .steps = 5, .save_interval = 5});
-    const std::vector<double> resumed =
-        run({.world = c.to_world, .stage = c.to_stage, .steps = 10, .resume = "latest"});
+    run({.world = c.from_world,
+         .stage = c.from_stage,
+         .steps = 5,
+         .save_interval = 5,
+         .model = GetParam()});
+    const std::vector<double> resumed = run({.world = c.to_world,
+                                             .stage = c.to_stage,
+                                             .steps = 10,
+                                             .resume = "latest",
+                                             .model = GetParam()});
     fs::remove_all(ckpt_);
     const std::vector<double> uninterrupted =
-        run({.world = c.to_world, .stage = c.to_stage, .steps = 10});
+        run({.world = c.to_world, .stage = c.to_stage, .steps = 10, .model = GetParam()});
     ASSERT_EQ(resumed.size(), 5u);
     for (size_t i = 0; i < 5; ++i) {
       EXPECT_NEAR(resumed[i], uninterrupted[5 + i], 1e-6 * uninterrupted[5 + i])
           << c.from_world << "x stage " << c.from_stage << " -> " << c.to_world << "x stage "
           << c.to_stage << ", step " << 6 + i;
+    }
+  }
+}
+
+// Resuming on another world size with the same global batch is bitwise exact where the sums are
+// the same sums: at stage 0 one rank accumulating 2 micro-batches adds the same two gradients as
+// 2 ranks' all-reduce does (scaled by powers of two), and every rank computes the gradient norm
+// over the whole gradient. World 2 saves, world 1 (2 micro-batches) resumes, and the reverse.
+TEST_P(ModelCheckpoints, ResumeOnAnotherWorldSizeIsBitwiseExactAtStage0) {
+  struct Case {
+    int from_world, from_accum, to_world, to_accum;
+  };
+  for (const Case c : {Case{2, 1, 1, 2}, Case{1, 2, 2, 1}}) {
+    fs::remove_all(ckpt_);
+    const std::vector<double> whole = run({.world = c.from_world,
+                                           .accum = c.from_accum,
+                                           .steps = 8,
+                                           .save_interval = 4,
+                                           .model = GetParam()});
+    ASSERT_EQ(whole.size(), 8u);
+    const std::vector<double> rest = run({.world = c.to_world,
+                                          .accum = c.to_accum,
+                                          .steps = 8,
+                                          .resume = "global_step4",
+                                          .model = GetParam()});
+    ASSERT_EQ(rest.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(rest[i], whole[4 + i])
+          << "world " << c.from_world << " -> " << c.to_world << ", step " << 5 + i;
     }
   }
 }
@@ -381,6 +427,10 @@ TEST_F(Checkpoints, ExportThenInitFromGivesIdenticalWeights) {
                InputError);
   EXPECT_FALSE(fs::exists(ckpt_ / "x.safetensors"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelCheckpoints,
+                         ::testing::Values(testing::tiny_gpt2(), testing::tiny_llama()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace zerod

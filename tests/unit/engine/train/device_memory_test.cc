@@ -1,22 +1,24 @@
 // The GPU paths of the model, the ZeRO engine and the checkpointer, checked on the CPU: the
 // StrictDeviceBackend computes with the CPU kernels but page-protects the memory it allocates, so
 // any host access to "device" memory outside copy() and the casts crashes the test. Every ZeRO
-// stage and offload setting trains a few steps at world 1 and must give the plain CPU backend's
-// losses and master weights bit for bit, through the paths a GPU run takes (tokens uploaded,
-// losses read back, states staged through host memory, CPU Adam for offloaded states, the self
-// communicator's copies through the backend).
+// stage and offload setting trains a few steps at world 1 (GPT-2, Llama, Mistral) and must give
+// the plain CPU backend's losses and master weights bit for bit, through the paths a GPU run
+// takes (tokens uploaded, losses read back, states staged through host memory, CPU Adam for
+// offloaded states, the self communicator's copies through the backend).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
 #include "engine/config/model_spec.h"
 #include "engine/train/checkpointer.h"
-#include "model/gpt.h"
+#include "model/model.h"
 #include "tests/unit/engine/train/strict_device_backend.h"
 #include "tests/unit/engine/train/train_test_util.h"
 #include "zero/zero_engine.h"
@@ -26,13 +28,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ModelSpec tiny_spec() {
+// GPT-2; a Llama with grouped-query attention and an untied output head; a Mistral with a tied
+// one and a sliding window shorter than the sequence.
+ModelSpec tiny_spec(ModelArch arch) {
   ModelSpec s;
+  s.arch = arch;
   s.n_layer = 2;
   s.n_head = 2;
   s.n_embd = 32;
   s.vocab_size = 70;
   s.seq_len = 16;
+  if (s.llama_family()) {
+    s.n_head = 4;
+    s.n_kv_head = 2;
+    s.intermediate_size = 48;
+    s.tie_word_embeddings = arch == ModelArch::kMistral;
+    if (arch == ModelArch::kMistral) s.sliding_window = 6;
+  }
   return s;
 }
 
@@ -45,9 +57,11 @@ struct Trained {
 };
 
 // Trains kSteps steps of the same 2 micro-batches of random tokens.
-Trained train(Backend& be, const ZeroOptions& zo) {
+Trained train(Backend& be, const ZeroOptions& zo, ModelArch arch) {
   MemoryTracker memory;
-  Gpt model(tiny_spec(), be, kB, kT, /*activation_checkpointing=*/false, &memory);
+  const std::unique_ptr<Model> made =
+      make_model(tiny_spec(arch), be, kB, kT, /*activation_checkpointing=*/false, &memory);
+  Model& model = *made;
   ZeroEngine engine(model.layout(), be, zo, &memory);
   engine.init_weights(7);
   Trained run;
@@ -90,7 +104,7 @@ struct Case {
   double ratio = 1.0;
 };
 
-class DeviceMemory : public ::testing::TestWithParam<DType> {
+class DeviceMemory : public ::testing::TestWithParam<std::tuple<DType, ModelArch>> {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("zerod_device_memory_" + std::to_string(::getpid()));
@@ -123,7 +137,7 @@ class DeviceMemory : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(DeviceMemory, EveryStageAndOffloadMatchesTheCpuBackendBitForBit) {
-  const DType dtype = GetParam();
+  const auto [dtype, arch] = GetParam();
   const Case cases[] = {
       {"stage 0", 0},
       {"stage 1", 1},
@@ -139,9 +153,9 @@ TEST_P(DeviceMemory, EveryStageAndOffloadMatchesTheCpuBackendBitForBit) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Backend> cpu = make_cpu_backend(dtype);
-    const Trained want = train(*cpu, options(c));
+    const Trained want = train(*cpu, options(c), arch);
     StrictDeviceBackend strict(dtype);
-    const Trained got = train(strict, options(c));
+    const Trained got = train(strict, options(c), arch);
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t i = 0; i < want.losses.size(); ++i) {
       EXPECT_EQ(got.losses[i], want.losses[i]) << "loss " << i;
@@ -168,8 +182,16 @@ TEST_P(DeviceMemory, EveryStageAndOffloadMatchesTheCpuBackendBitForBit) {
   EXPECT_EQ(StrictDeviceBackend::mapped_bytes(), 0u) << "every device buffer was freed";
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, DeviceMemory, ::testing::Values(DType::kF32, DType::kBF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+// GPT-2 in both dtypes; the Llama family in one each (every case takes seconds on 2 cores).
+INSTANTIATE_TEST_SUITE_P(DtypesAndModels, DeviceMemory,
+                         ::testing::Values(std::make_tuple(DType::kF32, ModelArch::kGpt2),
+                                           std::make_tuple(DType::kBF16, ModelArch::kGpt2),
+                                           std::make_tuple(DType::kBF16, ModelArch::kLlama),
+                                           std::make_tuple(DType::kF32, ModelArch::kMistral)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+                                  model_arch_name(std::get<1>(info.param));
+                         });
 
 // The backend really does catch host access to its memory (the premise of the test above).
 TEST(StrictDeviceBackend, HostAccessToItsMemoryCrashes) {
@@ -268,8 +290,11 @@ TEST(DeviceMemoryCheckpoint, SavesAndLoadsStatesInDeviceMemory) {
 
 // The whole trainer on the strict backend: training with validation, a checkpoint (sync and
 // async) and a resume give the CPU backend's losses bit for bit, at stage 2 and at stage 3 with
-// the optimizer states on the host.
-TEST(DeviceMemoryTrainer, TrainsEvaluatesSavesAndResumesLikeTheCpu) {
+// the optimizer states on the host; for GPT-2 and for Llama-family models (untied and tied output
+// heads, Mistral's sliding window).
+class DeviceMemoryTrainer : public ::testing::TestWithParam<testing::TinyModel> {};
+
+TEST_P(DeviceMemoryTrainer, TrainsEvaluatesSavesAndResumesLikeTheCpu) {
   testing::TempCorpus corpus("zerod_device_trainer");
   struct Case {
     const char* name;
@@ -285,7 +310,7 @@ TEST(DeviceMemoryTrainer, TrainsEvaluatesSavesAndResumesLikeTheCpu) {
     auto job = [&](const std::string& dir) {
       JobConfig cfg = testing::tiny_job(
           corpus, 1, c.stage, 2, 6, R"(, "bf16": {"enabled": true})",
-          R"(, "checkpoint_dir": ")" + dir + R"(", "save_interval": 3)", 8, c.zero);
+          R"(, "checkpoint_dir": ")" + dir + R"(", "save_interval": 3)", 8, c.zero, GetParam());
       cfg.data.val_fraction = 0.1;  // (set here: the job text has no validation data)
       cfg.train.eval_interval = 3;
       cfg.train.eval_batches = 2;
@@ -310,12 +335,18 @@ TEST(DeviceMemoryTrainer, TrainsEvaluatesSavesAndResumesLikeTheCpu) {
     const std::vector<double> got = run(job(dev_dir), true, "");
     ASSERT_EQ(got.size(), 8u) << "6 steps and 2 validations";
     EXPECT_EQ(got, want);
+    EXPECT_LT(want[6], want[0]) << "the model learns";
     // Resume the device run from its step-3 checkpoint: the last 3 steps (and validation) again.
     const std::vector<double> rest = run(job(dev_dir), true, "global_step3");
     ASSERT_EQ(rest.size(), 4u);
     EXPECT_EQ(rest, std::vector<double>(want.end() - 4, want.end()));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, DeviceMemoryTrainer,
+                         ::testing::Values(testing::tiny_gpt2(), testing::tiny_llama(),
+                                           testing::tiny_llama_tied(), testing::tiny_mistral()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace zerod::test

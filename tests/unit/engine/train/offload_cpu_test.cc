@@ -1,6 +1,7 @@
 // offload_optimizer device cpu on the CPU backend: the fp32 master weights and Adam moments
 // leave the compute pool for host memory (the accounting shows it), and the losses are
-// bit-identical to the same run without offload, at stages 1, 2 and 3, in fp32 and bf16.
+// bit-identical to the same run without offload, at stages 1, 2 and 3, in fp32 and bf16, for
+// GPT-2 and for a Llama (grouped-query attention, untied output head).
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -10,14 +11,16 @@
 namespace zerod {
 namespace {
 
-TEST(OffloadCpu, SameLossesAndTheStatesLeaveTheComputePool) {
+class OffloadCpu : public ::testing::TestWithParam<testing::TinyModel> {};
+
+TEST_P(OffloadCpu, SameLossesAndTheStatesLeaveTheComputePool) {
   testing::TempCorpus corpus("zerod_offload_cpu_corpus");
   for (const std::string dtype : {"", R"(, "bf16": {"enabled": true})"}) {
     for (int stage : {1, 2, 3}) {
       std::vector<double> losses[2];
       ModelStateBytes measured[2], formula[2];
       for (int off = 0; off < 2; ++off) {
-        JobConfig cfg = testing::tiny_job(corpus, 2, stage, 2, 4, dtype);
+        JobConfig cfg = testing::tiny_job(corpus, 2, stage, 2, 4, dtype, "", 8, "", GetParam());
         if (off) cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
         std::mutex mu;
         testing::run_world(2, [&](const RankContext& ctx) {
@@ -51,6 +54,10 @@ TEST(OffloadCpu, SameLossesAndTheStatesLeaveTheComputePool) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, OffloadCpu,
+                         ::testing::Values(testing::tiny_gpt2(), testing::tiny_llama()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace zerod

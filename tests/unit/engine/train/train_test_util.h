@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 
 #include "comm/store.h"
@@ -41,11 +42,51 @@ class TempCorpus {
   std::filesystem::path dir_;
 };
 
-// A tiny GPT job over the corpus; `extra` (top-level members), `train_extra` (members of
-// "train") and `zero_extra` (members of "zero_optimization") are spliced into the JSON.
+// The "model" section of a tiny test job. Tests that hold for every architecture run over
+// several of these (value-parametrized: `name` is the test-name suffix, [A-Za-z0-9]).
+struct TinyModel {
+  const char* name;
+  std::string json;  // the "model" object
+};
+inline void PrintTo(const TinyModel& m, std::ostream* os) {
+  *os << m.name;
+}
+
+// GPT-2: 2 layers, 2 heads, 32 wide, byte vocabulary.
+inline TinyModel tiny_gpt2() {
+  return {"Gpt2", R"({"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24})"};
+}
+// Llama with grouped-query attention (4 query heads on 2 key/value heads), an output head of its
+// own (untied) and a vocabulary that pads (123 -> 128 columns; the corpus' largest byte is 'z',
+// 122), in Hugging Face's key names.
+inline TinyModel tiny_llama() {
+  return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                       "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "vocab_size": 123, "rms_norm_eps": 1e-5,
+                       "tie_word_embeddings": false, "seq_len": 16})"};
+}
+// The same with the output head tied to the embedding.
+inline TinyModel tiny_llama_tied() {
+  return {"LlamaTied", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                           "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "num_key_value_heads": 2, "vocab_size": 123,
+                           "tie_word_embeddings": true, "seq_len": 16})"};
+}
+// Mistral: a sliding window (6) shorter than the sequence (16), so it masks something.
+inline TinyModel tiny_mistral() {
+  return {"Mistral", R"({"type": "mistral", "hidden_size": 32, "intermediate_size": 48,
+                         "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2, "vocab_size": 123, "sliding_window": 6,
+                         "rope_theta": 500.0, "seq_len": 16})"};
+}
+
+// A tiny job over the corpus (GPT-2 unless `model` says otherwise); `extra` (top-level members),
+// `train_extra` (members of "train") and `zero_extra` (members of "zero_optimization") are
+// spliced into the JSON.
 inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int accum, int steps,
                           const std::string& extra = "", const std::string& train_extra = "",
-                          int global_batch = 8, const std::string& zero_extra = "") {
+                          int global_batch = 8, const std::string& zero_extra = "",
+                          const TinyModel& model = tiny_gpt2()) {
   const std::string text = R"({
     "train_batch_size": )" +
                            std::to_string(global_batch) + R"(,
@@ -55,7 +96,8 @@ inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int ac
     "gradient_clipping": 1.0,
     "zero_optimization": {"stage": )" +
                            std::to_string(stage) + zero_extra + R"(},
-    "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24},
+    "model": )" + model.json +
+                           R"(,
     "data": {"train": ")" + corpus.train_glob() +
                            R"(", "seed": 9},
     "train": {"steps": )" + std::to_string(steps) +

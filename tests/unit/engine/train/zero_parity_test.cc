@@ -1,40 +1,26 @@
 // ZeRO stages 0-3 on several ranks (threads of this process, Gloo over 127.0.0.1) give the
-// losses of one rank, and hold the memory the ZeRO formulas promise.
+// losses of one rank, and hold the memory the ZeRO formulas promise: for GPT-2 and for a Llama.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 #include <mutex>
 #include <string>
 
-#include "comm/store.h"
-#include "core/rng.h"
-#include "engine/config/parse.h"
-#include "engine/data/corpus.h"
-#include "engine/runtime/local_ranks.h"
-#include "engine/train/trainer.h"
+#include "train_test_util.h"
 
 namespace zerod {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::TempCorpus;
+using testing::TinyModel;
 
-class ZeroParity : public ::testing::Test {
+// Every test runs for GPT-2 and for a Llama (grouped-query attention, untied output head).
+class ZeroParity : public ::testing::TestWithParam<TinyModel> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("zerod_parity_" + std::to_string(::getpid())));
-    fs::remove_all(*dir_);
-    const char* words[] = {"alpha ", "beta ", "gamma ", "delta ",
-                           "shard ", "rank ", "zero ",  "step "};
-    Rng rng(2);
-    std::string text;
-    while (text.size() < 50000) text += words[rng.uniform(8)];
-    write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()}, dir_->string(),
-                      0.1, 1 << 20, "p");
-  }
+  static void SetUpTestSuite() { corpus_ = new TempCorpus("zerod_parity"); }
   static void TearDownTestSuite() {
-    fs::remove_all(*dir_);
-    delete dir_;
+    delete corpus_;
+    corpus_ = nullptr;
   }
 
   struct Run {
@@ -50,46 +36,24 @@ class ZeroParity : public ::testing::Test {
     std::vector<double> losses;
     std::vector<double> norms;  // global gradient norms (every rank must report the same)
     std::vector<ModelStateBytes> measured, formula;  // per rank
+    ModelSpec spec;                                  // the model trained
   };
 
-  static Outcome train(const Run& r) {
-    const std::string text = R"({
-      "train_batch_size": )" +
-                             std::to_string(r.global_batch) + R"(,
-      "gradient_accumulation_steps": )" +
-                             std::to_string(r.accum) + R"(,
-      "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-      "gradient_clipping": 1.0,
-      "zero_optimization": {"stage": )" +
-                             std::to_string(r.stage) + r.zero_extra + R"(},
-      "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24},
-      "data": {"train": ")" + (*dir_ / "p_train_*.bin").string() +
-                             R"(", "seed": 9},
-      "train": {"steps": )" + std::to_string(r.steps) +
-                             R"(, "seed": 4, "peak_flops": 1e11,
-                "collective_timeout": 60}
-      )" + r.extra + "}";
-    ParsedJob job = parse_job_text(text, "parity job");
-    resolve_job(job.config, r.world);
+  Outcome train(const Run& r) const {
+    const JobConfig cfg = testing::tiny_job(*corpus_, r.world, r.stage, r.accum, r.steps, r.extra,
+                                            "", r.global_batch, r.zero_extra, GetParam());
     Outcome out;
     out.measured.resize(static_cast<size_t>(r.world));
     out.formula.resize(static_cast<size_t>(r.world));
     std::mutex mu;
-    LocalRanksOptions o;
-    o.world_size = r.world;
-    o.local_world_size = r.world;
-    o.store = std::make_shared<MemoryStore>();
-    o.timeout = std::chrono::seconds(60);
-    o.threads_per_rank = 1;
-    run_local_ranks(o, [&](const RankContext& ctx) {
-      TrainerOptions opts;
-      opts.log_steps = false;
-      Trainer t(job.config, ctx, opts);
+    testing::run_world(r.world, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
       const TrainResult res = t.run();
       std::lock_guard<std::mutex> lock(mu);
       out.measured[static_cast<size_t>(ctx.rank)] = t.engine().measured_bytes();
       out.formula[static_cast<size_t>(ctx.rank)] = t.engine().formula_bytes();
       if (ctx.rank == 0) {
+        out.spec = t.engine().layout().spec();
         for (const auto& s : res.steps) {
           out.losses.push_back(s.loss);
           out.norms.push_back(s.grad_norm);
@@ -107,14 +71,17 @@ class ZeroParity : public ::testing::Test {
     }
   }
 
-  static fs::path* dir_;
+  static TempCorpus* corpus_;
 };
 
-fs::path* ZeroParity::dir_ = nullptr;
+TempCorpus* ZeroParity::corpus_ = nullptr;
 
-TEST_F(ZeroParity, EveryStageGivesTheSameLossesAtWorld2And4) {
+TEST_P(ZeroParity, EveryStageGivesTheSameLossesAtWorld2And4) {
   const Outcome single = train({.world = 1});
-  // The loss falls (so the comparison is not between flat curves).
+  // The model of the parameter (an untrained model guesses uniformly over its vocabulary) ...
+  EXPECT_EQ(single.spec.llama_family(), std::string(GetParam().name) != "Gpt2");
+  EXPECT_NEAR(single.losses.front(), std::log(single.spec.vocab_size), 0.3);
+  // ... learns (so the comparison is not between flat curves).
   EXPECT_LT(single.losses.back(), single.losses.front() - 0.5);
   for (int world : {2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
@@ -126,7 +93,23 @@ TEST_F(ZeroParity, EveryStageGivesTheSameLossesAtWorld2And4) {
   }
 }
 
-TEST_F(ZeroParity, SameGlobalBatchGivesSameLossesWhateverTheWorldSize) {
+// ZeRO-Offload (optimizer states and CPU Adam on the host) on 2 ranks: the single rank's curve.
+TEST_P(ZeroParity, CpuOptimizerOffloadGivesTheSameLossesAtEveryStage) {
+  const Outcome single = train({.world = 1, .steps = 8});
+  const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
+  for (int stage : {1, 2, 3}) {
+    const Outcome o = train({.world = 2, .stage = stage, .steps = 8, .zero_extra = offload});
+    const std::string what = "offload, world 2 stage " + std::to_string(stage);
+    expect_close(single.losses, o.losses, 1e-5, what);
+    expect_close(single.norms, o.norms, 1e-5, what + " (gradient norm)");
+    for (const ModelStateBytes& m : o.measured) {
+      EXPECT_EQ(m.moments, 0) << what << ": the moments live on the host";
+      EXPECT_GT(m.host, 0) << what;
+    }
+  }
+}
+
+TEST_P(ZeroParity, SameGlobalBatchGivesSameLossesWhateverTheWorldSize) {
   const Outcome w1 = train({.world = 1, .accum = 4});
   const Outcome w2 = train({.world = 2, .stage = 2, .accum = 2});
   const Outcome w4 = train({.world = 4, .stage = 3, .accum = 1});
@@ -138,7 +121,7 @@ TEST_F(ZeroParity, SameGlobalBatchGivesSameLossesWhateverTheWorldSize) {
   expect_close(w1.norms, w4.norms, 1e-5, "gradient norm, world 4 x accumulation 1");
 }
 
-TEST_F(ZeroParity, OverlapAndBucketSizesChangeTimingNotResults) {
+TEST_P(ZeroParity, OverlapAndBucketSizesChangeTimingNotResults) {
   for (int stage : {0, 1, 2, 3}) {
     const Outcome plain = train({.world = 2, .stage = stage, .accum = 2, .steps = 8});
     const Outcome tuned = train(
@@ -155,7 +138,7 @@ TEST_F(ZeroParity, OverlapAndBucketSizesChangeTimingNotResults) {
   }
 }
 
-TEST_F(ZeroParity, Bf16CurvesAgreeAcrossStagesAndWorldSizes) {
+TEST_P(ZeroParity, Bf16CurvesAgreeAcrossStagesAndWorldSizes) {
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
   const Outcome single = train({.world = 1, .extra = bf16});
   const Outcome fp32 = train({.world = 1});
@@ -169,7 +152,7 @@ TEST_F(ZeroParity, Bf16CurvesAgreeAcrossStagesAndWorldSizes) {
   }
 }
 
-TEST_F(ZeroParity, ModelStateBytesFollowTheZeroFormula) {
+TEST_P(ZeroParity, ModelStateBytesFollowTheZeroFormula) {
   for (int world : {1, 2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
       const Outcome o = train({.world = world, .stage = stage, .steps = 1});
@@ -202,6 +185,10 @@ TEST_F(ZeroParity, ModelStateBytesFollowTheZeroFormula) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, ZeroParity,
+                         ::testing::Values(testing::tiny_gpt2(), testing::tiny_llama()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace zerod
