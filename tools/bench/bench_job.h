@@ -12,10 +12,19 @@
 namespace zerod::bench {
 
 struct BenchShape {
+  // "gpt2" (the shape, tied embeddings) or "llama" (RMSNorm, RoPE, SwiGLU, grouped-query
+  // attention, untied output head: the job's model section has type "llama").
+  std::string model = "gpt2";
   int layers = 4, embd = 256, heads = 4, seq = 256, batch = 4, vocab = 50257;
+  int kv_heads = 0, intermediate = 0;  // Llama only: num_key_value_heads, intermediate_size
   std::string dtype = "fp32";
   // Registers --layers, --embd, --heads, --seq, --batch (micro-batch per rank), --vocab, --dtype.
   void add_options(CLI::App& app);
+  // Registers --model, --kv-heads and --intermediate (the benchmarks that can train a Llama).
+  void add_model_options(CLI::App& app);
+  // After parsing: with --model llama, the Llama bench shape's defaults for what the command line
+  // left out (vocabulary 32000, 2 KV heads, intermediate 688; the rest as GPT-2's).
+  void apply_model_defaults(const CLI::App& app);
 };
 
 // A temporary directory holding one shard of uniform random tokens (removed by the destructor).

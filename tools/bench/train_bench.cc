@@ -1,9 +1,12 @@
 // CPU training benchmark, zerod side: one fixed shape (the issue's), synthetic tokens, the real
 // trainer. Prints tokens/s (median over the measured steps), achieved GFLOP/s, the sgemm rates
 // of our matmul engine and of OpenBLAS measured in the same run, and where the step time goes.
+// --model llama trains the Llama bench shape instead (4 layers, hidden 256, 4 heads / 2 KV heads,
+// SwiGLU 688, vocabulary 32000, untied output head; seq, micro-batch, dtype as for GPT-2).
 //
-//   zerod_train_bench [--steps N] [--warmup N] [--layers L] [--embd C] [--heads H] [--seq T]
-//                     [--batch B] [--vocab V] [--dtype fp32|bf16] [--json]
+//   zerod_train_bench [--model gpt2|llama] [--steps N] [--warmup N] [--layers L] [--embd C]
+//                     [--heads H] [--kv-heads K] [--intermediate I] [--seq T] [--batch B]
+//                     [--vocab V] [--dtype fp32|bf16] [--json]
 // tools/bench/train_bench.sh runs it next to the PyTorch reference and prints the ratio.
 #include <cblas.h>
 #include <omp.h>
@@ -54,8 +57,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "measured steps")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps")->capture_default_str();
   shape.add_options(app);
+  shape.add_model_options(app);
   app.add_flag("--json", json, "end with one JSON line of the results (for train_bench.sh)");
   CLI11_PARSE(app, argc, argv);
+  shape.apply_model_defaults(app);
+  const bool llama = shape.model == "llama";
   spdlog::set_level(spdlog::level::warn);
 
   const int layers = shape.layers, embd = shape.embd, heads = shape.heads, seq = shape.seq,
@@ -89,10 +95,20 @@ int main(int argc, char** argv) {
 
   const double total_steps = static_cast<double>(r.steps.size());
   const double t_model = times.total() / total_steps;
-  fmt::print(
-      "zerod CPU training benchmark: {} layers, {} heads, {} wide, seq {}, micro-batch {}, vocab "
-      "{} (padded {}), {}, AdamW\n",
-      layers, heads, embd, seq, batch, vocab, Vp, dtype);
+  if (llama) {
+    const ModelSpec& spec = trainer.model().spec();
+    fmt::print(
+        "zerod CPU training benchmark (Llama): {} layers, {} heads / {} KV heads, {} wide, SwiGLU "
+        "{}, seq {}, micro-batch {}, vocab {} (padded {}), untied head, {:.2f}M parameters, {}, "
+        "AdamW\n",
+        layers, heads, spec.kv_heads(), embd, spec.ffn(), seq, batch, vocab, Vp,
+        double(spec.num_parameters()) / 1e6, dtype);
+  } else {
+    fmt::print(
+        "zerod CPU training benchmark: {} layers, {} heads, {} wide, seq {}, micro-batch {}, vocab "
+        "{} (padded {}), {}, AdamW\n",
+        layers, heads, embd, seq, batch, vocab, Vp, dtype);
+  }
   fmt::print("threads {}, matmul engine {}, OPENBLAS_CORETYPE={}, OpenBLAS core {}\n",
              omp_get_max_threads(), cpu::gemm_impl_name(cpu::gemm_impl()),
              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",
@@ -110,21 +126,24 @@ int main(int argc, char** argv) {
   fmt::print("step time (per step, all steps incl. warm-up): model ops {:.1f} ms of {:.1f} ms\n",
              t_model * 1e3, median * 1e3);
   fmt::print(
-      "  matmul fwd {:.1f}% | matmul bwd {:.1f}% | attention fwd {:.1f}% bwd {:.1f}% | layernorm "
-      "{:.1f}% | gelu {:.1f}% | residual {:.1f}% | classifier {:.1f}% | encoder {:.1f}% | rounding "
+      "  matmul fwd {:.1f}% | matmul bwd {:.1f}% | attention fwd {:.1f}% bwd {:.1f}% | {} "
+      "{:.1f}% | {} {:.1f}% | residual {:.1f}% | classifier {:.1f}% | encoder {:.1f}% | rounding "
       "{:.1f}%\n",
       pct(times.matmul_fwd), pct(times.matmul_bwd), pct(times.attention_fwd),
-      pct(times.attention_bwd), pct(times.layernorm), pct(times.gelu), pct(times.residual),
-      pct(times.classifier), pct(times.encoder), pct(times.rounding));
+      pct(times.attention_bwd), llama ? "rmsnorm" : "layernorm", pct(times.layernorm),
+      llama ? "swiglu" : "gelu", pct(times.gelu), pct(times.residual), pct(times.classifier),
+      pct(times.encoder), pct(times.rounding));
   fmt::print("  optimizer {:.1f}% | data {:.1f}% | other {:.1f}%\n", pct(r.optimizer_seconds),
              pct(r.data_seconds),
              100.0 - pct(times.total() + r.optimizer_seconds + r.data_seconds));
   if (json) {
     fmt::print(
-        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}}})"
+        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}{}}})"
         "\n",
         tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head,
-        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads());
+        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads(),
+        llama ? fmt::format(R"(, "model": "llama", "mflop_per_token": {:.1f})", flops_token / 1e6)
+              : std::string());
   }
   return 0;
 }
