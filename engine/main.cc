@@ -100,6 +100,9 @@ std::unique_ptr<zerod::NodeSession> start_session(const zerod::LaunchSpec& spec,
 }
 
 int run_train(const TrainFlags& f) {
+  // Ctrl-C does what SIGTERM does: save at the next step boundary (with a checkpoint dir) and
+  // exit 0, saying so on stderr; a second Ctrl-C exits at once.
+  zerod::install_stop_signals(/*sigint=*/true);
   refuse_unbuilt(f);
   const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::from_process_env());
   zerod::ParsedJob job =

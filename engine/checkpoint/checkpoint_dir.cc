@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/config/input_limits.h"
 
 namespace zerod {
 
@@ -54,19 +55,29 @@ bool has_suffix(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void validate_tag(const std::string& tag) {
+namespace {
+// The tag rules; "" when `tag` follows them, else why not (quoting at most a prefix of it).
+std::string tag_problem(const std::string& tag) {
   static const std::regex kTag("[A-Za-z0-9._-]{1,128}");
-  if (!std::regex_match(tag, kTag)) {
-    ZD_THROW_INPUT(
-        "checkpoint tag \"{}\" is invalid: allowed are 1-128 characters of A-Z a-z 0-9 . _ -", tag);
+  if (tag.size() > 128 || !std::regex_match(tag, kTag)) {
+    return fmt::format(
+        "checkpoint tag \"{}\" is invalid: allowed are 1-128 characters of A-Z a-z 0-9 . _ -",
+        config::clip_input(tag));
   }
   if (tag == "latest" || tag == "." || tag == ".." || tag[0] == '.' || has_suffix(tag, ".tmp") ||
       has_suffix(tag, ".old")) {
-    ZD_THROW_INPUT(
+    return fmt::format(
         "checkpoint tag \"{}\" is reserved (\"latest\", names starting with '.', or ending "
         "in .tmp/.old)",
         tag);
   }
+  return "";
+}
+}  // namespace
+
+void validate_tag(const std::string& tag) {
+  const std::string problem = tag_problem(tag);
+  if (!problem.empty()) ZD_THROW_INPUT("{}", problem);
 }
 
 std::string default_tag(int64_t global_step) {
@@ -121,6 +132,14 @@ std::optional<std::string> read_latest(const std::string& dir) {
   std::string tag;
   std::getline(in, tag);
   while (!tag.empty() && (tag.back() == '\r' || tag.back() == ' ')) tag.pop_back();
+  // `latest` is a file anyone may have written: it names a checkpoint of this directory (a tag,
+  // so no path out of it: "../other/global_step5", "/abs") or nothing.
+  if (const std::string problem = tag_problem(tag); !problem.empty()) {
+    spdlog::warn(
+        "{}: ignored ({}); the newest complete checkpoint of the directory is used instead",
+        (fs::path(dir) / "latest").string(), problem);
+    return std::nullopt;
+  }
   return tag;
 }
 
@@ -191,6 +210,7 @@ void verify_checkpoint(const std::string& path, const Manifest& manifest, bool c
 
 FoundCheckpoint find_checkpoint(const std::string& dir, const std::string& which,
                                 const FindOptions& options) {
+  if (which != "latest") validate_tag(which);  // first: the messages below quote it
   if (dir.empty()) ZD_THROW_INPUT("checkpoint '{}': no checkpoint directory given", which);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -206,7 +226,6 @@ FoundCheckpoint find_checkpoint(const std::string& dir, const std::string& which
     found.manifest = std::move(m);
   };
   if (which != "latest") {
-    validate_tag(which);
     if (!fs::is_directory(fs::path(dir) / which)) {
       std::string known;
       for (const auto& [tag, m] : list_checkpoints(dir)) known += (known.empty() ? "" : ", ") + tag;

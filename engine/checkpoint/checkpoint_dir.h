@@ -19,7 +19,8 @@
 namespace zerod {
 
 // Tags are [A-Za-z0-9._-]{1,128}, not "latest", not ending in ".tmp"/".old", not starting with
-// '.'; InputError otherwise (they become directory names: no way out of the checkpoint dir).
+// '.'; InputError otherwise (they become directory names: no way out of the checkpoint dir),
+// quoting at most a prefix and the length of a long one (config::clip_input).
 void validate_tag(const std::string& tag);
 std::string default_tag(int64_t global_step);  // "global_step<N>"
 
@@ -34,7 +35,9 @@ void commit_save(const std::string& dir, const Manifest& manifest);
 // names) and stale TAG.tmp directories. Returns the tags removed.
 std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_last);
 
-// The tag `latest` names (nullopt when there is no `latest` file).
+// The tag `latest` names (nullopt when there is no `latest` file). A `latest` that is not a valid
+// tag (a path out of the directory: "../other/global_step5", "/abs/dir") is ignored with a
+// warning: nullopt, and find_checkpoint("latest") takes the newest complete checkpoint.
 std::optional<std::string> read_latest(const std::string& dir);
 
 // Checks every file of the manifest: present, the recorded size, the recorded CRC32C.

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/config/input_limits.h"
 
 namespace zerod {
 
@@ -226,6 +227,8 @@ std::vector<std::string> hf_weight_files(const std::string& path) {
     std::ifstream in(index, std::ios::binary);
     std::ostringstream buf;
     buf << in.rdbuf();
+    if (std::string deep = config::json_depth_problem(buf.str()); !deep.empty())
+      ZD_THROW_INPUT("{}: {}", index.string(), deep);
     const nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
         !j["weight_map"].is_object()) {
@@ -269,7 +272,9 @@ void import_hf_model(const std::string& path, const ParamLayout& layout,
   for (const auto& r : readers) {
     auto it = r->metadata().find(kHfZerodMetadataKey);
     if (it == r->metadata().end()) continue;
-    nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+    nlohmann::json j = config::json_depth_problem(it->second).empty()
+                           ? nlohmann::json::parse(it->second, nullptr, false)
+                           : nlohmann::json(nlohmann::json::value_t::discarded);
     if (j.is_discarded() || !j.is_object())
       ZD_THROW_INPUT("{}: metadata '{}' is not a JSON object", r->path(), kHfZerodMetadataKey);
     if (j.contains("n_head") &&

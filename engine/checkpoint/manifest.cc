@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/config/input_limits.h"
 
 namespace zerod {
 
@@ -67,7 +68,8 @@ T field(const json& j, const char* key, const std::string& where, const std::str
   try {
     return it->get<T>();
   } catch (const json::exception&) {
-    ZD_THROW_INPUT("{}: {}{} has the wrong type ({})", where, path, key, it->dump());
+    ZD_THROW_INPUT("{}: {}{} has the wrong type ({})", where, path, key,
+                   config::clip_input(it->dump()));
   }
 }
 }  // namespace
@@ -159,8 +161,12 @@ Manifest read_manifest(const std::string& dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   json j;
+  const std::string text = ss.str();
+  if (std::string deep = config::json_depth_problem(text); !deep.empty()) {
+    ZD_THROW_INPUT("{}: {}", path, deep);  // before a tree is built: it recurses per level
+  }
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::exception& e) {
     ZD_THROW_INPUT("{}: not valid JSON ({})", path, e.what());
   }

@@ -14,6 +14,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "engine/config/input_limits.h"
 
 namespace zerod {
 
@@ -348,6 +349,8 @@ SafetensorsReader::~SafetensorsReader() {
 
 void SafetensorsReader::parse_header(const std::string& text) {
   nlohmann::json header;
+  if (std::string deep = config::json_depth_problem(text); !deep.empty())
+    ZD_THROW_INPUT("{}: the header is not valid: {}", path_, deep);
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

@@ -255,12 +255,27 @@ struct TrainConfig {
 };
 
 // ---- the whole job ----------------------------------------------------------------------------
+// "parallelism": how the world's ranks split the model besides data parallelism (DESIGN.md
+// section 8). The data-parallel size is world / (tensor x context), derived with the world size;
+// DeepSpeed's tensor_parallel.autotp_size and sequence_parallel_size are aliases of tensor and
+// context (Ulysses).
+struct ParallelismConfig {
+  int tensor = 1;
+  bool sequence_parallel = false;  // Megatron SP in the tensor group
+  int context = 1;
+  std::string context_impl = "ulysses";  // ulysses | ring
+
+  bool operator==(const ParallelismConfig&) const = default;
+};
+
 struct JobConfig {
-  // batch triangle (after resolve(): all three set and consistent)
+  // batch triangle (after resolve(): all three set and consistent), over the data-parallel size
   std::optional<int64_t> train_batch_size;
   std::optional<int64_t> train_micro_batch_size_per_gpu;
   std::optional<int64_t> gradient_accumulation_steps;
-  int world_size = 1;  // the world size the triangle was resolved for
+  int world_size = 1;          // the world size the triangle was resolved for
+  int data_parallel_size = 1;  // world_size / (tensor x context), derived with it
+  ParallelismConfig parallelism;
 
   int64_t steps_per_print = 10;  // DeepSpeed's documented default; 0 (or null in the file): never
   bool wall_clock_breakdown = false;

@@ -8,21 +8,29 @@
 
 namespace zerod::config {
 
+namespace {
+constexpr size_t kMaxPathBytes = 4 * kMaxQuotedBytes;
+}  // namespace
+
 void Problems::error(std::string_view path, std::string_view message) {
-  errors.push_back(path.empty() ? std::string(message) : fmt::format("{}: {}", path, message));
+  errors.push_back(path.empty() ? std::string(message)
+                                : fmt::format("{}: {}", clip_input(path, kMaxPathBytes), message));
 }
 
 void Problems::warn(std::string_view path, std::string_view message) {
-  warnings.push_back(path.empty() ? std::string(message) : fmt::format("{}: {}", path, message));
+  warnings.push_back(path.empty()
+                         ? std::string(message)
+                         : fmt::format("{}: {}", clip_input(path, kMaxPathBytes), message));
 }
 
 std::string join_path(std::string_view parent, std::string_view key) {
-  if (parent.empty()) return std::string(key);
-  return fmt::format("{}.{}", parent, key);
+  if (parent.empty()) return clip_input(key);
+  return fmt::format("{}.{}", parent, clip_input(key));
 }
 
 std::string show(const Json& v) {
-  return v.dump();
+  // The parsers bound the depth (input_limits.h), so dump() recursion is bounded too.
+  return clip_input(v.dump());
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -74,6 +82,9 @@ std::string closest_match(std::string_view key, const std::vector<std::string>& 
   std::string best;
   size_t best_d = limit + 1;
   for (const std::string& c : candidates) {
+    // A key more than twice as long as c is at least len(key) - len(c) edits away (the
+    // "piece left out" rule needs half of it): skip the quadratic distance of a huge key.
+    if (c.size() * 2 < key.size() && key.size() - c.size() > limit) continue;
     const size_t d = typo_distance(key, c);
     if (d < best_d) {
       best_d = d;

@@ -18,11 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/config/input_limits.h"  // json_depth_ok, clip_input: bounds on user input
+
 namespace zerod::config {
 
 using Json = nlohmann::json;
 
-// Errors and warnings found while reading a job file, each "path: message".
+// Errors and warnings found while reading a job file, each "path: message" (a path longer than
+// 4 x kMaxQuotedBytes is clipped: it holds keys of the file).
 struct Problems {
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
@@ -31,10 +34,11 @@ struct Problems {
   void warn(std::string_view path, std::string_view message);
 };
 
-// "a.b" + "c" -> "a.b.c"; "" + "c" -> "c".
+// "a.b" + "c" -> "a.b.c"; "" + "c" -> "c". For messages: a long key is clipped (clip_input).
 std::string join_path(std::string_view parent, std::string_view key);
 
-// A JSON value as it appears in messages: compact, strings quoted.
+// A JSON value as it appears in messages: compact, strings quoted; a long one clipped to a
+// prefix and its length (clip_input).
 std::string show(const Json& v);
 
 // Levenshtein distance (insert, delete, substitute: cost 1 each).

@@ -196,6 +196,7 @@ std::optional<Json> read_hf_config(const std::string& dir, const std::string& pa
   }
   std::ostringstream buf;
   buf << in.rdbuf();
+  if (!json_depth_ok(buf.str(), file, p)) return std::nullopt;
   Json j = Json::parse(buf.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
   if (j.is_discarded()) {
     p.error(file, "not valid JSON");

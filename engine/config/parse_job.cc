@@ -34,9 +34,25 @@ std::string position_of(std::string_view text, size_t byte) {
   return fmt::format("line {}, column {}", line, column);
 }
 
+// nlohmann's syntax error, its "last read: '...'" token (which can be the whole of a long string)
+// cut to a prefix and its length.
+std::string clip_parse_error(std::string detail) {
+  const std::string kLastRead = "last read: '";
+  const size_t at = detail.find(kLastRead);
+  if (at != std::string::npos) {
+    const size_t start = at + kLastRead.size();
+    std::string token = detail.substr(start);
+    if (!token.empty() && token.back() == '\'') token.pop_back();
+    detail = detail.substr(0, start) + config::clip_input(token, 64) + "'";
+  }
+  return config::clip_input(detail, 4 * config::kMaxQuotedBytes);
+}
+
 // Parses JSON allowing // and /* */ comments. Duplicate keys are problems (DeepSpeed rejects them
-// too); a syntax error throws ConfigError at once.
+// too); a syntax error, or nesting deeper than config::kMaxJsonDepth, throws ConfigError at once
+// (the depth before any tree is built: building, printing or destroying one recurses per level).
 Json parse_json(std::string_view text, const std::string& source, Problems& problems) {
+  config::check_json_depth(text, source);
   struct Frame {
     bool is_object;
     std::string key;
@@ -82,6 +98,7 @@ Json parse_json(std::string_view text, const std::string& source, Problems& prob
     // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> after "] ".
     const size_t bracket = detail.find("] ");
     if (bracket != std::string::npos) detail = detail.substr(bracket + 2);
+    detail = clip_parse_error(std::move(detail));
     if (detail.find("line ") == std::string::npos) {
       detail = fmt::format("{} (at {})", detail, position_of(text, e.byte));
     }
@@ -90,10 +107,12 @@ Json parse_json(std::string_view text, const std::string& source, Problems& prob
 }
 
 void read_top_level_scalars(ObjectReader& top, JobConfig& cfg) {
-  const config::IntRange positive = config::at_least(1);
-  top.read_opt_int("train_batch_size", cfg.train_batch_size, positive);
-  top.read_opt_int("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu, positive);
-  top.read_opt_int("gradient_accumulation_steps", cfg.gradient_accumulation_steps, positive);
+  // The batch sizes must fit the engine's int (the micro-batch sizes buffers and kernels): a
+  // micro-batch of 2^40 would otherwise train as a cast's 0.
+  const config::IntRange batch = config::int_between(1, config::kMaxBatchSize);
+  top.read_opt_int("train_batch_size", cfg.train_batch_size, batch);
+  top.read_opt_int("train_micro_batch_size_per_gpu", cfg.train_micro_batch_size_per_gpu, batch);
+  top.read_opt_int("gradient_accumulation_steps", cfg.gradient_accumulation_steps, batch);
   std::optional<int64_t> steps_per_print;
   if (top.read_opt_int("steps_per_print", steps_per_print, config::at_least(0))) {
     cfg.steps_per_print = steps_per_print.value_or(0);  // null: never (DeepSpeed's None)
@@ -128,6 +147,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name) 
   config::read_zero(top, cfg);
   config::read_aio(top, cfg);
   config::read_runtime_sections(top, cfg);
+  config::read_parallelism(top, cfg);
   config::read_model(top, cfg);
   config::read_data(top, cfg);
   config::read_train(top, cfg);
@@ -135,6 +155,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name) 
 
   config::validate_job(cfg, problems);
   config::derive_values(cfg);
+  config::validate_derived(cfg, problems);
   config::read_resolved(top, cfg);
   top.finish();
 

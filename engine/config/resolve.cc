@@ -1,7 +1,10 @@
 // resolve_job: DeepSpeed's batch triangle (DeepSpeedConfig._set_batch_related_parameters and
 // _batch_assertion) for a world size, then every derived value.
 //
-//   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size
+//   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp
+//
+// over the data-parallel size dp = world_size / (parallelism.tensor x parallelism.context)
+// (the world size when neither splits the model).
 //
 // Two of the three derive the third by integer division in DeepSpeed's order; one alone derives
 // the rest with gradient_accumulation_steps = 1. The result must then hold exactly.
@@ -19,54 +22,55 @@ constexpr const char* kMicro = "train_micro_batch_size_per_gpu";
 constexpr const char* kAccum = "gradient_accumulation_steps";
 
 // Derives the missing sides; returns how, for messages ("" when nothing was derived).
-std::string derive_triangle(JobConfig& cfg, int ws, std::vector<std::string>& problems) {
+std::string derive_triangle(JobConfig& cfg, int ws, const char* wsn,
+                            std::vector<std::string>& problems) {
   std::optional<int64_t>& tb = cfg.train_batch_size;
   std::optional<int64_t>& mb = cfg.train_micro_batch_size_per_gpu;
   std::optional<int64_t>& ga = cfg.gradient_accumulation_steps;
   if (tb && mb && ga) return "";
   if (tb && mb) {
     ga = *tb / *mb / ws;
-    return fmt::format("{} derived as {} {} // {} {} // world size {} = {}", kAccum, kTrain, *tb,
-                       kMicro, *mb, ws, *ga);
+    return fmt::format("{} derived as {} {} // {} {} // {} {} = {}", kAccum, kTrain, *tb, kMicro,
+                       *mb, wsn, ws, *ga);
   }
   if (tb && ga) {
     mb = *tb / ws / *ga;
-    return fmt::format("{} derived as {} {} // world size {} // {} {} = {}", kMicro, kTrain, *tb,
-                       ws, kAccum, *ga, *mb);
+    return fmt::format("{} derived as {} {} // {} {} // {} {} = {}", kMicro, kTrain, *tb, wsn, ws,
+                       kAccum, *ga, *mb);
   }
   if (mb && ga) {
     int64_t product = 0;
     if (__builtin_mul_overflow(*mb, *ga, &product) ||
         __builtin_mul_overflow(product, static_cast<int64_t>(ws), &product)) {
       problems.push_back(
-          fmt::format("{} {} x {} {} x world size {} is too large", kMicro, *mb, kAccum, *ga, ws));
+          fmt::format("{} {} x {} {} x {} {} is too large", kMicro, *mb, kAccum, *ga, wsn, ws));
       return "";
     }
     tb = product;
-    return fmt::format("{} derived as {} x {} x world size = {}", kTrain, kMicro, kAccum, *tb);
+    return fmt::format("{} derived as {} x {} x {} = {}", kTrain, kMicro, kAccum, wsn, *tb);
   }
   if (tb) {
     ga = 1;
     mb = *tb / ws;
-    return fmt::format("{} derived as {} {} // world size {} = {} with {} 1", kMicro, kTrain, *tb,
-                       ws, *mb, kAccum);
+    return fmt::format("{} derived as {} {} // {} {} = {} with {} 1", kMicro, kTrain, *tb, wsn, ws,
+                       *mb, kAccum);
   }
   if (mb) {
     int64_t product = 0;
     if (__builtin_mul_overflow(*mb, static_cast<int64_t>(ws), &product)) {
-      problems.push_back(fmt::format("{} {} x world size {} is too large", kMicro, *mb, ws));
+      problems.push_back(fmt::format("{} {} x {} {} is too large", kMicro, *mb, wsn, ws));
       return "";
     }
     tb = product;
     ga = 1;
-    return fmt::format("{} derived as {} x world size = {} with {} 1", kTrain, kMicro, *tb, kAccum);
+    return fmt::format("{} derived as {} x {} = {} with {} 1", kTrain, kMicro, wsn, *tb, kAccum);
   }
   problems.push_back(fmt::format("{} or {} is required (with {} they set the global batch)", kTrain,
                                  kMicro, kAccum));
   return "";
 }
 
-void check_triangle(const JobConfig& cfg, int ws, const std::string& how,
+void check_triangle(const JobConfig& cfg, int ws, const char* wsn, const std::string& how,
                     std::vector<std::string>& problems) {
   const std::string note = how.empty() ? "" : fmt::format(" ({})", how);
   const int64_t tb = *cfg.train_batch_size;
@@ -79,10 +83,15 @@ void check_triangle(const JobConfig& cfg, int ws, const std::string& how,
       return;
     }
   }
+  if (tb > config::kMaxBatchSize) {
+    problems.push_back(fmt::format("{} {} is too large (at most {} sequences per step){}", kTrain,
+                                   tb, config::kMaxBatchSize, note));
+    return;
+  }
   __int128 product = static_cast<__int128>(mb) * ga * ws;
   if (product != tb) {
-    problems.push_back(fmt::format("{} {} != {} {} x {} {} x world size {}{}", kTrain, tb, kMicro,
-                                   mb, kAccum, ga, ws, note));
+    problems.push_back(fmt::format("{} {} != {} {} x {} {} x {} {}{}", kTrain, tb, kMicro, mb,
+                                   kAccum, ga, wsn, ws, note));
   }
 }
 
@@ -95,8 +104,19 @@ void resolve_job(JobConfig& cfg, int world_size) {
   std::vector<std::string> problems;
   JobConfig out = cfg;  // cfg is left untouched when resolving fails
   out.world_size = world_size;
-  const std::string how = derive_triangle(out, world_size, problems);
-  if (problems.empty()) check_triangle(out, world_size, how, problems);
+  // The batch triangle holds over the data-parallel ranks (DeepSpeed's dp world size).
+  const int model_ranks = out.parallelism.tensor * out.parallelism.context;
+  if (world_size % model_ranks != 0) {
+    problems.push_back(fmt::format(
+        "world size {} is not divisible by parallelism.tensor {} x parallelism.context {} = {}",
+        world_size, out.parallelism.tensor, out.parallelism.context, model_ranks));
+    throw ConfigError(std::move(problems), cfg.source);
+  }
+  out.data_parallel_size = world_size / model_ranks;
+  const int dp = out.data_parallel_size;
+  const char* dp_name = model_ranks == 1 ? "world size" : "data-parallel size";
+  const std::string how = derive_triangle(out, dp, dp_name, problems);
+  if (problems.empty()) check_triangle(out, dp, dp_name, how, problems);
   if (!problems.empty()) throw ConfigError(std::move(problems), cfg.source);
   config::derive_values(out);
   cfg = std::move(out);

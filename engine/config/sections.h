@@ -32,11 +32,24 @@ void read_train(ObjectReader& top, JobConfig& cfg);
 // derive_values(): world_size is taken, every other value must match what was derived.
 void read_resolved(ObjectReader& top, JobConfig& cfg);
 
+// parallelism, tensor_parallel (DeepSpeed's alias), sequence_parallel_size
+// (parallelism_section.cc); validate_parallelism: its rules against the model.
+void read_parallelism(ObjectReader& top, JobConfig& cfg);
+void validate_parallelism(const JobConfig& cfg, Problems& problems);
+
 // Cross-field rules that need no world size (validate.cc).
 void validate_job(const JobConfig& cfg, Problems& problems);
 // The derived values that need no world size (validate.cc).
 void derive_values(JobConfig& cfg);
-int padded_vocab_size(int vocab_size);
+// vocab_size rounded up to a multiple of 128 x tensor (Megatron's padding for tensor
+// parallelism: every tensor rank holds an equal, 128-aligned slice).
+int padded_vocab_size(int vocab_size, int tensor = 1);
+// The rules that need the derived values (validate.cc): parallelism against the model.
+void validate_derived(const JobConfig& cfg, Problems& problems);
+// The groups of global ranks along each mesh axis for the resolved world (to_json.cc):
+// {"tensor": [[0, 1], ...], "context": ..., "data": ..., "zero": (data x context)}; null when
+// the config is not resolved for its parallelism.
+Json rank_layout_json(const JobConfig& cfg);
 
 // Canonical spellings shared by the readers and job_to_json.
 const char* scheduler_type_name(SchedulerType t);

@@ -15,6 +15,19 @@ struct NotBuiltYet {
 };
 
 const NotBuiltYet kNotBuiltYet[] = {
+    {[](const JobConfig& c) { return c.parallelism.tensor > 1; },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "parallelism.tensor: {}: tensor parallelism is not implemented yet in zerod (the "
+           "mesh and its rank layout are; data parallelism with ZeRO is what runs today)",
+           c.parallelism.tensor);
+     }},
+    {[](const JobConfig& c) { return c.parallelism.context > 1; },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "parallelism.context: {}: context parallelism ({}) is not implemented yet in zerod",
+           c.parallelism.context, c.parallelism.context_impl);
+     }},
     {[](const JobConfig& c) { return c.aio.use_gds; },
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");

@@ -1,6 +1,7 @@
 // job_to_json: every field of a JobConfig in the job file's own format, so `zerod check` shows
 // each default and derived value and its output parses back to the same config. Derived values
 // that are not keys of any section are printed under "resolved".
+#include "comm/mesh.h"
 #include "engine/config/parse.h"
 #include "engine/config/sections.h"
 
@@ -119,6 +120,19 @@ Json monitor_json(const MonitorConfig& m) {
 const char* train_device_name(TrainDevice d) {
   return d == TrainDevice::kCuda ? "cuda" : "cpu";
 }
+
+namespace config {
+Json rank_layout_json(const JobConfig& cfg) {
+  const ParallelismConfig& p = cfg.parallelism;
+  if (int64_t{cfg.data_parallel_size} * p.tensor * p.context != cfg.world_size) return nullptr;
+  const Mesh mesh(MeshShape{
+      .pipeline = 1, .data = cfg.data_parallel_size, .context = p.context, .tensor = p.tensor});
+  return {{"tensor", mesh.groups({MeshAxis::kTensor})},
+          {"context", mesh.groups({MeshAxis::kContext})},
+          {"data", mesh.groups({MeshAxis::kData})},
+          {"zero", mesh.groups({MeshAxis::kData, MeshAxis::kContext})}};
+}
+}  // namespace config
 
 namespace {
 // GPT-2 with zerod's keys, the Llama family with Hugging Face config.json names.
@@ -249,11 +263,18 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"peak_flops", t.peak_flops},
         {"collective_timeout", t.collective_timeout},
         {"rendezvous_timeout", t.rendezvous_timeout}}},
+      {"parallelism",
+       {{"tensor", cfg.parallelism.tensor},
+        {"sequence_parallel", cfg.parallelism.sequence_parallel},
+        {"context", cfg.parallelism.context},
+        {"context_impl", cfg.parallelism.context_impl}}},
       {"resolved",
        {{"world_size", cfg.world_size},
         {"compute_dtype", std::string(dtype_name(cfg.compute_dtype()))},
         {"padded_vocab_size", m.padded_vocab_size},
-        {"overlap_comm", cfg.zero.overlap_comm_resolved}}},
+        {"overlap_comm", cfg.zero.overlap_comm_resolved},
+        {"data_parallel_size", cfg.data_parallel_size},
+        {"layout", config::rank_layout_json(cfg)}}},
   };
   return j;
 }

@@ -33,7 +33,6 @@ const Feature kSections[] = {
     {"nebula", "Nebula checkpointing"},
     {"hybrid_engine", "the hybrid (RLHF) engine"},
     {"weight_quantization", "weight quantization"},
-    {"tensor_parallel", "tensor parallelism"},
     {"timers", "DeepSpeed's throughput timers"},
 };
 

@@ -146,13 +146,17 @@ void validate_job(const JobConfig& cfg, Problems& problems) {
   validate_zerod_sections(cfg, problems);
 }
 
-int padded_vocab_size(int vocab_size) {
-  constexpr int kAlign = 128;
-  return (vocab_size + kAlign - 1) / kAlign * kAlign;
+void validate_derived(const JobConfig& cfg, Problems& problems) {
+  validate_parallelism(cfg, problems);
+}
+
+int padded_vocab_size(int vocab_size, int tensor) {
+  const int64_t align = int64_t{128} * std::max(tensor, 1);  // Megatron: 128 x tensor ranks
+  return static_cast<int>((vocab_size + align - 1) / align * align);
 }
 
 void derive_values(JobConfig& cfg) {
-  cfg.model.padded_vocab_size = padded_vocab_size(cfg.model.vocab_size);
+  cfg.model.padded_vocab_size = padded_vocab_size(cfg.model.vocab_size, cfg.parallelism.tensor);
   // DeepSpeedZeroConfig.overlap_comm_valid: unset means true at stage 3, false otherwise.
   cfg.zero.overlap_comm_resolved = cfg.zero.overlap_comm.value_or(cfg.zero.stage == 3);
 }

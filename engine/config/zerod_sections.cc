@@ -91,6 +91,19 @@ void read_resolved(ObjectReader& top, JobConfig& cfg) {
   expect("compute_dtype", std::string(dtype_name(cfg.compute_dtype())));
   expect("padded_vocab_size", cfg.model.padded_vocab_size);
   expect("overlap_comm", cfg.zero.overlap_comm_resolved);
+  const int model_ranks = cfg.parallelism.tensor * cfg.parallelism.context;
+  if (cfg.world_size % model_ranks == 0) {
+    cfg.data_parallel_size = cfg.world_size / model_ranks;
+    expect("data_parallel_size", cfg.data_parallel_size);
+    expect("layout", rank_layout_json(cfg));
+  } else {
+    r.find("data_parallel_size");
+    r.find("layout");
+    problems.error("resolved.world_size",
+                   fmt::format("{} is not divisible by parallelism.tensor {} x "
+                               "parallelism.context {}",
+                               cfg.world_size, cfg.parallelism.tensor, cfg.parallelism.context));
+  }
   r.finish();
 }
 

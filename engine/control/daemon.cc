@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/config/input_limits.h"
 #include "engine/config/parse.h"
 #include "engine/train/run_job.h"
 
@@ -58,7 +59,8 @@ std::string Daemon::submit(const std::string& job_text, const std::string& name,
         fmt::format("this daemon is node {} of {}: submit jobs to the master daemon at {}",
                     opt_.spec.node_rank, opt_.spec.nnodes, opt_.master_control));
   }
-  ParsedJob job = parse_job_text(job_text, name.empty() ? "submitted job" : name);
+  ParsedJob job =
+      parse_job_text(job_text, name.empty() ? "submitted job" : config::clip_input(name));
   resolve_job(job.config, opt_.spec.world_size());
   check_supported(job.config);
   for (const auto& w : job.warnings) spdlog::warn("{}: {}", job.config.source, w);

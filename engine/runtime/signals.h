@@ -1,14 +1,17 @@
 // Preemption (DESIGN.md section 5): SIGTERM and SIGUSR1 ask the job to checkpoint at the next
 // step boundary and exit cleanly; the ranks agree on the request through an all-reduce so
 // every rank stops at the same step. A second SIGTERM exits the process at once (status 143).
+// zerod train and the daemon treat SIGINT (Ctrl-C) as SIGTERM: the first saves and stops, a
+// second exits at once (status 130). The first stop signal says so on stderr.
 #pragma once
 
 namespace zerod {
 
-// Installs the handlers (idempotent). SIGINT is left alone (Ctrl-C stops at once) unless
-// `sigint` (the daemon: SIGINT checkpoints and stops like SIGTERM; a second one exits at once).
+// Installs the handlers (idempotent). SIGINT is left alone (Ctrl-C stops at once: zerod check,
+// eval, generate) unless `sigint` (zerod train, the daemon: SIGINT checkpoints and stops like
+// SIGTERM; a second one exits at once).
 void install_stop_signals(bool sigint = false);
-// True once SIGTERM or SIGUSR1 arrived (or request_stop was called).
+// True once SIGTERM, SIGUSR1 or a handled SIGINT arrived (or request_stop was called).
 bool stop_requested();
 // The signal that asked (0: none, or a programmatic request).
 int stop_signal();

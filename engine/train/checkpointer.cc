@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/config/input_limits.h"
 #include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 
@@ -346,7 +347,7 @@ std::optional<TrainingProgress> Checkpointer::load(const std::string& which) {
           chosen = f.tag;
         }
       } catch (const Error& e) {
-        err = fmt::format("--resume {}: {}", which, e.what());
+        err = fmt::format("--resume {}: {}", config::clip_input(which), e.what());
       }
     }
     if (ctx_.world_size > 1) {
@@ -358,7 +359,9 @@ std::optional<TrainingProgress> Checkpointer::load(const std::string& which) {
     std::string why;
     std::optional<TrainingProgress> p = load_tag(chosen, &why);
     if (p) return p;
-    if (which != "latest" && which != "auto") ZD_THROW_INPUT("--resume {}: {}", which, why);
+    if (which != "latest" && which != "auto") {
+      ZD_THROW_INPUT("--resume {}: {}", config::clip_input(which), why);
+    }
     if (ctx_.rank == 0) spdlog::warn("checkpoint {} is corrupt: {}", chosen, why);
     corrupt.push_back(chosen);
   }

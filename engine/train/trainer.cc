@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/hf_model.h"
+#include "engine/config/input_limits.h"
 #include "engine/config/model_spec.h"
 #include "engine/data/eval_loader.h"
 #include "engine/data/loader.h"
@@ -309,7 +310,8 @@ TrainingProgress Trainer::progress() const {
 }
 
 void Trainer::resume(const std::string& which) {
-  ZD_CHECK_INPUT(ckpt_ != nullptr, "--resume {}: the job has no train.checkpoint_dir", which);
+  ZD_CHECK_INPUT(ckpt_ != nullptr, "--resume {}: the job has no train.checkpoint_dir",
+                 config::clip_input(which));
   const std::optional<TrainingProgress> loaded = ckpt_->load(which);
   if (!loaded) return;  // "auto" and nothing saved yet
   const TrainingProgress& p = *loaded;
@@ -382,6 +384,13 @@ TrainResult Trainer::run() {
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;
+  if (global_step_ >= steps && leader()) {
+    // A resume at or past the end: nothing runs, which must not look like a run that worked.
+    spdlog::warn(
+        "nothing to train: resumed at step {} and train.steps is {}. To continue, raise "
+        "train.steps (zerod train: --steps N with N > {})",
+        global_step_, steps, global_step_);
+  }
   const int64_t print_every = std::max<int64_t>(1, cfg_.steps_per_print);
   int64_t saved_at = -1;
   auto save = [&]() {

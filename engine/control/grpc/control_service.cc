@@ -2,12 +2,31 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string_view>
+
 #include "engine/config/config_error.h"
 #include "engine/runtime/grpc/auth.h"
 
 namespace zerod {
 
 namespace {
+
+// A status message travels in the trailing metadata (percent-encoded: up to 3 bytes a byte),
+// which clients refuse past 8 KiB, reporting RESOURCE_EXHAUSTED instead of the real code: a long
+// one (a job with thousands of problems) is cut at a line, saying how much was left out.
+std::string status_message(std::string_view m) {
+  constexpr size_t kMax = 2048;
+  if (m.size() <= kMax) return std::string(m);
+  size_t cut = m.rfind('\n', kMax);
+  if (cut == std::string_view::npos || cut == 0) {
+    cut = kMax;
+    while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;
+  }
+  const size_t lines = static_cast<size_t>(std::count(m.begin() + cut, m.end(), '\n'));
+  return fmt::format("{}\n... ({} more line{}, {} bytes in all)", m.substr(0, cut),
+                     lines == 0 ? 1 : lines, lines > 1 ? "s" : "", m.size());
+}
 
 // Checks the token, then runs f, turning zerod errors into status codes.
 template <class F>
@@ -17,16 +36,18 @@ grpc::Status guarded(const grpc::ServerContext* ctx, const std::string& token, F
     f();
     return grpc::Status::OK;
   } catch (const ConfigError& e) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    return {grpc::StatusCode::INVALID_ARGUMENT, status_message(e.what())};
   } catch (const PreconditionError& e) {
-    return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+    return {grpc::StatusCode::FAILED_PRECONDITION, status_message(e.what())};
   } catch (const InputError& e) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, e.what()};
+    return {grpc::StatusCode::INVALID_ARGUMENT, status_message(e.what())};
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::kPeerLost) return {grpc::StatusCode::DEADLINE_EXCEEDED, e.what()};
-    return {grpc::StatusCode::INTERNAL, e.what()};
+    if (e.kind() == ErrorKind::kPeerLost) {
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, status_message(e.what())};
+    }
+    return {grpc::StatusCode::INTERNAL, status_message(e.what())};
   } catch (const std::exception& e) {
-    return {grpc::StatusCode::INTERNAL, e.what()};
+    return {grpc::StatusCode::INTERNAL, status_message(e.what())};
   }
 }
 

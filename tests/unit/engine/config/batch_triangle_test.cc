@@ -109,11 +109,12 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(BatchTriangleParse, ZeroAndNegativeSizesInAFileAreRangeErrors) {
   using testing_config::job_with;
   using testing_config::problems_of;
-  EXPECT_EQ(problems_of(job_with({{"train_batch_size", 0}})),
-            std::vector<std::string>{"train_batch_size: 0 is out of range (allowed: >= 1)"});
   EXPECT_EQ(
-      problems_of(job_with({{"gradient_accumulation_steps", -2}})),
-      std::vector<std::string>{"gradient_accumulation_steps: -2 is out of range (allowed: >= 1)"});
+      problems_of(job_with({{"train_batch_size", 0}})),
+      std::vector<std::string>{"train_batch_size: 0 is out of range (allowed: 1 to 2147483647)"});
+  EXPECT_EQ(problems_of(job_with({{"gradient_accumulation_steps", -2}})),
+            std::vector<std::string>{
+                "gradient_accumulation_steps: -2 is out of range (allowed: 1 to 2147483647)"});
 }
 
 TEST(BatchTriangleParse, FileValuesFlowIntoTheTriangle) {

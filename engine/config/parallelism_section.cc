@@ -1,0 +1,103 @@
+// The "parallelism" section and DeepSpeed's aliases for it (tensor_parallel.autotp_size,
+// sequence_parallel_size), and the rules that tie it to the model: tensor parallelism splits
+// heads (GQA: key/value head groups) and the MLP width, Ulysses context parallelism splits
+// heads, and the vocabulary is padded to a multiple of 128 x tensor as Megatron does.
+#include <fmt/format.h>
+
+#include "engine/config/sections.h"
+
+namespace zerod::config {
+
+void read_parallelism(ObjectReader& top, JobConfig& cfg) {
+  ParallelismConfig& p = cfg.parallelism;
+  Problems& problems = top.problems();
+  if (const Json* obj = top.read_object("parallelism")) {
+    ObjectReader r(*obj, "parallelism", problems);
+    r.read_int("tensor", p.tensor, int_between(1, 1 << 16));
+    r.read_bool("sequence_parallel", p.sequence_parallel);
+    r.read_int("context", p.context, int_between(1, 1 << 16));
+    size_t idx = 0;
+    const std::vector<std::string> impls = {"ulysses", "ring"};
+    if (r.read_choice("context_impl", idx, impls, false)) p.context_impl = impls[idx];
+    r.finish();
+  }
+  const bool has_tensor = top.has("parallelism") && top.find("parallelism")->is_object() &&
+                          top.find("parallelism")->contains("tensor");
+  const bool has_context = top.has("parallelism") && top.find("parallelism")->is_object() &&
+                           top.find("parallelism")->contains("context");
+  // DeepSpeed: "tensor_parallel": {"autotp_size": T}.
+  if (const Json* tp = top.read_object("tensor_parallel")) {
+    ObjectReader r(*tp, "tensor_parallel", problems);
+    int autotp = 0;
+    if (r.read_int("autotp_size", autotp, int_between(1, 1 << 16))) {
+      if (has_tensor && autotp != p.tensor) {
+        problems.error("tensor_parallel.autotp_size",
+                       fmt::format("{} conflicts with parallelism.tensor {}", autotp, p.tensor));
+      } else {
+        p.tensor = autotp;
+      }
+    }
+    r.finish();
+  }
+  // DeepSpeed: "sequence_parallel_size": C (Ulysses).
+  int sp = 0;
+  if (top.read_int("sequence_parallel_size", sp, int_between(1, 1 << 16))) {
+    if (has_context && sp != p.context) {
+      problems.error("sequence_parallel_size",
+                     fmt::format("{} conflicts with parallelism.context {}", sp, p.context));
+    } else {
+      p.context = sp;
+      p.context_impl = "ulysses";
+    }
+  }
+}
+
+void validate_parallelism(const JobConfig& cfg, Problems& p) {
+  const ParallelismConfig& par = cfg.parallelism;
+  const ModelConfig& m = cfg.model;
+  const int T = par.tensor, C = par.context;
+  const int heads = m.n_head;
+  const int kv = m.llama_family() && m.n_kv_head > 0 ? m.n_kv_head : heads;
+  const int ffn = m.llama_family() ? m.intermediate_size : 4 * m.n_embd;
+  const char* heads_key = m.llama_family() ? "model.num_attention_heads" : "model.n_head";
+  if (T > 1) {
+    if (heads % T != 0) {
+      p.error("parallelism.tensor",
+              fmt::format("{} does not divide the {} attention heads ({})", T, heads, heads_key));
+    }
+    if (m.llama_family() && kv != heads && kv % T != 0) {
+      p.error("parallelism.tensor",
+              fmt::format("{} does not divide the {} key/value heads "
+                          "(model.num_key_value_heads; each rank holds whole KV head groups)",
+                          T, kv));
+    }
+    if (ffn > 0 && ffn % T != 0) {
+      p.error("parallelism.tensor",
+              fmt::format("{} does not divide the MLP width {} ({})", T, ffn,
+                          m.llama_family() ? "model.intermediate_size" : "4 x model.n_embd"));
+    }
+    if (cfg.model.padded_vocab_size != (m.vocab_size + 127) / 128 * 128) {
+      p.warn("model.vocab_size",
+             fmt::format("{} padded to {} rows (a multiple of 128 x parallelism.tensor {}, as "
+                         "Megatron pads it), so every tensor rank holds an equal slice",
+                         m.vocab_size, cfg.model.padded_vocab_size, T));
+    }
+  } else if (par.sequence_parallel) {
+    p.warn("parallelism.sequence_parallel", "true has no effect with parallelism.tensor 1");
+  }
+  if (C > 1 && par.context_impl == "ulysses") {
+    if (heads % C != 0 || kv % C != 0) {
+      p.error("parallelism.context",
+              fmt::format("{} (ulysses) does not divide the {} attention heads{}; Ulysses moves "
+                          "whole heads between ranks (use \"context_impl\": \"ring\")",
+                          C, heads, kv != heads ? fmt::format(" and {} key/value heads", kv) : ""));
+    }
+    if (T > 1 && (heads / std::max(T, 1)) % C != 0) {
+      p.error(
+          "parallelism.context",
+          fmt::format("{} (ulysses) does not divide the {} heads per tensor rank", C, heads / T));
+    }
+  }
+}
+
+}  // namespace zerod::config

@@ -1,0 +1,140 @@
+// The parallelism section: its keys and DeepSpeed's aliases, the data-parallel size and batch
+// triangle over it, the rank layout `zerod check` prints, and the rules against the model.
+#include <gtest/gtest.h>
+
+#include "config_test_util.h"
+#include "engine/config/config_error.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+using testing_config::contains;
+using testing_config::job_with;
+using testing_config::joined;
+using testing_config::parse;
+using testing_config::problems_of;
+
+std::vector<std::string> resolve_problems(const std::string& text, int world) {
+  try {
+    ParsedJob job = parse(text);
+    resolve_job(job.config, world);
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+TEST(Parallelism, WithoutTheSectionTheWorldIsTheDataParallelGroup) {
+  ParsedJob job = parse(job_with(json::object()));
+  resolve_job(job.config, 4);
+  EXPECT_EQ(job.config.parallelism, ParallelismConfig{});
+  EXPECT_EQ(job.config.data_parallel_size, 4);
+  EXPECT_EQ(job.config.global_batch(), 8);  // micro 2 x accumulation 1 x 4
+  const json layout = job_to_json(job.config)["resolved"]["layout"];
+  EXPECT_EQ(layout["data"], json::parse("[[0, 1, 2, 3]]"));
+  EXPECT_EQ(layout["tensor"], json::parse("[[0], [1], [2], [3]]"));
+  EXPECT_EQ(job.config.model.padded_vocab_size, 50304);  // unchanged: 128-aligned
+}
+
+TEST(Parallelism, TheBatchTriangleAndLayoutUseTheDataParallelSize) {
+  ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}, {"context", 2}}}}));
+  resolve_job(job.config, 8);
+  const JobConfig& c = job.config;
+  EXPECT_EQ(c.data_parallel_size, 2);
+  EXPECT_EQ(c.global_batch(), 4);  // micro 2 x accumulation 1 x data-parallel 2
+  const json r = job_to_json(c)["resolved"];
+  EXPECT_EQ(r["data_parallel_size"], 2);
+  EXPECT_EQ(r["layout"]["tensor"], json::parse("[[0, 1], [2, 3], [4, 5], [6, 7]]"));
+  EXPECT_EQ(r["layout"]["context"], json::parse("[[0, 2], [1, 3], [4, 6], [5, 7]]"));
+  EXPECT_EQ(r["layout"]["data"], json::parse("[[0, 4], [1, 5], [2, 6], [3, 7]]"));
+  EXPECT_EQ(r["layout"]["zero"], json::parse("[[0, 2, 4, 6], [1, 3, 5, 7]]"));
+  // The resolved job reads back to the same config, and a wrong layout is caught.
+  EXPECT_EQ(parse(job_to_json(c).dump()).config, c);
+  json bad = job_to_json(c);
+  bad["resolved"]["layout"]["tensor"] = json::parse("[[0, 2]]");
+  EXPECT_TRUE(contains(problems_of(bad.dump()), "resolved.layout"));
+  // 6 ranks cannot hold tensor 2 x context 2.
+  EXPECT_TRUE(contains(
+      resolve_problems(job_with({{"parallelism", {{"tensor", 2}, {"context", 2}}}}), 6),
+      "world size 6 is not divisible by parallelism.tensor 2 x parallelism.context 2 = 4"));
+  EXPECT_TRUE(contains(
+      resolve_problems(job_with({{"train_batch_size", 6}, {"parallelism", {{"tensor", 2}}}}), 4),
+      "train_batch_size 6 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 1 "
+      "x data-parallel size 2"));
+}
+
+TEST(Parallelism, DeepSpeedAliasesAndTheirConflicts) {
+  ParsedJob a =
+      parse(job_with({{"tensor_parallel", {{"autotp_size", 2}}}, {"sequence_parallel_size", 2}}));
+  EXPECT_EQ(a.config.parallelism.tensor, 2);
+  EXPECT_EQ(a.config.parallelism.context, 2);
+  EXPECT_EQ(a.config.parallelism.context_impl, "ulysses");
+  EXPECT_TRUE(contains(problems_of(job_with({{"tensor_parallel", {{"autotp_size", 2}}},
+                                             {"parallelism", {{"tensor", 4}}}})),
+                       "tensor_parallel.autotp_size: 2 conflicts with parallelism.tensor 4"));
+  // 12 heads over tensor 4 leave 3 per rank, which Ulysses cannot split in 2.
+  EXPECT_TRUE(contains(problems_of(job_with({{"tensor_parallel", {{"autotp_size", 4}}},
+                                             {"sequence_parallel_size", 2}})),
+                       "parallelism.context: 2 (ulysses) does not divide the 3 heads per tensor "
+                       "rank"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"tensor_parallel", {{"tp_overlap", true}}}})),
+                       "tensor_parallel.tp_overlap: unknown key"));
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"parallelism", {{"context_impl", "star"}}}})),
+               "parallelism.context_impl: \"star\" is not allowed (allowed: ulysses, ring)"));
+}
+
+TEST(Parallelism, TheModelMustSplitEvenly) {
+  // GPT-2 124M: 12 heads, MLP 3072, vocabulary 50257.
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"parallelism", {{"tensor", 5}}}})),
+               "parallelism.tensor: 5 does not divide the 12 attention heads (model.n_head)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"parallelism", {{"tensor", 8}}}})),
+                       "parallelism.tensor: 8 does not divide the 12 attention heads"));
+  // The vocabulary is padded to a multiple of 128 x tensor, and the job says so.
+  ParsedJob t2 = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
+  EXPECT_EQ(t2.config.model.padded_vocab_size, 50432);
+  EXPECT_TRUE(contains(t2.warnings, "50257 padded to 50432 rows"));
+  // Llama: key/value head groups split whole.
+  const json llama = {{"type", "llama"},          {"hidden_size", 64},
+                      {"intermediate_size", 96},  {"num_hidden_layers", 2},
+                      {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+                      {"vocab_size", 256}};
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", llama}, {"parallelism", {{"tensor", 4}}}})),
+                       "parallelism.tensor: 4 does not divide the 2 key/value heads"));
+  EXPECT_TRUE(problems_of(job_with({{"model", llama}, {"parallelism", {{"tensor", 2}}}})).empty());
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", llama}, {"parallelism", {{"context", 4}}}})),
+                       "parallelism.context: 4 (ulysses) does not divide the 8 attention heads "
+                       "and 2 key/value heads"));
+  EXPECT_TRUE(problems_of(job_with({{"model", llama},
+                                    {"parallelism", {{"context", 4}, {"context_impl", "ring"}}}}))
+                  .empty());
+  json odd_ffn = llama;
+  odd_ffn["intermediate_size"] = 98;
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"model", odd_ffn}, {"parallelism", {{"tensor", 4}}}})),
+               "does not divide the MLP width 98 (model.intermediate_size)"));
+  EXPECT_TRUE(contains(parse(job_with({{"parallelism", {{"sequence_parallel", true}}}})).warnings,
+                       "parallelism.sequence_parallel: true has no effect"));
+}
+
+TEST(Parallelism, TensorAndContextAreRecognisedButNotBuiltYet) {
+  ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
+  resolve_job(job.config, 2);
+  try {
+    check_supported(job.config);
+    FAIL() << "tensor parallelism accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.problems(),
+                         "parallelism.tensor: 2: tensor parallelism is not "
+                         "implemented yet"))
+        << joined(e.problems());
+  }
+  ParsedJob plain = parse(job_with({{"parallelism", {{"tensor", 1}, {"context", 1}}}}));
+  resolve_job(plain.config, 2);
+  EXPECT_NO_THROW(check_supported(plain.config));
+}
+
+}  // namespace
+}  // namespace zerod
