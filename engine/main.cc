@@ -21,9 +21,12 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/config/parse.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/local_session.h"
@@ -232,6 +235,12 @@ int run_check(const std::string& path, int world_size) {
     std::fprintf(stderr, "zerod: warning: %s: %s\n", path.c_str(), w.c_str());
   zerod::resolve_job(job.config, world_size);
   zerod::check_supported(job.config);
+  if (!job.config.train.checkpoint_dir.empty()) {
+    // Where checkpoints would go must be writable (probed where the directory would be created;
+    // nothing is created).
+    zerod::probe_checkpoint_dir(job.config.train.checkpoint_dir, "train.checkpoint_dir",
+                                /*create=*/false, std::to_string(::getpid()));
+  }
   std::cout << zerod::job_to_json(job.config).dump(2) << std::endl;
   return 0;
 }

@@ -84,6 +84,52 @@ std::string default_tag(int64_t global_step) {
   return fmt::format("global_step{}", global_step);
 }
 
+void probe_checkpoint_dir(const std::string& dir, const std::string& key, bool create,
+                          const std::string& probe_id) {
+  std::error_code ec;
+  fs::path where(dir);
+  if (fs::exists(where, ec) && !fs::is_directory(where, ec)) {
+    ZD_THROW_INPUT("{}: {} exists and is not a directory", key, dir);
+  }
+  if (create) {
+    fs::create_directories(where, ec);
+    if (ec) ZD_THROW_INPUT("{}: cannot create {}: {}", key, dir, ec.message());
+  } else {
+    // The nearest existing ancestor: where the directory would be created.
+    while (!where.empty() && !fs::exists(where, ec)) where = where.parent_path();
+    if (where.empty()) where = ".";
+    if (!fs::is_directory(where, ec)) {
+      ZD_THROW_INPUT("{}: {} cannot be created: {} is not a directory", key, dir, where.string());
+    }
+  }
+  const fs::path probe = where / (".zerod-probe-" + probe_id);
+  const fs::path renamed = where / (".zerod-probe-" + probe_id + ".done");
+  auto fail = [&](const char* what, int err) {
+    ::unlink(probe.c_str());
+    ::unlink(renamed.c_str());
+    ZD_THROW_INPUT("{}: checkpoints cannot be written under {} ({} {} failed: {})", key, dir, what,
+                   where.string() == dir ? "a probe file" : "a probe file in " + where.string(),
+                   std::strerror(err));
+  };
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("creating", errno);
+  const char bytes[] = "zerod checkpoint directory probe\n";
+  const ssize_t n = ::write(fd, bytes, sizeof(bytes) - 1);
+  const int werr = errno;
+  if (n != static_cast<ssize_t>(sizeof(bytes) - 1)) {
+    ::close(fd);
+    fail("writing", n < 0 ? werr : ENOSPC);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("fsyncing", err);
+  }
+  ::close(fd);
+  if (std::rename(probe.c_str(), renamed.c_str()) != 0) fail("renaming", errno);
+  if (::unlink(renamed.c_str()) != 0) fail("removing", errno);
+}
+
 std::string prepare_save(const std::string& dir, const std::string& tag) {
   validate_tag(tag);
   std::error_code ec;

@@ -24,6 +24,14 @@ namespace zerod {
 void validate_tag(const std::string& tag);
 std::string default_tag(int64_t global_step);  // "global_step<N>"
 
+// Checks that checkpoints can be written under `dir` before any work is at stake: creates it
+// (create) or, when it does not exist yet, takes its nearest existing parent (!create, for
+// `zerod check`), then creates, writes, fsyncs, renames and removes a probe file named after
+// `probe_id` there. InputError naming `key` (e.g. "train.checkpoint_dir"), the directory and the
+// system's reason: a file in the way, no permission, a read-only or pseudo file system.
+void probe_checkpoint_dir(const std::string& dir, const std::string& key, bool create,
+                          const std::string& probe_id);
+
 // Rank 0, before the ranks write: creates dir and an empty dir/TAG.tmp (removing a stale one).
 std::string prepare_save(const std::string& dir, const std::string& tag);
 

@@ -29,6 +29,15 @@ TokenDataset::TokenDataset(const std::vector<std::string>& paths, int64_t seq_le
       longest_path = path;
     }
     shards->first_sample.push_back(shards->first_sample.back() + (n - 1) / seq_len);
+    if (shard.max_token() >= vocab_size) {
+      const int64_t pos = shard.first_token_at_least(vocab_size);
+      ZD_THROW_INPUT(
+          "{}: shard '{}' has token {} at token position {} (of {}), expected every token < "
+          "vocab_size {} (model.vocab_size); the shard's largest token is {}: it was tokenized "
+          "with a larger vocabulary, or model.vocab_size is too small",
+          what_, path, pos >= 0 ? shard.tokens()[pos] : shard.max_token(), pos, n, vocab_size,
+          shard.max_token());
+    }
   }
   if (shards->first_sample.back() == 0) {
     ZD_THROW_INPUT(

@@ -24,8 +24,10 @@ class TokenDataset {
  public:
   // Opens and validates every shard of `paths` (TokenShard's errors). `what` names the data in
   // messages (the config key, e.g. "data.train"). Throws InputError when `paths` is empty or
-  // the shards give no sample (all shorter than seq_len + 1 tokens). Tokens are checked against
-  // vocab_size as samples are read.
+  // the shards give no sample (all shorter than seq_len + 1 tokens), or when a shard holds a
+  // token >= vocab_size (the message names the shard, the first such token, its position and
+  // vocab_size). The check uses each shard's max_token(), so it costs one pass per shard here
+  // and nothing for copies, subset() views or reads.
   TokenDataset(const std::vector<std::string>& paths, int64_t seq_len, int64_t vocab_size,
                std::string what = "data");
 
@@ -46,8 +48,9 @@ class TokenDataset {
   Location locate(int64_t index) const;
 
   // inputs (seq_len) = window[0, seq_len), targets (seq_len) = window[1, seq_len + 1), both
-  // overwritten. Throws InputError naming the shard and token position when a token is
-  // >= vocab_size.
+  // overwritten. Every token is < vocab_size (checked when the dataset was opened); a token
+  // >= vocab_size here (the file changed on disk since) throws InputError naming the shard
+  // and token position.
   void read_sample(int64_t index, int32_t* inputs, int32_t* targets) const;
 
   // A view of this dataset's samples [begin, end), renumbered from 0, named `what`.

@@ -5,7 +5,8 @@
 //
 // A TokenShard validates the file completely when it is opened (size, magic, version, count) and
 // maps it read-only; any problem is an InputError naming the file, what was expected and what
-// was found.
+// was found. Opening also scans the tokens once for their maximum (max_token()), so a
+// TokenDataset can check them against the vocabulary at job start without re-reading.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +40,10 @@ class TokenShard {
   int64_t num_tokens() const { return num_tokens_; }
   // (num_tokens) little-endian uint16, valid while the shard lives.
   const uint16_t* tokens() const { return tokens_; }
+  // The largest token of the shard, computed once when it is opened.
+  uint16_t max_token() const { return max_token_; }
+  // The position of the first token >= `limit`, or -1 when there is none (a full scan).
+  int64_t first_token_at_least(int64_t limit) const;
 
  private:
   void unmap();
@@ -48,6 +53,7 @@ class TokenShard {
   void* map_ = nullptr;  // the whole file, PROT_READ
   size_t map_bytes_ = 0;
   const uint16_t* tokens_ = nullptr;
+  uint16_t max_token_ = 0;
 };
 
 // Writes `tokens` as a shard at `path`, atomically: the data goes to `path.tmp`, is fsynced,

@@ -1,5 +1,7 @@
 #include "engine/train/trainer.h"
 
+#include <unistd.h>
+
 #include <cmath>
 
 #include "comm/collective_log.h"
@@ -61,6 +63,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.data.shuffle, cfg_.global_batch(),
                        B, ctx_.world_size, ctx_.rank);
   if (tv.val) data_->val.emplace(std::move(*tv.val), B, ctx_.world_size, ctx_.rank);
+  // An unusable checkpoint_dir fails now, not at the first save hundreds of steps in (probed
+  // where it is or would be created; nothing is created before the first save).
+  if (!cfg_.train.checkpoint_dir.empty()) {
+    probe_checkpoint_dir(cfg_.train.checkpoint_dir, "train.checkpoint_dir", /*create=*/false,
+                         fmt::format("{}-rank{}", ::getpid(), ctx_.rank));
+  }
   data_->inputs.resize(static_cast<size_t>(B) * T);
   data_->targets.resize(static_cast<size_t>(B) * T);
   data_->schedule.emplace(cfg_.scheduler, cfg_.optimizer);

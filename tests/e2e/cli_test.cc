@@ -116,9 +116,9 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
 }
 
 TEST_F(Cli, ExampleConfigsAreValid) {
-  for (const char* name : {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
-                           "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json",
-                           "llama-tiny.json", "llama3-8b.json"}) {
+  for (const char* name :
+       {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
+        "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json", "llama-tiny.json", "llama3-8b.json"}) {
     const RunResult r = run(std::string("check ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
   }
@@ -159,6 +159,16 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
       {"not built yet", "check j.json", "j.json",
        job("data/t_train_*.bin", R"(, "aio": {"use_gds": true})"), "not implemented yet"},
       {"unknown command", "frobnicate", "", "", "frobnicate"},
+      {"a checkpoint_dir that cannot be written (check)", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "data": {"train": "data/t_train_*.bin"},
+           "train": {"steps": 1, "checkpoint_dir": "/proc/zerod-ckpt"}})",
+       "train.checkpoint_dir: checkpoints cannot be written under /proc/zerod-ckpt"},
+      {"a checkpoint_dir that cannot be written (train)", "train j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4,
+           "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "data": {"train": "data/t_train_*.bin"},
+           "train": {"steps": 200, "save_interval": 200, "checkpoint_dir": "/proc/zerod-ckpt"}})",
+       "train.checkpoint_dir: checkpoints cannot be written under /proc/zerod-ckpt"},
       {"eval without validation data", "eval j.json", "j.json",
        R"({"train_micro_batch_size_per_gpu": 4,
            "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},

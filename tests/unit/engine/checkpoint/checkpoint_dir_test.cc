@@ -127,5 +127,52 @@ TEST_F(CheckpointDir, ALongTagIsQuotedByAPrefixAndItsLength) {
   }
 }
 
+// An unusable checkpoint_dir is found before training (issue: it failed at the first save).
+TEST_F(CheckpointDir, TheProbeRefusesWhatCannotHoldCheckpointsAndLeavesNothingBehind) {
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // A writable place: created (job start) or only probed at its parent (zerod check).
+  const fs::path fresh = root_ / "a" / "b";
+  EXPECT_EQ(
+      message([&] { probe_checkpoint_dir(fresh.string(), "train.checkpoint_dir", false, "t"); }),
+      "");
+  EXPECT_FALSE(fs::exists(root_ / "a"));
+  EXPECT_EQ(
+      message([&] { probe_checkpoint_dir(fresh.string(), "train.checkpoint_dir", true, "t"); }),
+      "");
+  EXPECT_TRUE(fs::is_directory(fresh));
+  EXPECT_TRUE(fs::is_empty(fresh));  // the probe file is gone
+  EXPECT_EQ(std::distance(fs::directory_iterator(root_ / "a"), fs::directory_iterator()), 1);
+  // A file in the way.
+  std::ofstream(root_ / "file") << "x";
+  for (bool create : {false, true}) {
+    EXPECT_NE(message([&] {
+                probe_checkpoint_dir((root_ / "file").string(), "train.checkpoint_dir", create,
+                                     "t");
+              })
+                  .find("train.checkpoint_dir: " + (root_ / "file").string() +
+                        " exists and is not a directory"),
+              std::string::npos);
+    EXPECT_NE(message([&] {
+                probe_checkpoint_dir((root_ / "file" / "sub").string(), "train.checkpoint_dir",
+                                     create, "t");
+              }).find("train.checkpoint_dir"),
+              std::string::npos);
+  }
+  // A pseudo file system that takes no files (even for root).
+  for (bool create : {false, true}) {
+    const std::string msg = message(
+        [&] { probe_checkpoint_dir("/proc/zerod-ckpt", "train.checkpoint_dir", create, "t"); });
+    EXPECT_NE(msg.find("train.checkpoint_dir"), std::string::npos) << create;
+    EXPECT_NE(msg.find("/proc/zerod-ckpt"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace zerod

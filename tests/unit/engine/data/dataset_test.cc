@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <set>
 
 #include "data_test_util.h"
@@ -57,13 +58,57 @@ TEST(TokenDataset, WindowsStepBySeqLenWithinEachShard) {
   EXPECT_EQ(loc.token, 0);
 }
 
-TEST(TokenDataset, TokenAtOrAboveVocabNamesShardAndPosition) {
+// Before, a bad token was only found when its sample was read (possibly thousands of steps in);
+// the constructor succeeded. Now opening the dataset refuses it, however far into the shard.
+TEST(TokenDataset, TokenAtOrAboveVocabNearTheEndIsRefusedWhenOpened) {
   TempDir dir;
-  std::vector<uint16_t> tokens = {1, 2, 3, 4, 5, 6, 7, 300, 9};
+  const std::string good = make_shard(dir, "a.bin", 0, 100);  // tokens 0..99
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 256);
+  tokens[997] = 300;  // the only bad token, in the shard's last sample
+  const std::string bad = dir.file("b.bin");
+  write_shard(bad, tokens);
+  expect_input_error(
+      [&] {
+        TokenDataset ds({good, bad}, 8, 256, "data.train");
+      },
+      {"data.train", bad, "token 300", "position 997", "vocab_size 256"});
+  // The boundary: vocab_size == max token is refused, max token + 1 opens.
+  expect_input_error([&] { TokenDataset ds({bad}, 8, 300, "data.train"); },
+                     {bad, "token 300", "position 997", "vocab_size 300"});
+  TokenDataset ok({good, bad}, 8, 301, "data.train");
+  EXPECT_EQ(ok.shard(1).max_token(), 300);
+  EXPECT_EQ(ok.num_samples(), 99 / 8 + 999 / 8);
+}
+
+TEST(TokenDataset, GoodDatasetOpensAndReadsEverySample) {
+  TempDir dir;
+  const std::vector<std::string> paths = {make_shard(dir, "a.bin", 1, 50),
+                                          make_shard(dir, "b.bin", 2, 40)};
+  TokenDataset ds(paths, 4, 2040, "data.train");  // largest token is 2039
+  EXPECT_EQ(ds.shard(0).max_token(), 1049);
+  EXPECT_EQ(ds.shard(1).max_token(), 2039);
+  std::vector<int32_t> in(4), tg(4);
+  for (int64_t k = 0; k < ds.num_samples(); ++k) ds.read_sample(k, in.data(), tg.data());
+  const TokenDataset sub = ds.subset(1, 3, "data.val");  // shares the shards, no new check
+  EXPECT_EQ(&sub.shard(1), &ds.shard(1));
+}
+
+// The per-read check stays as a backstop for a shard rewritten in place after it was opened.
+TEST(TokenDataset, TokenChangedOnDiskAfterOpenIsCaughtWhenRead) {
+  TempDir dir;
+  std::vector<uint16_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   const std::string path = dir.file("v.bin");
   write_shard(path, tokens);
   TokenDataset ds({path}, 4, 256, "data.train");
   ASSERT_EQ(ds.num_samples(), 2);
+  {
+    // Overwrite token 7 in place (same inode, so the shared mapping sees it on Linux).
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(kShardHeaderBytes + 2 * 7);
+    const uint16_t v = 300;
+    f.write(reinterpret_cast<const char*>(&v), 2);
+  }
   std::vector<int32_t> in(4), tg(4);
   ds.read_sample(0, in.data(), tg.data());  // tokens 0..4 are fine
   EXPECT_EQ(tg[3], 5);
@@ -164,6 +209,15 @@ TEST(TrainVal, ExplicitValGlobsAreTheirOwnDataset) {
   EXPECT_EQ(data.val->num_samples(), 4);
   EXPECT_EQ(data.val->what(), "data.val");
   EXPECT_EQ(*first_tokens(*data.val).begin(), 2000);
+}
+
+TEST(TrainVal, BadTokenInValShardsIsRefusedWhenOpened) {
+  TempDir dir;
+  const std::string train = make_shard(dir, "train_0.bin", 0, 33);  // tokens 0..32
+  const std::string val = make_shard(dir, "val_0.bin", 0, 40);      // tokens 0..39
+  expect_input_error([&] { open_train_val({train}, {val}, 0.0, 4, 36); },
+                     {"data.val", val, "token 36", "position 36", "vocab_size 36"});
+  EXPECT_NO_THROW(open_train_val({train}, {val}, 0.0, 4, 40));
 }
 
 TEST(TrainVal, Errors) {

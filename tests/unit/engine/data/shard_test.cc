@@ -28,6 +28,22 @@ TEST(TokenShard, ReadsAHandBuiltLlmcFile) {
   for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(shard.tokens()[i], tokens[i]) << i;
 }
 
+TEST(TokenShard, MaxTokenIsComputedOnOpenAndKeptAcrossMoves) {
+  TempDir dir;
+  std::vector<uint16_t> tokens(4099, 7);  // odd length: exercises the vector loop's tail
+  tokens[4097] = 40000;
+  tokens[2] = 300;
+  const std::string path = dir.file("m.bin");
+  write_shard(path, tokens);
+  TokenShard a(path);
+  EXPECT_EQ(a.max_token(), 40000);
+  EXPECT_EQ(a.first_token_at_least(8), 2);
+  EXPECT_EQ(a.first_token_at_least(301), 4097);
+  EXPECT_EQ(a.first_token_at_least(40001), -1);
+  TokenShard b(std::move(a));
+  EXPECT_EQ(b.max_token(), 40000);
+}
+
 TEST(TokenShard, WriteThenReadRoundTrips) {
   TempDir dir;
   std::vector<uint16_t> tokens(5000);
