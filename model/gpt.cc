@@ -195,19 +195,6 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   return wf;
 }
 
-float Gpt::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
-  const ModelSpec& s = spec();
-  const int64_t N = int64_t{B_} * T_;
-  const void* wte_unit = nullptr;
-  upload(inputs, targets);
-  forward_to_logits(tokens_, params, &wte_unit);
-  timed(timer(), times_.classifier,
-        [&] { be_.crossentropy_forward(losses_, logits_, targets_, N, s.vocab_size, s.vp()); });
-  params.release(layout_.embedding_unit());
-  params.release(layout_.final_unit());
-  return mean_loss(targets);
-}
-
 float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                                  GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();

@@ -269,19 +269,6 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   return wf;
 }
 
-float Llama::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
-  const ModelSpec& s = spec();
-  const int64_t N = int64_t{B_} * T_;
-  const void* we = nullptr;
-  upload(inputs, targets);
-  forward_to_logits(tokens_, params, &we);
-  timed(timer(), times_.classifier,
-        [&] { be_.crossentropy_forward(losses_, logits_, targets_, N, s.vocab_size, s.vp()); });
-  if (we != nullptr) params.release(layout_.embedding_unit());
-  params.release(layout_.final_unit());
-  return mean_loss(targets);
-}
-
 float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                    ParamSource& params, GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();

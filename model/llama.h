@@ -33,8 +33,6 @@ class Llama final : public ModelBase {
   Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
         MemoryTracker* tracker);
 
-  float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) override;
-
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                               GradSink& grads, float loss_weight) override;

@@ -132,6 +132,16 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
   }
 }
 
+float ModelBase::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
+  const ModelSpec& s = layout_.spec();
+  upload(inputs, targets);
+  run_to_logits(params);
+  timed(timer(), times_.classifier, [&] {
+    be_.crossentropy_forward(losses_, logits_, targets_, int64_t{B_} * T_, s.vocab_size, s.vp());
+  });
+  return mean_loss(targets);
+}
+
 void ModelBase::read_logits(float* out) {
   be_.cast_from_compute(out, logits_, int64_t{B_} * T_ * layout_.spec().vp());
 }

@@ -20,6 +20,8 @@ class ModelBase : public Model {
   int batch() const override { return B_; }
   int seq() const override { return T_; }
 
+  // Logits through run_to_logits, then the mean loss.
+  float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) final;
   // Times the phases when timing is on, then runs forward_backward_impl.
   float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                          GradSink& grads, float loss_weight) final;
