@@ -39,7 +39,8 @@ std::vector<RankProgress> LocalPeerMonitor::snapshot() {
   return ranks_;
 }
 
-std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self) {
+std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self,
+                                   const std::vector<int>& names) {
   std::string out;
   auto append = [&](const std::string& part) {
     if (!out.empty()) out += "; ";
@@ -47,19 +48,23 @@ std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64
   };
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (static_cast<int>(r) == self) continue;
+    const int name = r < names.size() ? names[r] : static_cast<int>(r);
     const auto& p = ranks[r];
     if (!p.alive) {
-      append(
-          fmt::format("rank {} is dead ({})", r, p.reason.empty() ? "no reason given" : p.reason));
+      append(fmt::format("rank {} is dead ({})", name,
+                         p.reason.empty() ? "no reason given" : p.reason));
+    } else if (!p.known) {
+      append(fmt::format("rank {} runs in another process: its progress is not known here", name));
     } else if (p.started < seq) {
       if (p.started == 0) {
-        append(fmt::format("rank {} had not started any collective and did not join #{}", r, seq));
+        append(
+            fmt::format("rank {} had not started any collective and did not join #{}", name, seq));
       } else if (p.completed >= p.started) {
-        append(fmt::format("rank {} finished collective #{} but did not join #{}", r, p.completed,
-                           seq));
+        append(fmt::format("rank {} finished collective #{} but did not join #{}", name,
+                           p.completed, seq));
       } else {
         append(fmt::format("rank {} is still in collective #{} (finished #{}) and did not join #{}",
-                           r, p.started, p.completed, seq));
+                           name, p.started, p.completed, seq));
       }
     }
   }

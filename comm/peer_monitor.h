@@ -17,6 +17,10 @@ struct RankProgress {
   int64_t completed = 0;  // sequence number of the last collective it completed
   bool alive = true;
   std::string reason;  // why it is not alive ("killed", "rank thread failed: ...")
+  // False: this process has no report of the rank's progress (a member of a sub-group's
+  // communicator that runs in another process, see comm/group_monitor.h); started and completed
+  // then mean nothing.
+  bool known = true;
 };
 
 class PeerMonitor {
@@ -47,7 +51,10 @@ class LocalPeerMonitor : public PeerMonitor {
 
 // "rank 3 finished collective #180 but did not join #181; rank 5 is dead (killed)" for the
 // ranks other than `self` that have not started collective `seq` or are dead; "" when every
-// other rank is alive and has started it.
-std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self);
+// other rank is alive and has started it. Ranks whose progress is not known here are named as
+// such ("rank 6 runs in another process: its progress is not known here"). `names`: the rank
+// printed for each index of `ranks` (a sub-group's global ranks); empty: the index itself.
+std::string describe_missing_ranks(const std::vector<RankProgress>& ranks, int64_t seq, int self,
+                                   const std::vector<int>& names = {});
 
 }  // namespace zerod

@@ -100,7 +100,9 @@ class Backend {
 
   // ---- encoder: token + position embedding ---------------------------------------------------
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
-  // wpe may be null (models without learned positions: out = wte[tokens]).
+  // wpe may be null (models without learned positions: out = wte[tokens]). A token < 0 has no
+  // row here (a vocabulary-parallel shard that does not hold it): its wte term is 0 and it gets
+  // no wte gradient.
   virtual void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
                                int B, int T, int C) = 0;
   // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C). dwpe may be null (no position embedding).
@@ -202,6 +204,29 @@ class Backend {
   // dloss is the gradient of the objective with respect to each position's loss.
   virtual void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
                                   int64_t N, int V, int Vp, float dloss) = 0;
+
+  // ---- vocabulary-parallel softmax cross-entropy (tensor parallelism) ------------------------
+  // A rank holds the logit columns [v0, v0 + Vl) of every row: logits (N,Vl), of which the first
+  // `real` (0 <= real <= Vl) are real vocabulary, the rest padding. targets (N) are global token
+  // ids (< 0: a position without loss). The full loss is the log-sum-exp of all shards' real
+  // columns minus the target's logit; the caller combines the statistics over the shards between
+  // the three steps. stats (3N, fp32) = [max (N) | target logit (N) | sum of exp (N)].
+  // Step 1: stats[0,N) = max over the real local columns (-inf when real == 0); stats[N,2N) = the
+  // target's logit when v0 <= target < v0 + real, else 0. (Then: max over shards of [0,N), sum of
+  // [N,2N).)
+  virtual void crossentropy_shard_stats(float* stats, const void* logits, const int32_t* targets,
+                                        int64_t N, int real, int Vl, int v0) = 0;
+  // Step 2: stats[2N,3N) = sum over the real local columns of exp(logit - max), max the combined
+  // stats[0,N). (Then: sum over shards of [2N,3N).)
+  virtual void crossentropy_shard_sumexp(float* stats, const void* logits, int64_t N, int real,
+                                         int Vl) = 0;
+  // Step 3, with every statistic combined: losses (N) = log(sumexp) + max - target logit (0 where
+  // target < 0), and logits (N,Vl) overwritten by dlogits = dloss * (softmax - onehot(target)) on
+  // the real columns, 0 on the padding and on rows whose target < 0. Over all shards this equals
+  // crossentropy_fused of the full logits.
+  virtual void crossentropy_shard_finish(float* losses, void* logits_to_dlogits,
+                                         const int32_t* targets, const float* stats, int64_t N,
+                                         int real, int Vl, int v0, float dloss) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
   // One AdamW/Adam step over n fp32 elements: master, m, v updated in place from grad * grad_scale

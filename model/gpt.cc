@@ -7,26 +7,27 @@
 namespace zerod {
 
 Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-         MemoryTracker* tracker)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker) {
+         MemoryTracker* tracker, TensorShard shard)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(s.n_embd % s.n_head == 0, "n_embd {} % n_head {}", s.n_embd, s.n_head);
-  const size_t BT = static_cast<size_t>(B) * T, C = s.n_embd, NH = s.n_head;
+  const LocalDims& d = layout_.local();
+  const size_t BT = static_cast<size_t>(B) * T, C = s.n_embd, NH = d.n_head, A = d.q_dim, F = d.ffn;
   // One allocation per buffer keeps each 64-byte aligned and visible in the memory report.
   auto make_block = [&]() {
     BlockActs a{};
     a.ln1 = act(BT * C);
     a.ln1_mean = stat(BT);
     a.ln1_rstd = stat(BT);
-    a.qkv = act(BT * 3 * C);
-    a.atty = act(BT * C);
+    a.qkv = act(BT * 3 * A);
+    a.atty = act(BT * A);
     a.lse = stat(BT * NH);
     a.res2 = act(BT * C);
     a.ln2 = act(BT * C);
     a.ln2_mean = stat(BT);
     a.ln2_rstd = stat(BT);
-    a.fch = act(BT * 4 * C);
-    a.fch_gelu = act(BT * 4 * C);
+    a.fch = act(BT * F);
+    a.fch_gelu = act(BT * F);
     return a;
   };
   if (checkpointing_) {
@@ -40,22 +41,25 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
   lnf_mean_ = stat(BT);
   lnf_rstd_ = stat(BT);
   dres_ = act(BT * C);
-  d_a_ = act(BT * 4 * C);
-  d_b_ = act(BT * 3 * C);
+  d_a_ = act(BT * F);
+  d_b_ = act(BT * 3 * A);
   d_c_ = act(BT * C);
 }
 
-int64_t Gpt::activation_bytes(const ModelSpec& s, int B, int T, bool activation_checkpointing,
-                              size_t esz) {
-  // Mirrors the constructor: per block ln1, qkv (3C), atty, res2, ln2, fch (4C), fch_gelu (4C)
-  // and the statistics ln1/ln2 mean and rstd and lse (NH); then the residual stream (L + 1),
-  // proj_tmp, lnf, logits (Vp), dres, d_a (4C), d_b (3C), d_c and lnf mean/rstd, losses and
-  // the tokens and targets.
-  const int64_t BT = int64_t{B} * T, C = s.n_embd, NH = s.n_head, L = s.n_layer;
+int64_t Gpt::activation_bytes(const ModelSpec& s, const LocalDims& d, int B, int T,
+                              bool activation_checkpointing, size_t esz) {
+  // Mirrors the constructor: per block ln1, qkv (3A), atty (A), res2, ln2, fch (F), fch_gelu
+  // (F) and the statistics ln1/ln2 mean and rstd and lse (NH/T); then the residual stream
+  // (L + 1), proj_tmp, lnf, dres, d_a (F), d_b (3A), d_c and lnf mean/rstd, then the base
+  // buffers (logits, losses, tokens, targets).
+  const int64_t BT = int64_t{B} * T, C = s.n_embd, NH = d.n_head, L = s.n_layer, A = d.q_dim,
+                F = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
-  const int64_t block = BT * (15 * C * e + (4 + NH) * 4);
+  const int64_t block = BT * ((3 * C + 4 * A + 2 * F) * e + (4 + NH) * 4);
   const int64_t blocks = activation_checkpointing ? 1 : L;
-  return blocks * block + BT * (((L + 1) * C + 11 * C + s.vp()) * e + 5 * 4);
+  const int tp = s.n_head / d.n_head;
+  return blocks * block + BT * (((L + 1) * C + 4 * C + F + 3 * A) * e + 2 * 4) +
+         base_activation_bytes(d, tp, B, T, esz);
 }
 
 void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
@@ -69,11 +73,14 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   });
   params.release(layout_.embedding_unit());
   round(res_[0], int64_t{B_} * T_ * s.n_embd);
+  // Vocabulary-parallel: each rank looked up the tokens of its shard (and rank 0 the positions).
+  exchange_forward(ExchangePoint::kEmbedding, res_[0], int64_t{B_} * T_ * s.n_embd);
 }
 
 void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, NH = s.n_head;
+  const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
+            F = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_;
   const auto& o = layout_.block();
   timed(timer(), times_.layernorm, [&] {
@@ -83,18 +90,19 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   round(a.ln1, N * C);
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(a.qkv, a.ln1, elem_at(w, o.qkv_w, esz_), elem_at(w, o.qkv_b, esz_), N, C,
-                       3 * C);
+                       3 * A);
   });
-  round(a.qkv, N * 3 * C);
+  round(a.qkv, N * 3 * A);
   timed(timer(), times_.attention_fwd, [&] {
-    attend(l, a.atty, a.lse, a.qkv, AttentionShape{B_, T_, NH, NH, C / NH, 0});
+    attend(l, a.atty, a.lse, a.qkv, AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
   });
-  round(a.atty, N * C);
+  round(a.atty, N * A);
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.attproj_w, esz_),
-                       elem_at(w, o.attproj_b, esz_), N, C, C);
+                       elem_at(w, o.attproj_b, esz_), N, A, C);
   });
   round(proj_tmp_, N * C);
+  exchange_forward(ExchangePoint::kAttentionOut, proj_tmp_, N * C);
   // res2 = res_in + proj (stored rounded), ln2 = layernorm(res2): one fused op.
   timed(timer(), times_.layernorm, [&] {
     be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, proj_tmp_,
@@ -102,17 +110,17 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   });
   round(a.ln2, N * C);
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.fch, a.ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C,
-                       4 * C);
+    be_.matmul_forward(a.fch, a.ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
   });
-  round(a.fch, N * 4 * C);
-  timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * 4 * C); });
-  round(a.fch_gelu, N * 4 * C);
+  round(a.fch, N * F);
+  timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
+  round(a.fch_gelu, N * F);
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.fch_gelu, elem_at(w, o.fcproj_w, esz_),
-                       elem_at(w, o.fcproj_b, esz_), N, 4 * C, C);
+                       elem_at(w, o.fcproj_b, esz_), N, F, C);
   });
   round(proj_tmp_, N * C);
+  exchange_forward(ExchangePoint::kMlpOut, proj_tmp_, N * C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
   round(res_out, N * C);
 }
@@ -120,22 +128,24 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
 void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, NH = s.n_head;
+  const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
+            F = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_;
   const auto& o = layout_.block();
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
   timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dres_,
-                        a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, 4 * C, C, false);
+                        a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
   });
-  round(d_a_, N * 4 * C);
-  timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * 4 * C); });
-  round(d_a_, N * 4 * C);
+  round(d_a_, N * F);
+  timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
+  round(d_a_, N * F);
   timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, a.ln2,
-                        elem_at(w, o.fc_w, esz_), N, C, 4 * C, false);
+                        elem_at(w, o.fc_w, esz_), N, C, F, false);
   });
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kMlpIn, d_c_, N * C);
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), elem_at(dw, o.ln2_b, esz_), d_c_,
                            a.res2, elem_at(w, o.ln2_w, esz_), a.ln2_mean, a.ln2_rstd, N, C);
@@ -144,19 +154,20 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   // Attention: res2 = res_in + attproj(attention(qkv(ln1(res_in))))
   timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, elem_at(dw, o.attproj_w, esz_), elem_at(dw, o.attproj_b, esz_), dres_,
-                        a.atty, elem_at(w, o.attproj_w, esz_), N, C, C, false);
+                        a.atty, elem_at(w, o.attproj_w, esz_), N, A, C, false);
   });
-  round(d_c_, N * C);
+  round(d_c_, N * A);
   timed(timer(), times_.attention_bwd, [&] {
     be_.attention_backward(d_b_, d_c_, a.qkv, a.atty, a.lse,
-                           AttentionShape{B_, T_, NH, NH, C / NH, 0});
+                           AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
   });
-  round(d_b_, N * 3 * C);
+  round(d_b_, N * 3 * A);
   timed(timer(), times_.matmul_bwd, [&] {
     be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), elem_at(dw, o.qkv_b, esz_), d_b_, a.ln1,
-                        elem_at(w, o.qkv_w, esz_), N, C, 3 * C, false);
+                        elem_at(w, o.qkv_w, esz_), N, C, 3 * A, false);
   });
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kAttentionIn, d_c_, N * C);
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), elem_at(dw, o.ln1_b, esz_), d_c_,
                            res_in, elem_at(w, o.ln1_w, esz_), a.ln1_mean, a.ln1_rstd, N, C);
@@ -168,7 +179,7 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
 const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
                                    const void** wte_unit) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Vp = s.vp();
+  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_;
   encoder(inputs, params);
   for (int l = 0; l < s.n_layer; ++l) {
@@ -198,7 +209,7 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
 float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                                  GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Vp = s.vp();
+  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_;
   const void* we = nullptr;
   upload(inputs, targets);
@@ -206,8 +217,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
 
   // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
   const float dloss = loss_gradient(targets, loss_weight);
-  timed(timer(), times_.classifier,
-        [&] { be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, Vp, dloss); });
+  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
   round(logits_, N * Vp);
   forward_phase_done();  // the forward phase ends with the loss
 
@@ -219,6 +229,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   });
   params.release(layout_.embedding_unit());
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kHeadIn, d_c_, N * C);
   void* dwf = grads.grad_buffer(layout_.final_unit());
   be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
   timed(timer(), times_.layernorm, [&] {

@@ -22,30 +22,33 @@ namespace zerod {
 class Gpt final : public ModelBase {
  public:
   // The bytes the constructor allocates for activations (MemCategory::kActivations) for a
-  // micro-batch of B x T, compute elements of esz bytes (statistics are fp32).
-  static int64_t activation_bytes(const ModelSpec& spec, int B, int T,
+  // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), for the local
+  // dimensions d of one rank (local_dims).
+  static int64_t activation_bytes(const ModelSpec& spec, const LocalDims& d, int B, int T,
                                   bool activation_checkpointing, size_t esz);
 
   Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-      MemoryTracker* tracker);
+      MemoryTracker* tracker, TensorShard shard = {});
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                               GradSink& grads, float loss_weight) override;
 
+  // Shapes with A = this rank's attention channels (C/T: its NH/T heads) and F = its MLP
+  // width (4C/T); C, A, F, NH are the global ones on one rank.
   struct BlockActs {  // one transformer block's saved activations
     void* ln1;        // (B,T,C)
     float* ln1_mean;  // (B,T)
     float* ln1_rstd;  // (B,T)
-    void* qkv;        // (B,T,3C)
-    void* atty;       // (B,T,C)
-    float* lse;       // (B,NH,T)
+    void* qkv;        // (B,T,3A)
+    void* atty;       // (B,T,A)
+    float* lse;       // (B,NH/T,T)
     void* res2;       // (B,T,C) residual after attention
     void* ln2;        // (B,T,C)
     float* ln2_mean;  // (B,T)
     float* ln2_rstd;  // (B,T)
-    void* fch;        // (B,T,4C)
-    void* fch_gelu;   // (B,T,4C)
+    void* fch;        // (B,T,F)
+    void* fch_gelu;   // (B,T,F)
   };
 
   void run_to_logits(ParamSource& params) override;
@@ -65,8 +68,8 @@ class Gpt final : public ModelBase {
   float* lnf_mean_;
   float* lnf_rstd_;
   void* dres_;  // (B,T,C) gradient of the residual stream
-  void* d_a_;   // (B,T,4C)
-  void* d_b_;   // (B,T,3C)
+  void* d_a_;   // (B,T,F)
+  void* d_b_;   // (B,T,3A)
   void* d_c_;   // (B,T,C)
 };
 

@@ -76,20 +76,30 @@ int64_t round_up(int64_t x, int64_t a) {
 
 class UnitBuilder {
  public:
-  UnitBuilder(std::string name, int64_t align) : align_(align) { unit_.name = std::move(name); }
+  UnitBuilder(std::string name, int64_t align, TensorShard shard) : align_(align), shard_(shard) {
+    unit_.name = std::move(name);
+  }
   // Between begin_packed() and end_packed() tensors follow each other with no alignment gap.
   void begin_packed() { packed_ = true; }
   void end_packed() {
     packed_ = false;
     cursor_ = round_up(cursor_, align_);
   }
-  int64_t add(std::string name, std::vector<int64_t> shape, InitKind init,
-              bool hf_transposed = false, int64_t real_rows = -1) {
+  // A tensor of global shape `global`, stored as this rank's part under `split`. real_rows:
+  // the rank's rows that exist in Hugging Face (vocabulary tensors), -1: all.
+  int64_t add(std::string name, std::vector<int64_t> global, InitKind init,
+              bool hf_transposed = false, int64_t real_rows = -1, Split split = Split::kReplicated,
+              int parts = 1) {
     TensorInfo t;
     t.name = std::move(name);
+    t.global_shape = global;
+    t.split = shard_.size > 1 ? split : Split::kReplicated;
+    t.parts = t.split == Split::kRows ? parts : 1;
+    t.shape = std::move(global);
+    if (t.split == Split::kRows) t.shape[0] /= shard_.size;
+    if (t.split == Split::kColumns) t.shape[1] /= shard_.size;
     t.numel = 1;
-    for (int64_t d : shape) t.numel *= d;
-    t.shape = std::move(shape);
+    for (int64_t d : t.shape) t.numel *= d;
     t.offset = cursor_;
     t.decay = t.shape.size() >= 2;
     t.hf_transposed = hf_transposed;
@@ -106,16 +116,18 @@ class UnitBuilder {
 
  private:
   int64_t align_;
+  TensorShard shard_;
   int64_t cursor_ = 0;
   bool packed_ = false;
   UnitLayout unit_;
 };
 }  // namespace
 
-ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems)
-    : spec_(spec), align_(align_elems) {
+ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard)
+    : spec_(spec), align_(align_elems), shard_(shard) {
   ZD_CHECK(align_ > 0, "alignment {}", align_);
   spec_.padded_vocab_size = spec.vp();
+  local_ = local_dims(spec_, shard_);
   if (spec_.llama_family()) {
     build_llama();
   } else {
@@ -126,86 +138,93 @@ ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems)
 void ParamLayout::build_llama() {
   const ModelSpec& s = spec_;
   const int64_t C = s.n_embd, Vp = s.padded_vocab_size, Q = s.q_dim(), KV = s.kv_dim(), I = s.ffn();
+  const int64_t real = local_.vocab_real;
+  const Split rows = Split::kRows, cols = Split::kColumns, rank0 = Split::kOwnerOnly;
   {
-    UnitBuilder u("embedding", align_);
-    u.add("model.embed_tokens.weight", {Vp, C}, InitKind::kNormal, false, s.vocab_size);
+    UnitBuilder u("embedding", align_, shard_);
+    u.add("model.embed_tokens.weight", {Vp, C}, InitKind::kNormal, false, real, rows);
     units_.push_back(u.finish());
   }
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    UnitBuilder u("layers." + std::to_string(l), align_);
+    UnitBuilder u("layers." + std::to_string(l), align_, shard_);
     LlamaBlockOffsets o{};
     o.ln1_w = u.add(p + "input_layernorm.weight", {C}, InitKind::kOnes);
     u.begin_packed();
-    o.qkv_w = u.add(p + "self_attn.q_proj.weight", {Q, C}, InitKind::kNormal);
-    u.add(p + "self_attn.k_proj.weight", {KV, C}, InitKind::kNormal);
-    u.add(p + "self_attn.v_proj.weight", {KV, C}, InitKind::kNormal);
+    o.qkv_w = u.add(p + "self_attn.q_proj.weight", {Q, C}, InitKind::kNormal, false, -1, rows);
+    u.add(p + "self_attn.k_proj.weight", {KV, C}, InitKind::kNormal, false, -1, rows);
+    u.add(p + "self_attn.v_proj.weight", {KV, C}, InitKind::kNormal, false, -1, rows);
     u.end_packed();
     o.qkv_b = -1;
     if (s.qkv_bias) {
       u.begin_packed();
-      o.qkv_b = u.add(p + "self_attn.q_proj.bias", {Q}, InitKind::kZeros);
-      u.add(p + "self_attn.k_proj.bias", {KV}, InitKind::kZeros);
-      u.add(p + "self_attn.v_proj.bias", {KV}, InitKind::kZeros);
+      o.qkv_b = u.add(p + "self_attn.q_proj.bias", {Q}, InitKind::kZeros, false, -1, rows);
+      u.add(p + "self_attn.k_proj.bias", {KV}, InitKind::kZeros, false, -1, rows);
+      u.add(p + "self_attn.v_proj.bias", {KV}, InitKind::kZeros, false, -1, rows);
       u.end_packed();
     }
-    o.o_w = u.add(p + "self_attn.o_proj.weight", {C, Q}, InitKind::kNormal);
-    o.o_b = s.o_bias ? u.add(p + "self_attn.o_proj.bias", {C}, InitKind::kZeros) : -1;
+    o.o_w = u.add(p + "self_attn.o_proj.weight", {C, Q}, InitKind::kNormal, false, -1, cols);
+    o.o_b =
+        s.o_bias ? u.add(p + "self_attn.o_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
     o.ln2_w = u.add(p + "post_attention_layernorm.weight", {C}, InitKind::kOnes);
     u.begin_packed();
-    o.gu_w = u.add(p + "mlp.gate_proj.weight", {I, C}, InitKind::kNormal);
-    u.add(p + "mlp.up_proj.weight", {I, C}, InitKind::kNormal);
+    o.gu_w = u.add(p + "mlp.gate_proj.weight", {I, C}, InitKind::kNormal, false, -1, rows);
+    u.add(p + "mlp.up_proj.weight", {I, C}, InitKind::kNormal, false, -1, rows);
     u.end_packed();
     o.gu_b = -1;
     if (s.mlp_bias) {
       u.begin_packed();
-      o.gu_b = u.add(p + "mlp.gate_proj.bias", {I}, InitKind::kZeros);
-      u.add(p + "mlp.up_proj.bias", {I}, InitKind::kZeros);
+      o.gu_b = u.add(p + "mlp.gate_proj.bias", {I}, InitKind::kZeros, false, -1, rows);
+      u.add(p + "mlp.up_proj.bias", {I}, InitKind::kZeros, false, -1, rows);
       u.end_packed();
     }
-    o.down_w = u.add(p + "mlp.down_proj.weight", {C, I}, InitKind::kNormal);
-    o.down_b = s.mlp_bias ? u.add(p + "mlp.down_proj.bias", {C}, InitKind::kZeros) : -1;
+    o.down_w = u.add(p + "mlp.down_proj.weight", {C, I}, InitKind::kNormal, false, -1, cols);
+    o.down_b =
+        s.mlp_bias ? u.add(p + "mlp.down_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
     if (l == 0) llama_block_ = o;
     units_.push_back(u.finish());
   }
   {
-    UnitBuilder u("norm", align_);
+    UnitBuilder u("norm", align_, shard_);
     u.add("model.norm.weight", {C}, InitKind::kOnes);
     lm_head_offset_ =
-        s.tied() ? -1 : u.add("lm_head.weight", {Vp, C}, InitKind::kNormal, false, s.vocab_size);
+        s.tied() ? -1 : u.add("lm_head.weight", {Vp, C}, InitKind::kNormal, false, real, rows);
     units_.push_back(u.finish());
   }
 }
 
 void ParamLayout::build_gpt2() {
   const int64_t C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  const Split rows = Split::kRows, cols = Split::kColumns, rank0 = Split::kOwnerOnly;
   {
-    UnitBuilder u("embedding", align_);
-    u.add("wte.weight", {Vp, C}, InitKind::kNormal, false, spec_.vocab_size);
-    wpe_offset_ = u.add("wpe.weight", {spec_.seq_len, C}, InitKind::kNormal);
+    UnitBuilder u("embedding", align_, shard_);
+    u.add("wte.weight", {Vp, C}, InitKind::kNormal, false, local_.vocab_real, rows);
+    wpe_offset_ = u.add("wpe.weight", {spec_.seq_len, C}, InitKind::kNormal, false, -1, rank0);
     units_.push_back(u.finish());
   }
   for (int l = 0; l < spec_.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    UnitBuilder u("h." + std::to_string(l), align_);
+    UnitBuilder u("h." + std::to_string(l), align_, shard_);
     BlockOffsets o{};
     o.ln1_w = u.add(p + "ln_1.weight", {C}, InitKind::kOnes);
     o.ln1_b = u.add(p + "ln_1.bias", {C}, InitKind::kZeros);
-    o.qkv_w = u.add(p + "attn.c_attn.weight", {3 * C, C}, InitKind::kNormal, true);
-    o.qkv_b = u.add(p + "attn.c_attn.bias", {3 * C}, InitKind::kZeros);
-    o.attproj_w = u.add(p + "attn.c_proj.weight", {C, C}, InitKind::kNormalResidual, true);
-    o.attproj_b = u.add(p + "attn.c_proj.bias", {C}, InitKind::kZeros);
+    o.qkv_w = u.add(p + "attn.c_attn.weight", {3 * C, C}, InitKind::kNormal, true, -1, rows, 3);
+    o.qkv_b = u.add(p + "attn.c_attn.bias", {3 * C}, InitKind::kZeros, false, -1, rows, 3);
+    o.attproj_w =
+        u.add(p + "attn.c_proj.weight", {C, C}, InitKind::kNormalResidual, true, -1, cols);
+    o.attproj_b = u.add(p + "attn.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
     o.ln2_w = u.add(p + "ln_2.weight", {C}, InitKind::kOnes);
     o.ln2_b = u.add(p + "ln_2.bias", {C}, InitKind::kZeros);
-    o.fc_w = u.add(p + "mlp.c_fc.weight", {4 * C, C}, InitKind::kNormal, true);
-    o.fc_b = u.add(p + "mlp.c_fc.bias", {4 * C}, InitKind::kZeros);
-    o.fcproj_w = u.add(p + "mlp.c_proj.weight", {C, 4 * C}, InitKind::kNormalResidual, true);
-    o.fcproj_b = u.add(p + "mlp.c_proj.bias", {C}, InitKind::kZeros);
+    o.fc_w = u.add(p + "mlp.c_fc.weight", {4 * C, C}, InitKind::kNormal, true, -1, rows);
+    o.fc_b = u.add(p + "mlp.c_fc.bias", {4 * C}, InitKind::kZeros, false, -1, rows);
+    o.fcproj_w =
+        u.add(p + "mlp.c_proj.weight", {C, 4 * C}, InitKind::kNormalResidual, true, -1, cols);
+    o.fcproj_b = u.add(p + "mlp.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
     if (l == 0) block_ = o;
     units_.push_back(u.finish());
   }
   {
-    UnitBuilder u("ln_f", align_);
+    UnitBuilder u("ln_f", align_, shard_);
     u.add("ln_f.weight", {C}, InitKind::kOnes);
     lnf_b_offset_ = u.add("ln_f.bias", {C}, InitKind::kZeros);
     units_.push_back(u.finish());
@@ -225,29 +244,30 @@ void ParamLayout::init_range(int u, float* out, int64_t begin, int64_t end, uint
   std::fill(out, out + (end - begin), 0.0f);
   for (size_t ti = 0; ti < unit.tensors.size(); ++ti) {
     const TensorInfo& t = unit.tensors[ti];
-    // Real (initialised) elements of this tensor: padded vocabulary rows stay 0.
-    const int64_t row = t.shape.size() >= 2 ? t.shape.back() : t.numel;
-    const int64_t real = t.real_rows >= 0 ? t.real_rows * row : t.numel;
-    const int64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + real);
-    if (lo >= hi) continue;
-    float* dst = out + (lo - begin);
-    const int64_t n = hi - lo;
-    switch (t.init) {
-      case InitKind::kZeros:
-        break;
-      case InitKind::kOnes:
-        std::fill(dst, dst + n, 1.0f);
-        break;
-      case InitKind::kNormal:
-      case InitKind::kNormalResidual: {
-        double stddev = spec_.init_std;
-        if (t.init == InitKind::kNormalResidual) stddev /= std::sqrt(2.0 * spec_.n_layer);
-        // Stream: (unit, tensor) so every tensor draws its own sequence.
-        const uint64_t stream = (static_cast<uint64_t>(u) << 16) | ti;
-        fill_normal(dst, n, 0.0f, static_cast<float>(stddev), seed, stream, lo - t.offset);
-        break;
+    if (t.offset >= end || t.offset + t.numel <= begin || t.init == InitKind::kZeros) continue;
+    // Real (initialised) elements of the global tensor: padded vocabulary rows stay 0.
+    int64_t global_numel = 1;
+    for (int64_t d : t.global_shape) global_numel *= d;
+    const int64_t row = t.global_shape.size() >= 2 ? t.global_shape.back() : global_numel;
+    const int64_t real = t.real_rows >= 0 ? int64_t{spec_.vocab_size} * row : global_numel;
+    double stddev = spec_.init_std;
+    if (t.init == InitKind::kNormalResidual) stddev /= std::sqrt(2.0 * spec_.n_layer);
+    // Stream: (unit, tensor) so every tensor draws its own sequence; the counter is the global
+    // element, so a tensor-parallel part draws what the single-rank tensor draws there.
+    const uint64_t stream = (static_cast<uint64_t>(u) << 16) | ti;
+    for_each_run(t, shard_, [&](int64_t local, int64_t global, int64_t n) {
+      n = std::min(n, real - global);  // the real part of the run
+      const int64_t lo = std::max(begin, t.offset + local);
+      const int64_t hi = std::min(end, t.offset + local + n);
+      if (lo >= hi) return;
+      float* dst = out + (lo - begin);
+      if (t.init == InitKind::kOnes) {
+        std::fill(dst, dst + (hi - lo), 1.0f);
+      } else {
+        fill_normal(dst, hi - lo, 0.0f, static_cast<float>(stddev), seed, stream,
+                    global + (lo - t.offset - local));
       }
-    }
+    });
   }
 }
 

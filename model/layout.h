@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/shard.h"
 #include "model/spec.h"
 
 namespace zerod {
@@ -25,6 +26,12 @@ struct TensorInfo {
   bool hf_transposed = false;  // HF stores it transposed (Conv1D weights are (C, OC))
   int64_t real_rows = -1;      // rows that exist in HF (wte: V of Vp); -1: all
   InitKind init = InitKind::kZeros;
+  // Tensor parallelism (model/shard.h): how this rank's tensor is cut from the global one,
+  // `shape` being the rank's part of `global_shape`. parts > 1: dimension 0 holds that many
+  // tensors back to back (GPT-2's c_attn: q, k, v), each split on its own.
+  Split split = Split::kReplicated;
+  int parts = 1;
+  std::vector<int64_t> global_shape;
 };
 
 struct UnitLayout {
@@ -37,10 +44,25 @@ struct UnitLayout {
 
 class ParamLayout {
  public:
-  // Every tensor offset and every unit size is a multiple of align_elems.
-  explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16);
+  // Every tensor offset and every unit size is a multiple of align_elems. With shard.size > 1,
+  // the layout of one tensor-parallel rank: the same units and tensors in the same order, each
+  // tensor this rank's part (Error when the spec cannot be split: tensor_parallel_problem).
+  explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16, TensorShard shard = {});
 
+  // The global spec (whole model), whatever the shard.
   const ModelSpec& spec() const { return spec_; }
+  const TensorShard& shard() const { return shard_; }
+  // The dimensions this rank computes (the spec's own when shard.size == 1).
+  const LocalDims& local() const { return local_; }
+  // Counted in the global gradient norm by this rank: split tensors on every rank, replicated
+  // ones on rank 0 only, so a sum over the tensor group counts every element once.
+  bool counted_in_norm(const TensorInfo& t) const {
+    return t.split == Split::kRows || t.split == Split::kColumns || shard_.rank == 0;
+  }
+  // A rank-0-only tensor on another rank: zeros whose gradient is dropped.
+  bool drops_gradient(const TensorInfo& t) const {
+    return t.split == Split::kOwnerOnly && shard_.rank != 0;
+  }
   int num_units() const { return static_cast<int>(units_.size()); }
   const UnitLayout& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   int embedding_unit() const { return 0; }
@@ -73,12 +95,15 @@ class ParamLayout {
   // Fills elements [begin, end) of unit u's flat buffer with the initialisation for `seed`:
   // weights N(0, std) (GPT-2's residual projections N(0, std/sqrt(2*n_layer))), biases 0,
   // norm weights 1, padding (alignment gaps and padded vocabulary rows) 0. Each value is a
-  // function of (seed, tensor, element) only, so any slice can be initialised on its own.
+  // function of (seed, tensor, global element) only, so any slice can be initialised on its
+  // own and a tensor-parallel rank's part equals that part of the single-rank initialisation.
   void init_range(int u, float* out, int64_t begin, int64_t end, uint64_t seed) const;
 
  private:
   ModelSpec spec_;
   int64_t align_;
+  TensorShard shard_;
+  LocalDims local_;
   std::vector<UnitLayout> units_;
   void build_gpt2();
   void build_llama();

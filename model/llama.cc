@@ -62,12 +62,13 @@ void check_spec(const ModelSpec& s) {
 }  // namespace
 
 Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-             MemoryTracker* tracker)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker) {
+             MemoryTracker* tracker, TensorShard shard)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard) {
   const ModelSpec& s = layout_.spec();
   check_spec(s);
-  const size_t N = static_cast<size_t>(B) * T, C = s.n_embd, NH = s.n_head, Q = s.q_dim(),
-               QKV = s.qkv_dim(), I = s.ffn();
+  const LocalDims& d = layout_.local();
+  const size_t N = static_cast<size_t>(B) * T, C = s.n_embd, NH = d.n_head, Q = d.q_dim,
+               QKV = d.qkv_dim, I = d.ffn;
   auto make_block = [&]() {
     BlockActs a{};
     a.ln1 = act(N * C);
@@ -104,20 +105,22 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   d_c_ = act(N * C);
 }
 
-int64_t Llama::activation_bytes(const ModelSpec& s, int B, int T, bool activation_checkpointing,
-                                size_t esz) {
+int64_t Llama::activation_bytes(const ModelSpec& s, const LocalDims& d, int B, int T,
+                                bool activation_checkpointing, size_t esz) {
   // Mirrors the constructor: per block ln1, qkv, atty (Q), res2, ln2, gu (2I), act (I) and the
   // statistics ln1/ln2 rstd and lse (NH); then the residual stream (L + 1), proj_tmp, lnf,
-  // logits (Vp), dres, d_a, d_b, d_c; lnf rstd, losses, tokens, targets; the rope tables.
-  const int64_t N = int64_t{B} * T, C = s.n_embd, NH = s.n_head, L = s.n_layer, Q = s.q_dim(),
-                QKV = s.qkv_dim(), I = s.ffn();
+  // dres, d_a, d_b, d_c; lnf rstd; the rope tables; then the base buffers (logits, losses,
+  // tokens, targets).
+  const int64_t N = int64_t{B} * T, C = s.n_embd, NH = d.n_head, L = s.n_layer, Q = d.q_dim,
+                QKV = d.qkv_dim, I = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = N * ((4 * C + QKV + Q + 3 * I) * e + (2 + NH) * 4);
   const int64_t blocks = activation_checkpointing ? 1 : L;
   const int64_t rest =
-      N * (((L + 1) * C + 4 * C + s.vp() + std::max(2 * I, QKV) + std::max(I, Q)) * e + 4 * 4);
+      N * (((L + 1) * C + 4 * C + std::max(2 * I, QKV) + std::max(I, Q)) * e + 1 * 4);
   const int64_t tables = 2 * int64_t{s.seq_len} * (s.head_size() / 2) * 4;
-  return blocks * block + rest + tables;
+  const int tp = s.n_head / d.n_head;
+  return blocks * block + rest + tables + base_activation_bytes(d, tp, B, T, esz);
 }
 
 AttentionShape Llama::attn_shape() const {
@@ -125,8 +128,8 @@ AttentionShape Llama::attn_shape() const {
   AttentionShape a;
   a.B = B_;
   a.T = T_;
-  a.NH = s.n_head;
-  a.KVH = s.kv_heads();
+  a.NH = layout_.local().n_head;
+  a.KVH = layout_.local().n_kv_head;
   a.HS = s.head_size();
   a.window = s.sliding_window;
   return a;
@@ -134,7 +137,8 @@ AttentionShape Llama::attn_shape() const {
 
 void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
+  const int C = s.n_embd, Q = layout_.local().q_dim, QKV = layout_.local().qkv_dim,
+            I = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_;
   const float eps = static_cast<float>(s.rms_norm_eps);
   const auto& o = layout_.llama_block();
@@ -161,6 +165,7 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
     be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.o_w, esz_), bias(o.o_b), N, Q, C);
   });
   round(proj_tmp_, N * C);
+  exchange_forward(ExchangePoint::kAttentionOut, proj_tmp_, N * C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
   round(a.res2, N * C);
   timed(timer(), times_.layernorm, [&] {
@@ -177,6 +182,7 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
     be_.matmul_forward(proj_tmp_, a.act, elem_at(w, o.down_w, esz_), bias(o.down_b), N, I, C);
   });
   round(proj_tmp_, N * C);
+  exchange_forward(ExchangePoint::kMlpOut, proj_tmp_, N * C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
   round(res_out, N * C);
 }
@@ -184,7 +190,8 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
 void Llama::block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
+  const int C = s.n_embd, Q = layout_.local().q_dim, QKV = layout_.local().qkv_dim,
+            I = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_;
   const auto& o = layout_.llama_block();
   const AttentionShape as = attn_shape();
@@ -202,6 +209,7 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
                         elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
   });
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kMlpIn, d_c_, N * C);
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), d_c_, a.res2, elem_at(w, o.ln2_w, esz_),
                          a.ln2_rstd, N, C);
@@ -223,6 +231,7 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
                         elem_at(w, o.qkv_w, esz_), N, C, QKV, false);
   });
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kAttentionIn, d_c_, N * C);
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), d_c_, res_in, elem_at(w, o.ln1_w, esz_),
                          a.ln1_rstd, N, C);
@@ -233,7 +242,7 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
 const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
                                      const void** emb_unit) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Vp = s.vp();
+  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_;
   const int eu = layout_.embedding_unit();
   const void* we = params.acquire(eu);
@@ -244,6 +253,7 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   params.release(eu);
   we = nullptr;
   round(res_[0], N * C);
+  exchange_forward(ExchangePoint::kEmbedding, res_[0], N * C);
   for (int l = 0; l < s.n_layer; ++l) {
     const int u = layout_.block_unit(l);
     if (l + 1 < s.n_layer) params.prefetch(u + 1);
@@ -272,7 +282,7 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
 float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                    ParamSource& params, GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, Vp = s.vp();
+  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_;
   const int eu = layout_.embedding_unit(), fu = layout_.final_unit();
   const void* we = nullptr;
@@ -280,8 +290,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
   const void* wf = forward_to_logits(tokens_, params, &we);
 
   const float dloss = loss_gradient(targets, loss_weight);
-  timed(timer(), times_.classifier,
-        [&] { be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, Vp, dloss); });
+  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
   round(logits_, N * Vp);
   forward_phase_done();  // the forward phase ends with the loss
 
@@ -296,6 +305,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
         [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf_, head, N, C, Vp, false); });
   if (s.tied()) params.release(eu);
   round(d_c_, N * C);
+  exchange_backward(ExchangePoint::kHeadIn, d_c_, N * C);
   be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), d_c_,

@@ -27,11 +27,14 @@ void rope_tables(const ModelSpec& spec, std::vector<float>* cos, std::vector<flo
 
 class Llama final : public ModelBase {
  public:
-  static int64_t activation_bytes(const ModelSpec& spec, int B, int T,
+  // Activation bytes for the local dimensions d of one rank (local_dims).
+  static int64_t activation_bytes(const ModelSpec& spec, const LocalDims& d, int B, int T,
                                   bool activation_checkpointing, size_t esz);
 
+  // Tensor-parallel (shard.size > 1): this rank's heads, KV heads, MLP width and vocabulary rows
+  // (model/shard.h); the shapes below are then the local ones (NH, Q, QKV, I divided by T).
   Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-        MemoryTracker* tracker);
+        MemoryTracker* tracker, TensorShard shard = {});
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,

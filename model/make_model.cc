@@ -5,18 +5,20 @@
 namespace zerod {
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
-                                  bool activation_checkpointing, MemoryTracker* tracker) {
+                                  bool activation_checkpointing, MemoryTracker* tracker,
+                                  TensorShard shard) {
   if (spec.llama_family()) {
-    return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker);
+    return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker, shard);
   }
-  return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker);
+  return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker, shard);
 }
 
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz) {
+                               size_t esz, int tensor_parallel) {
+  const LocalDims d = local_dims(spec, TensorShard{0, tensor_parallel});
   if (spec.llama_family())
-    return Llama::activation_bytes(spec, B, T, activation_checkpointing, esz);
-  return Gpt::activation_bytes(spec, B, T, activation_checkpointing, esz);
+    return Llama::activation_bytes(spec, d, B, T, activation_checkpointing, esz);
+  return Gpt::activation_bytes(spec, d, B, T, activation_checkpointing, esz);
 }
 
 }  // namespace zerod

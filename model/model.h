@@ -2,7 +2,8 @@
 // come from a ParamSource and whose gradients go to a GradSink, unit by unit (param_source.h).
 // One implementation per architecture family: Gpt (gpt.h) and Llama (llama.h, also Mistral and
 // Qwen2). make_model() picks by ModelSpec::arch. Models know no peers: parallelism is applied
-// from outside through the seams.
+// from outside through the seams. A model built for a TensorShard of size T computes its
+// tensor-parallel part (model/shard.h) and combines partial results through its Exchange.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "core/memory.h"
 #include "kernels/backend.h"
+#include "model/exchange.h"
 #include "model/layout.h"
 #include "model/param_source.h"
 
@@ -31,8 +33,12 @@ class Model {
  public:
   virtual ~Model() = default;
 
+  // This rank's layout (the whole model's unless tensor-parallel).
   virtual const ParamLayout& layout() const = 0;
   const ModelSpec& spec() const { return layout().spec(); }
+  // The collectives of a tensor-parallel model (not owned; must outlive the model). Required
+  // before the first forward when layout().shard().size > 1; unused otherwise.
+  virtual void set_exchange(Exchange* exchange) = 0;
   virtual int batch() const = 0;
   virtual int seq() const = 0;
 
@@ -46,7 +52,7 @@ class Model {
   virtual float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                                  GradSink& grads, float loss_weight) = 0;
 
-  // ---- generation (forward only, one rank, with a KV cache) ----
+  // ---- generation (forward only, one rank, with a KV cache; not tensor-parallel) ----
   // Allocates a KV cache for batch() sequences of up to max_len positions (<= spec().seq_len).
   virtual void start_generation(int max_len) = 0;
   // Runs n new positions pos0 .. pos0 + n - 1 (1 <= n <= seq()) of every sequence: tokens
@@ -57,7 +63,7 @@ class Model {
                              float* last_logits) = 0;
 
   // After forward(): the logits (B,T,Vp) of that call, converted to fp32, into host memory
-  // (out: B*T*Vp floats).
+  // (out: B*T*Vp floats; tensor-parallel: this rank's Vp/T columns).
   virtual void read_logits(float* out) = 0;
 
   virtual void set_timing(bool on) = 0;
@@ -65,13 +71,16 @@ class Model {
   virtual void reset_times() = 0;
 };
 
-// The model of spec.arch for micro-batches of B x T (T <= spec.seq_len).
+// The model of spec.arch for micro-batches of B x T (T <= spec.seq_len); with shard.size > 1
+// the part of tensor-parallel rank shard.rank.
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
-                                  bool activation_checkpointing, MemoryTracker* tracker);
+                                  bool activation_checkpointing, MemoryTracker* tracker,
+                                  TensorShard shard = {});
 
 // The bytes make_model's model allocates for activations (MemCategory::kActivations) for a
-// micro-batch of B x T, compute elements of esz bytes (statistics are fp32).
+// micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on one of
+// `tensor_parallel` ranks.
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz);
+                               size_t esz, int tensor_parallel = 1);
 
 }  // namespace zerod

@@ -1,13 +1,15 @@
 #include "model/model_base.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "model/op_timing.h"
 
 namespace zerod {
 
 ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
-                     bool activation_checkpointing, MemoryTracker* tracker)
-    : layout_(spec),
+                     bool activation_checkpointing, MemoryTracker* tracker, TensorShard shard)
+    : layout_(spec, 16, shard),
       be_(backend),
       B_(B),
       T_(T),
@@ -15,20 +17,26 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
       rounding_(backend.compute_dtype() != DType::kF32 &&
                 backend.compute_elem_size() == sizeof(float)),
       esz_(backend.compute_elem_size()),
-      tracker_(tracker) {
+      tracker_(tracker),
+      exchange_(&identity_) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(B > 0 && T > 0 && T <= s.seq_len, "micro-batch {}x{} (seq_len {})", B, T, s.seq_len);
   const size_t N = static_cast<size_t>(B) * T;
-  logits_ = act(N * static_cast<size_t>(s.vp()));
+  logits_ = act(N * static_cast<size_t>(layout_.local().vocab_rows));
   losses_ = stat(N);
   tokens_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
   targets_ = reinterpret_cast<int32_t*>(stat(N));
+  if (tensor_parallel()) {
+    loss_stats_ = stat(3 * N);
+    host_tokens_.resize(N);
+  }
   host_losses_.resize(N);
 }
 
-int64_t ModelBase::base_activation_bytes(const ModelSpec& s, int B, int T, size_t esz) {
+int64_t ModelBase::base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
+                                         size_t esz) {
   const int64_t N = int64_t{B} * T;
-  return N * (s.vp() * static_cast<int64_t>(esz) + 3 * 4);
+  return N * (d.vocab_rows * static_cast<int64_t>(esz) + 3 * 4 + (tensor_parallel > 1 ? 12 : 0));
 }
 
 void* ModelBase::act(size_t elems) {
@@ -46,9 +54,37 @@ void ModelBase::round(void* x, int64_t n) {
 }
 
 void ModelBase::upload(const int32_t* inputs, const int32_t* targets) {
-  const size_t bytes = static_cast<size_t>(B_) * T_ * sizeof(int32_t);
+  const size_t n = static_cast<size_t>(B_) * T_, bytes = n * sizeof(int32_t);
+  if (tensor_parallel()) {
+    // The embedding shard holds rows [v0, v0 + Vl): other tokens look up nothing here.
+    const int v0 = layout_.local().vocab_begin, Vl = layout_.local().vocab_rows;
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t t = inputs[i] - v0;
+      host_tokens_[i] = t >= 0 && t < Vl ? t : -1;
+    }
+    inputs = host_tokens_.data();
+  }
   be_.copy(tokens_, inputs, bytes);
   be_.copy(targets_, targets, bytes);
+}
+
+void ModelBase::loss_and_dlogits(float dloss) {
+  const ModelSpec& s = layout_.spec();
+  const LocalDims& d = layout_.local();
+  const int64_t N = int64_t{B_} * T_;
+  if (!tensor_parallel()) {
+    be_.crossentropy_fused(losses_, logits_, targets_, N, s.vocab_size, s.vp(), dloss);
+    return;
+  }
+  // Megatron's vocabulary-parallel cross-entropy: the full logits are never gathered.
+  be_.crossentropy_shard_stats(loss_stats_, logits_, targets_, N, d.vocab_real, d.vocab_rows,
+                               d.vocab_begin);
+  exchange_->loss_max(loss_stats_, N);
+  exchange_->loss_sum(loss_stats_ + N, N);  // the target logit (one rank holds it)
+  be_.crossentropy_shard_sumexp(loss_stats_, logits_, N, d.vocab_real, d.vocab_rows);
+  exchange_->loss_sum(loss_stats_ + 2 * N, N);
+  be_.crossentropy_shard_finish(losses_, logits_, targets_, loss_stats_, N, d.vocab_real,
+                                d.vocab_rows, d.vocab_begin, dloss);
 }
 
 float ModelBase::mean_loss(const int32_t* targets) {
@@ -89,12 +125,14 @@ void ModelBase::attend(int l, void* out, float* lse, const void* qkv, const Atte
 
 void ModelBase::start_generation(int max_len) {
   const ModelSpec& s = layout_.spec();
+  ZD_CHECK_INPUT(!tensor_parallel(), "generation runs on one rank, not tensor-parallel (T = {})",
+                 layout_.shard().size);
   ZD_CHECK_INPUT(max_len >= 1 && max_len <= s.seq_len,
                  "generation of {} positions: the model has {} (seq_len)", max_len, s.seq_len);
   cache_buffers_.clear();
   kcache_.clear();
   vcache_.clear();
-  const size_t bytes = static_cast<size_t>(B_) * max_len * s.kv_dim() * esz_;
+  const size_t bytes = static_cast<size_t>(B_) * max_len * layout_.local().kv_dim * esz_;
   for (int l = 0; l < s.n_layer; ++l) {
     cache_buffers_.push_back(be_.allocate(bytes, MemCategory::kActivations, tracker_));
     kcache_.push_back(cache_buffers_.back().data());
@@ -123,7 +161,7 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
   }
   T_ = saved_T;
   cache_pos0_ = -1;
-  const int Vp = layout_.spec().vp();
+  const int Vp = layout_.local().vocab_rows;
   for (int b = 0; b < B_; ++b) {
     const int64_t row = int64_t{b} * n + (n - 1);
     be_.cast_from_compute(last_logits + int64_t{b} * Vp,
@@ -134,16 +172,35 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
 
 float ModelBase::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
   const ModelSpec& s = layout_.spec();
+  const int64_t N = int64_t{B_} * T_;
   upload(inputs, targets);
   run_to_logits(params);
-  timed(timer(), times_.classifier, [&] {
-    be_.crossentropy_forward(losses_, logits_, targets_, int64_t{B_} * T_, s.vocab_size, s.vp());
-  });
+  if (!tensor_parallel()) {
+    timed(timer(), times_.classifier,
+          [&] { be_.crossentropy_forward(losses_, logits_, targets_, N, s.vocab_size, s.vp()); });
+    return mean_loss(targets);
+  }
+  // The statistics of the vocabulary-parallel cross-entropy give each loss (the logits stay).
+  const LocalDims& d = layout_.local();
+  be_.crossentropy_shard_stats(loss_stats_, logits_, targets_, N, d.vocab_real, d.vocab_rows,
+                               d.vocab_begin);
+  exchange_->loss_max(loss_stats_, N);
+  exchange_->loss_sum(loss_stats_ + N, N);
+  be_.crossentropy_shard_sumexp(loss_stats_, logits_, N, d.vocab_real, d.vocab_rows);
+  exchange_->loss_sum(loss_stats_ + 2 * N, N);
+  std::vector<float> st(static_cast<size_t>(3 * N));
+  be_.copy(st.data(), loss_stats_, st.size() * sizeof(float));
+  for (int64_t i = 0; i < N; ++i) {
+    const size_t k = static_cast<size_t>(i);
+    host_losses_[k] =
+        targets[i] < 0 ? 0.0f : std::log(st[k + 2 * N]) + st[k] - st[k + static_cast<size_t>(N)];
+  }
+  be_.copy(losses_, host_losses_.data(), static_cast<size_t>(N) * sizeof(float));
   return mean_loss(targets);
 }
 
 void ModelBase::read_logits(float* out) {
-  be_.cast_from_compute(out, logits_, int64_t{B_} * T_ * layout_.spec().vp());
+  be_.cast_from_compute(out, logits_, int64_t{B_} * T_ * layout_.local().vocab_rows);
 }
 
 float ModelBase::forward_backward(const int32_t* inputs, const int32_t* targets,

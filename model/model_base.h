@@ -19,6 +19,7 @@ class ModelBase : public Model {
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
   int seq() const override { return T_; }
+  void set_exchange(Exchange* exchange) final { exchange_ = exchange; }
 
   // Logits through run_to_logits, then the mean loss.
   float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) final;
@@ -37,10 +38,11 @@ class ModelBase : public Model {
  protected:
   // Checks the micro-batch against the spec and allocates tokens, targets, losses and logits.
   ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-            MemoryTracker* tracker);
+            MemoryTracker* tracker, TensorShard shard);
   // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
-  // logits: N x Vp compute elements).
-  static int64_t base_activation_bytes(const ModelSpec& spec, int B, int T, size_t esz);
+  // logits: N x Vp/T compute elements; tensor-parallel: the 3N loss statistics).
+  static int64_t base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
+                                       size_t esz);
 
   virtual float forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                       ParamSource& params, GradSink& grads, float loss_weight) = 0;
@@ -60,8 +62,20 @@ class ModelBase : public Model {
   // x (n) rounded to the compute dtype where the backend emulates it (timed as rounding).
   void round(void* x, int64_t n);
   Backend* timer() { return timing_ ? &be_ : nullptr; }  // for timed()
-  // inputs and targets (host) into tokens_ and targets_ (the backend's memory).
+  // inputs and targets (host) into tokens_ and targets_ (the backend's memory). Tensor-parallel,
+  // tokens_ holds the rows of this rank's vocabulary shard (-1: a token another rank holds).
   void upload(const int32_t* inputs, const int32_t* targets);
+  // Tensor-parallel (T > 1): the exchange at point p; nothing on one rank.
+  bool tensor_parallel() const { return layout_.shard().size > 1; }
+  void exchange_forward(ExchangePoint p, void* x, int64_t n) {
+    if (tensor_parallel()) exchange_->forward(p, x, n);
+  }
+  void exchange_backward(ExchangePoint p, void* dx, int64_t n) {
+    if (tensor_parallel()) exchange_->backward(p, dx, n);
+  }
+  // losses_ and logits_ -> dlogits (in place) for the per-position loss gradient dloss: the
+  // fused cross-entropy, or its vocabulary-parallel form over the tensor group.
+  void loss_and_dlogits(float dloss);
   // Mean of the losses of the positions whose target is >= 0 (read back from the backend).
   float mean_loss(const int32_t* targets);
   // The gradient of each position's loss: loss_weight / (positions with a target).
@@ -78,11 +92,14 @@ class ModelBase : public Model {
   MemoryTracker* tracker_;
   std::vector<Buffer> buffers_;
 
-  void* logits_;                    // (B,T,Vp), becomes dlogits in backward
-  float* losses_;                   // (B,T)
-  int32_t* tokens_;                 // (B,T) the inputs, in the backend's memory
-  int32_t* targets_;                // (B,T)
-  std::vector<float> host_losses_;  // (B,T)
+  Exchange* exchange_;
+  void* logits_;                      // (B,T,Vp/T), becomes dlogits in backward
+  float* loss_stats_ = nullptr;       // tensor-parallel: (3N) max | target logit | sum of exp
+  float* losses_;                     // (B,T)
+  int32_t* tokens_;                   // (B,T) the inputs, in the backend's memory
+  int32_t* targets_;                  // (B,T)
+  std::vector<float> host_losses_;    // (B,T)
+  std::vector<int32_t> host_tokens_;  // tensor-parallel: tokens_ before upload
 
   bool timing_ = false;
   OpTimes times_;
@@ -96,6 +113,7 @@ class ModelBase : public Model {
   // While a timed forward_backward runs: its clock, its seam time, and both at the loss.
   const Stopwatch* phase_clock_ = nullptr;
   const double* phase_seam_ = nullptr;
+  IdentityExchange identity_;
   double forward_wall_ = 0, forward_seam_ = 0;
 };
 

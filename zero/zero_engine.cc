@@ -45,6 +45,26 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   ZD_CHECK(opt_.comm->size() == opt_.world_size && opt_.comm->rank() == opt_.rank,
            "communicator is rank {} of {}, engine rank {} of {}", opt_.comm->rank(),
            opt_.comm->size(), opt_.rank, opt_.world_size);
+  if (opt_.model_parallel_comm != nullptr && opt_.model_parallel_comm->size() == 1)
+    opt_.model_parallel_comm = nullptr;
+  bool all_counted = true;
+  for (int u = 0; u < layout_.num_units(); ++u)
+    for (const TensorInfo& t : layout_.unit(u).tensors) all_counted &= layout_.counted_in_norm(t);
+  if (!all_counted) {
+    // The counted tensors of each unit, clipped to this rank's shard (shard coordinates).
+    const int owner = owner_rank();
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const UnitPartition& up = partition_.unit(u);
+      const int64_t lo = up.begin(owner), hi = lo + up.shard;
+      std::vector<std::pair<int64_t, int64_t>> r;
+      for (const TensorInfo& t : layout_.unit(u).tensors) {
+        if (!layout_.counted_in_norm(t)) continue;
+        const int64_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
+        if (b < e) r.emplace_back(b - lo, e - lo);
+      }
+      norm_ranges_.push_back(std::move(r));
+    }
+  }
   place_parameters();
   place_optimizer_states();
   ReducerOptions ro;
@@ -273,17 +293,32 @@ const void* ZeroEngine::shard_in_place(int u, void* in_place) {
   return weight_region(u);
 }
 
-double ZeroEngine::sum_over_ranks(double local) {
+double ZeroEngine::sum_over_ranks(double local, Communicator* comm) {
+  if (comm == nullptr) comm = opt_.comm;
   if (!be_.device_memory()) {
-    opt_.comm->all_reduce(&local, 1, CommType::kF64, ReduceOp::kSum);
+    comm->all_reduce(&local, 1, CommType::kF64, ReduceOp::kSum);
     return local;
   }
   // Collectives on a GPU backend run on device memory.
   if (scalar_.empty()) scalar_ = be_.allocate(sizeof(double), MemCategory::kWorkspace, tracker_);
   be_.copy(scalar_.data(), &local, sizeof(double));
-  opt_.comm->all_reduce(scalar_.data(), 1, CommType::kF64, ReduceOp::kSum);
+  comm->all_reduce(scalar_.data(), 1, CommType::kF64, ReduceOp::kSum);
   be_.copy(&local, scalar_.data(), sizeof(double));
   return local;
+}
+
+double ZeroEngine::shard_sum_squares() {
+  double sumsq = 0;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (norm_ranges_.empty()) {
+      sumsq += be_.sum_squares(reducer_->shard(u), partition_.unit(u).shard);
+      continue;
+    }
+    const char* g = static_cast<const char*>(reducer_->shard(u));
+    for (const auto& [b, e] : norm_ranges_[static_cast<size_t>(u)])
+      sumsq += be_.sum_squares(g + static_cast<size_t>(b) * esz_, e - b);
+  }
+  return sumsq;
 }
 
 void ZeroEngine::init_weights(uint64_t seed) {
@@ -387,13 +422,12 @@ void ZeroEngine::prefetch(int unit) {
 StepResult ZeroEngine::step(const OptimStep& s) {
   reducer_->finish();
   StepResult r;
-  double sumsq = 0;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    sumsq += be_.sum_squares(reducer_->shard(u), partition_.unit(u).shard);
-  }
+  double sumsq = shard_sum_squares();
   const bool distributed = opt_.comm->size() > 1;
   // Stage 0 ranks hold identical reduced gradients; the others hold disjoint shards.
   if (distributed && opt_.stage >= 1) sumsq = sum_over_ranks(sumsq);
+  // The other parts of the model (disjoint, replicated tensors counted on one rank only).
+  if (opt_.model_parallel_comm != nullptr) sumsq = sum_over_ranks(sumsq, opt_.model_parallel_comm);
   if (!std::isfinite(sumsq)) {
     r.overflow = true;
     r.grad_norm = std::numeric_limits<double>::infinity();

@@ -39,9 +39,15 @@ enum class StatesHome { kDevice, kHost, kNvme };
 
 struct ZeroOptions {
   int stage = 0;
+  // The data-parallel group ZeRO partitions and reduces over (the world without model
+  // parallelism): its size, this rank's index in it, and its communicator.
   int world_size = 1;
   int rank = 0;
   Communicator* comm = nullptr;  // required when world_size > 1 or stage 3
+  // The ranks holding the other parts of this rank's model (the tensor group; null: none). The
+  // global gradient norm and the overflow check also sum over them, each element counted once
+  // (ParamLayout::counted_in_norm), so every rank of the world clips and skips alike.
+  Communicator* model_parallel_comm = nullptr;
   int64_t reduce_bucket_size = 500000000;
   int64_t allgather_bucket_size = 500000000;
   bool overlap_comm = false;
@@ -210,8 +216,12 @@ class ZeroEngine : public ParamSource, public GradSink {
   HostRegistrar host_registrar();
   // A pinned host scratch of at least `floats` floats (grown on demand).
   float* host_stage(int64_t floats);
-  // local summed over the ranks (through device memory on a GPU backend).
-  double sum_over_ranks(double local);
+  // local summed over the ranks of comm (default: the data-parallel group), through device
+  // memory on a GPU backend.
+  double sum_over_ranks(double local, Communicator* comm = nullptr);
+  // Sum of squares of this rank's reduced gradient shards, over the elements it counts in the
+  // global norm (all of them without model parallelism).
+  double shard_sum_squares();
   void place_parameters();        // allocates weights_ (and the parameter swapper)
   void place_optimizer_states();  // allocates host_/dev_ (or the state swapper)
   void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
@@ -224,6 +234,9 @@ class ZeroEngine : public ParamSource, public GradSink {
   ZeroOptions opt_;
   MemoryTracker* tracker_;
   Partition partition_;  // the optimizer partition: world 1 at stage 0, the world otherwise
+  // Per unit: the element ranges [begin, end) of this rank's shard counted in the norm (empty
+  // vector of vectors when every element counts).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> norm_ranges_;
   size_t esz_;
   Buffer weights_;  // stages 0-2: every unit's padded weights; stage 3: every unit's shard
   // Optimizer states in memory, shard elements [0, split_) in host_ and [split_, total) in dev_:

@@ -12,6 +12,7 @@
 
 #include "comm/gloo/link.h"
 #include "comm/gloo/store_adapter.h"
+#include "comm/rank_names.h"
 #include "core/error.h"
 
 namespace zerod::gloo_backend {
@@ -39,13 +40,17 @@ std::shared_ptr<gloo::rendezvous::Context> connect_full_mesh(const GlooOptions& 
            o.size);
   ZD_CHECK(o.store != nullptr, "the Gloo communicator needs a store");
   ZD_CHECK(o.timeout.count() > 0, "timeout must be positive, got {} ms", o.timeout.count());
+  ZD_CHECK(o.global_ranks.empty() || o.global_ranks.size() == static_cast<size_t>(o.size),
+           "group '{}' of {} ranks has {} global ranks", o.group_name, o.size,
+           o.global_ranks.size());
+  const RankNames names{o.group_name, o.global_ranks};
 
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr(o.bind_address.c_str());
     device = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    ZD_THROW_INPUT("rank {}: cannot listen on bind address '{}': {}", o.rank, o.bind_address,
+    ZD_THROW_INPUT("{}: cannot listen on bind address '{}': {}", names.rank(o.rank), o.bind_address,
                    tidy_gloo_message(e.what()));
   }
 
@@ -63,7 +68,7 @@ std::shared_ptr<gloo::rendezvous::Context> connect_full_mesh(const GlooOptions& 
       const std::string key = "rank_" + std::to_string(r);
       try {
         if (r != o.rank && !o.store->check({key})) {
-          missing.push_back(r);
+          missing.push_back(names.global(r));
           keys.push_back("'" + key + "'");
         }
       } catch (const std::exception&) {
@@ -71,10 +76,15 @@ std::shared_ptr<gloo::rendezvous::Context> connect_full_mesh(const GlooOptions& 
       }
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    const auto what = fmt::format(
-        "creating the Gloo communicator (rank {} of {}) failed after "
-        "{:.0f} ms (timeout {} ms)",
-        o.rank, o.size, ms, o.timeout.count());
+    const auto what =
+        names.is_world() ? fmt::format(
+                               "creating the Gloo communicator (rank {} of {}) failed after "
+                               "{:.0f} ms (timeout {} ms)",
+                               o.rank, o.size, ms, o.timeout.count())
+                         : fmt::format(
+                               "creating the Gloo communicator of {} on rank {} failed after "
+                               "{:.0f} ms (timeout {} ms)",
+                               names.describe_group(), names.global(o.rank), ms, o.timeout.count());
     if (!missing.empty()) {
       const char* s = missing.size() == 1 ? "" : "s";
       ZD_THROW_KIND(ErrorKind::kPeerLost, "{}: rank{} {} never joined (store key{} {} not set); {}",

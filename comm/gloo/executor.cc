@@ -56,20 +56,22 @@ class GlooWork : public Work {
 
 std::shared_ptr<Executor> Executor::start(std::shared_ptr<gloo::Context> context,
                                           std::chrono::milliseconds timeout,
-                                          std::shared_ptr<PeerMonitor> monitor) {
-  std::shared_ptr<Executor> e(new Executor(std::move(context), timeout, std::move(monitor)));
+                                          std::shared_ptr<PeerMonitor> monitor, RankNames names) {
+  std::shared_ptr<Executor> e(
+      new Executor(std::move(context), timeout, std::move(monitor), std::move(names)));
   e->thread_ = std::thread([raw = e.get()] { raw->thread_main(); });
   if (e->size_ > 1) e->watcher_ = std::thread([raw = e.get()] { raw->watch_main(); });
   return e;
 }
 
 Executor::Executor(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
-                   std::shared_ptr<PeerMonitor> monitor)
+                   std::shared_ptr<PeerMonitor> monitor, RankNames names)
     : context_(std::move(context)),
       rank_(context_->rank),
       size_(context_->size),
       timeout_(timeout),
       monitor_(std::move(monitor)),
+      names_(std::move(names)),
       log_(size_) {}
 
 Executor::~Executor() {
@@ -86,8 +88,8 @@ WorkPtr Executor::submit(const char* op, const std::string& detail, int64_t byte
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty()) {
     ZD_THROW_KIND(ErrorKind::kPeerLost,
-                  "{} ({}) not started on rank {}: the communicator failed earlier: {}", op, detail,
-                  rank_, broken_);
+                  "{} ({}) not started on {}: the communicator failed earlier: {}", op, detail,
+                  names_.rank(rank_), broken_);
   }
   ZD_CHECK(!stopping_, "{} issued while the communicator is being destroyed", op);
   const int64_t seq = ++seq_;
@@ -107,7 +109,8 @@ void Executor::shutdown() {
     stopping_ = true;
     if (probe_ != nullptr) probe_->abortWaitRecv();
     if (current_ != nullptr) {
-      current_->abort(fmt::format("the communicator of rank {} was destroyed", rank_));
+      current_->abort(
+          fmt::format("the communicator of rank {} was destroyed", names_.global(rank_)));
     }
   }
   cv_.notify_all();
@@ -120,7 +123,8 @@ void Executor::shutdown() {
 void Executor::watch_main() {
   constexpr uint64_t kProbeSlot = 0x5Bull << 56;  // (our collectives use 0x5A..., Gloo's 0x01-0x08)
   constexpr auto kStuckAfter = std::chrono::milliseconds(1000);
-  pthread_setname_np(pthread_self(), fmt::format("zd-watch-{}", rank_).substr(0, 15).c_str());
+  pthread_setname_np(pthread_self(),
+                     fmt::format("zd-watch-{}", names_.global(rank_)).substr(0, 15).c_str());
   char byte = 0;
   std::unique_ptr<gloo::transport::UnboundBuffer> probe;
   std::string why;
@@ -148,7 +152,7 @@ void Executor::watch_main() {
   while (!stopping_) {
     if (current_ != nullptr && current_ != aborted &&
         Clock::now() - current_since_ >= kStuckAfter) {
-      current_->abort(fmt::format("a connection of rank {} failed: {}", rank_, why));
+      current_->abort(fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why));
       aborted = current_;
     }
     cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
@@ -156,8 +160,9 @@ void Executor::watch_main() {
 }
 
 void Executor::thread_main() {
-  log::set_thread_rank(rank_);
-  pthread_setname_np(pthread_self(), fmt::format("zd-comm-{}", rank_).substr(0, 15).c_str());
+  log::set_thread_rank(names_.global(rank_));
+  pthread_setname_np(pthread_self(),
+                     fmt::format("zd-comm-{}", names_.global(rank_)).substr(0, 15).c_str());
   for (;;) {
     Task task;
     std::optional<Error> refused;
@@ -169,10 +174,10 @@ void Executor::thread_main() {
         queue_.clear();
         lock.unlock();
         for (auto& t : left) {
-          t.work->finish(Error(ErrorKind::kPeerLost,
-                               fmt::format("{} did not run on rank {}: the communicator was "
-                                           "destroyed",
-                                           t.what, rank_)));
+          t.work->finish(
+              Error(ErrorKind::kPeerLost, fmt::format("{} did not run on {}: the communicator was "
+                                                      "destroyed",
+                                                      t.what, names_.rank(rank_))));
         }
         return;
       }
@@ -180,8 +185,8 @@ void Executor::thread_main() {
       queue_.pop_front();
       if (!broken_.empty()) {
         refused.emplace(ErrorKind::kPeerLost,
-                        fmt::format("{} did not run on rank {}: an earlier collective failed: {}",
-                                    task.what, rank_, broken_));
+                        fmt::format("{} did not run on {}: an earlier collective failed: {}",
+                                    task.what, names_.rank(rank_), broken_));
       } else {
         running_ = true;
       }
@@ -215,12 +220,14 @@ void Executor::execute(Task& task) {
   try {
     if (monitor_) monitor_->on_start(rank_, task.seq);
     log_.started(task.seq);
-    Link link(*context_, task.seq, task.signature, start + timeout_);
+    Link link(*context_, task.seq, task.signature, start + timeout_, &names_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       current_ = &link;
       current_since_ = Clock::now();
-      if (stopping_) link.abort(fmt::format("the communicator of rank {} was destroyed", rank_));
+      if (stopping_) {
+        link.abort(fmt::format("the communicator of rank {} was destroyed", names_.global(rank_)));
+      }
     }
     struct Forget {  // runs before `link` is destroyed
       Executor* self;
@@ -244,11 +251,11 @@ void Executor::execute(Task& task) {
     try {
       context_->closeConnections();
     } catch (const std::exception& e) {
-      spdlog::warn("closing the connections of rank {} failed: {}", rank_, e.what());
+      spdlog::warn("closing the connections of {} failed: {}", names_.rank(rank_), e.what());
     }
     log_.ended(task.seq, false);
     // The flight recorder: what this rank did last, for reading the ranks' logs side by side.
-    spdlog::warn("{}\n  last collectives of rank {}:{}", error->what(), rank_,
+    spdlog::warn("{}\n  last collectives of {}:{}", error->what(), names_.rank(rank_),
                  log_.describe_recent(8));
   }
   {
@@ -262,8 +269,8 @@ void Executor::execute(Task& task) {
 Error Executor::failure(const Task& task, const std::exception& e, Clock::time_point start) {
   const auto elapsed =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  const auto where = fmt::format("{} failed on rank {} of {} after {} ms (timeout {} ms)",
-                                 task.what, rank_, size_, elapsed, timeout_.count());
+  const auto where = fmt::format("{} failed on {} after {} ms (timeout {} ms)", task.what,
+                                 names_.rank_of(rank_, size_), elapsed, timeout_.count());
   // Lost peers: our PeerError, Gloo's exceptions (its own collectives), or a kPeerLost of ours.
   // Anything else (a bug, out of memory) keeps its kind or gets kInternal.
   const auto* ours = dynamic_cast<const Error*>(&e);
@@ -279,7 +286,7 @@ Error Executor::failure(const Task& task, const std::exception& e, Clock::time_p
   if (monitor_) {
     std::string missing;
     try {
-      missing = describe_missing_ranks(monitor_->snapshot(), task.seq, rank_);
+      missing = describe_missing_ranks(monitor_->snapshot(), task.seq, rank_, names_.global_ranks);
       if (missing.empty()) {
         missing = peer != nullptr && peer->timed_out()
                       ? "every other rank had started it (do the ranks issue the same "

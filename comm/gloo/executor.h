@@ -27,6 +27,7 @@
 #include "comm/communicator.h"
 #include "comm/gloo/link.h"
 #include "comm/peer_monitor.h"
+#include "comm/rank_names.h"
 #include "core/error.h"
 
 namespace gloo {
@@ -43,10 +44,12 @@ class GlooWork;
 
 class Executor : public std::enable_shared_from_this<Executor> {
  public:
-  // Starts the communication thread. `context` is connected; `monitor` may be null.
+  // Starts the communication thread. `context` is connected; `monitor` may be null; `names`:
+  // how messages name the ranks (empty for a world's communicator, see comm/rank_names.h).
   static std::shared_ptr<Executor> start(std::shared_ptr<gloo::Context> context,
                                          std::chrono::milliseconds timeout,
-                                         std::shared_ptr<PeerMonitor> monitor);
+                                         std::shared_ptr<PeerMonitor> monitor,
+                                         RankNames names = {});
   ~Executor();
 
   // Numbers the collective and queues it. `op` and `detail` name it in errors ("all_reduce",
@@ -72,7 +75,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   };
 
   Executor(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
-           std::shared_ptr<PeerMonitor> monitor);
+           std::shared_ptr<PeerMonitor> monitor, RankNames names);
   void thread_main();
   // The connection watcher (size > 1). Gloo's TCP pair does not fail an unbound-buffer send
   // whose bytes are queued on it when the connection then closes (it signals the queued sends
@@ -93,6 +96,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   const int size_;
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<PeerMonitor> monitor_;
+  const RankNames names_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

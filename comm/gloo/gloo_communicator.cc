@@ -84,9 +84,12 @@ class GlooCommunicator final : public Communicator {
         algorithm_(options.algorithm) {
     tuning_.segment_bytes = options.segment_bytes;
     context_ = gloo_backend::connect_full_mesh(options);
-    executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor);
+    RankNames names{options.group_name, options.global_ranks};
+    const std::string who = names.rank_of(rank_, size_);
+    executor_ =
+        gloo_backend::Executor::start(context_, timeout_, options.monitor, std::move(names));
     log::init();
-    spdlog::debug("gloo communicator: rank {} of {} connected on {} (timeout {} ms)", rank_, size_,
+    spdlog::debug("gloo communicator: {} connected on {} (timeout {} ms)", who,
                   options.bind_address, timeout_.count());
   }
 

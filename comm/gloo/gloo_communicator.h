@@ -25,6 +25,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/peer_monitor.h"
@@ -57,8 +58,16 @@ struct GlooOptions {
   std::string bind_address = "127.0.0.1";
   // Creation timeout and the timeout of each collective.
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
-  // Told when each collective starts and completes; asked on errors (may be null).
+  // Told when each collective starts and completes; asked on errors (may be null). Its ranks are
+  // this communicator's ranks (for a sub-group: a GroupPeerMonitor, comm/group_monitor.h).
   std::shared_ptr<PeerMonitor> monitor;
+  // A sub-group's communicator (comm/process_groups.h): the group's name ("tensor") and the
+  // global rank of each of its ranks (global_ranks[rank], size entries). Its errors and logs then
+  // name the group and each rank by its global rank ("all_reduce #3 (...) failed on rank 5 of
+  // group 'tensor' (global ranks 4, 5) ...; rank 4 is dead (...)"). Both empty (the world's
+  // communicator): ranks are named by their own numbers.
+  std::string group_name;
+  std::vector<int> global_ranks;
 
   // For benchmarks and tests; the defaults are what training uses.
   GlooAlgorithm algorithm = GlooAlgorithm::kAuto;

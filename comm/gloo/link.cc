@@ -33,14 +33,16 @@ std::string tidy_gloo_message(const std::string& msg) {
   return out;
 }
 
-Link::Link(gloo::Context& context, int64_t seq, uint16_t signature, Clock::time_point deadline)
+Link::Link(gloo::Context& context, int64_t seq, uint16_t signature, Clock::time_point deadline,
+           const RankNames* names)
     : context_(context),
       rank_(context.rank),
       size_(context.size),
       seq_(seq),
       slot_base_(kSlotPrefix | (static_cast<uint64_t>(signature) << 40) |
                  ((static_cast<uint64_t>(seq) & 0xffffffffull) << 8)),
-      deadline_(deadline) {}
+      deadline_(deadline),
+      names_(names) {}
 
 Link::~Link() = default;
 
@@ -80,15 +82,18 @@ void Link::throw_if_aborted(int peer, const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) {
     throw PeerError(peer, false,
-                    fmt::format("{} rank {} was aborted: {}", what, peer, abort_reason_));
+                    fmt::format("{} rank {} was aborted: {}", what, name(peer), abort_reason_));
   }
 }
 
 void Link::fail(int peer, const char* what, const std::exception* e) {
   throw_if_aborted(peer, what);  // an abort explains any failure that follows it
-  if (e == nullptr) throw PeerError(peer, false, fmt::format("{} rank {} was aborted", what, peer));
-  throw PeerError(peer, is_timeout(e->what()),
-                  fmt::format("{} rank {} failed: {}", what, peer, tidy_gloo_message(e->what())));
+  if (e == nullptr) {
+    throw PeerError(peer, false, fmt::format("{} rank {} was aborted", what, name(peer)));
+  }
+  throw PeerError(
+      peer, is_timeout(e->what()),
+      fmt::format("{} rank {} failed: {}", what, name(peer), tidy_gloo_message(e->what())));
 }
 
 void Link::send(Buffer buf, int peer, size_t offset, size_t bytes, int channel) {

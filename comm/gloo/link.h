@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/rank_names.h"
+
 namespace gloo {
 class Context;
 namespace transport {
@@ -49,8 +51,10 @@ std::string tidy_gloo_message(const std::string& msg);
 
 class Link {
  public:
-  // `signature`: any 16-bit digest of the operation, type, count and root.
-  Link(gloo::Context& context, int64_t seq, uint16_t signature, Clock::time_point deadline);
+  // `signature`: any 16-bit digest of the operation, type, count and root. `names` (may be null:
+  // ranks as they are; else it must outlive the Link) names the peers in errors.
+  Link(gloo::Context& context, int64_t seq, uint16_t signature, Clock::time_point deadline,
+       const RankNames* names = nullptr);
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -80,6 +84,7 @@ class Link {
   uint64_t slot(int channel) const;
   void throw_if_aborted(int peer, const char* what);
   [[noreturn]] void fail(int peer, const char* what, const std::exception* e);
+  int name(int peer) const { return names_ != nullptr ? names_->global(peer) : peer; }
 
   gloo::Context& context_;
   const int rank_;
@@ -87,6 +92,7 @@ class Link {
   const int64_t seq_;
   const uint64_t slot_base_;
   const Clock::time_point deadline_;
+  const RankNames* const names_;
 
   std::mutex mu_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers_;

@@ -10,6 +10,7 @@
 
 #include "comm/nccl/cuda_handles.h"
 #include "comm/nccl/nccl_error.h"
+#include "comm/rank_names.h"
 #include "core/error.h"
 
 namespace zerod::nccl_backend {
@@ -23,6 +24,13 @@ Millis remaining(Clock::time_point deadline) {
 
 std::string creation_what(const NcclOptions& o, Clock::time_point start) {
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const RankNames names{o.group_name, o.global_ranks};
+  if (!names.is_world()) {
+    return fmt::format(
+        "creating the NCCL communicator of {} on rank {} (GPU {}) failed after {:.0f} ms "
+        "(timeout {} ms)",
+        names.describe_group(), names.global(o.rank), o.device, ms, o.timeout.count());
+  }
   return fmt::format(
       "creating the NCCL communicator (rank {} of {}, GPU {}) failed after {:.0f} ms (timeout {} "
       "ms)",
@@ -39,7 +47,7 @@ std::string missing_ranks(const NcclOptions& o) {
     const std::string key = nccl_store_key(o.key_prefix, nccl_joined_key(r));
     try {
       if (!o.store->check({key})) {
-        missing.push_back(r);
+        missing.push_back(RankNames{o.group_name, o.global_ranks}.global(r));
         keys.push_back("'" + key + "'");
       }
     } catch (const std::exception&) {
@@ -53,13 +61,15 @@ std::string missing_ranks(const NcclOptions& o) {
 }
 
 // "rank 2 is dead (reason)" for the first rank other than `self` the monitor knows to be dead,
-// "" otherwise (no monitor, or every rank alive): a dead rank will never join.
-std::string dead_rank(PeerMonitor* monitor, int self) {
+// "" otherwise (no monitor, or every rank alive): a dead rank will never join. `names`: the
+// rank printed for each index (a sub-group's global ranks; empty: the index).
+std::string dead_rank(PeerMonitor* monitor, int self, const std::vector<int>& names = {}) {
   if (monitor == nullptr) return "";
   const std::vector<RankProgress> ranks = monitor->snapshot();
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (static_cast<int>(r) == self || ranks[r].alive) continue;
-    return fmt::format("rank {} is dead ({})", r, ranks[r].reason);
+    return fmt::format("rank {} is dead ({})", r < names.size() ? names[r] : static_cast<int>(r),
+                       ranks[r].reason);
   }
   return "";
 }
@@ -75,7 +85,8 @@ std::string nccl_joined_key(int rank) {
 }
 
 ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, int rank,
-                                     Clock::time_point deadline, PeerMonitor* monitor) {
+                                     Clock::time_point deadline, PeerMonitor* monitor,
+                                     const std::vector<int>& global_ranks) {
   store.set(nccl_store_key(prefix, nccl_joined_key(rank)), Bytes{'1'});
   const std::string key = nccl_store_key(prefix, kUniqueIdKey);
   ncclUniqueId id;
@@ -92,13 +103,14 @@ ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, in
       value = store.get(key, std::min(remaining(deadline), Millis(200)));
       break;
     } catch (const Error& e) {
-      const std::string dead = dead_rank(monitor, rank);
+      const std::string dead = dead_rank(monitor, rank, global_ranks);
+      const RankNames names{"", global_ranks};
       if (!dead.empty())
-        ZD_THROW_KIND(ErrorKind::kPeerLost, "rank {}: waiting for the NCCL unique id: {}", rank,
-                      dead);
+        ZD_THROW_KIND(ErrorKind::kPeerLost, "rank {}: waiting for the NCCL unique id: {}",
+                      names.global(rank), dead);
       if (Clock::now() >= deadline)
-        ZD_THROW_KIND(e.kind(), "rank {}: rank 0 did not publish the NCCL unique id: {}", rank,
-                      e.what());
+        ZD_THROW_KIND(e.kind(), "rank {}: rank {} did not publish the NCCL unique id: {}",
+                      names.global(rank), names.global(0), e.what());
     }
   }
   ZD_CHECK(value.size() == sizeof(id),
@@ -113,7 +125,8 @@ ncclComm_t create_nccl_comm(const NcclOptions& o, Clock::time_point start) {
   const auto deadline = start + o.timeout;
   ncclUniqueId id;
   try {
-    id = exchange_nccl_unique_id(*o.store, o.key_prefix, o.rank, deadline, o.monitor.get());
+    id = exchange_nccl_unique_id(*o.store, o.key_prefix, o.rank, deadline, o.monitor.get(),
+                                 o.global_ranks);
   } catch (const Error& e) {
     throw Error(e.kind(), fmt::format("{}: {}", creation_what(o, start), e.what()), __FILE__,
                 __LINE__);
@@ -131,7 +144,8 @@ ncclComm_t create_nccl_comm(const NcclOptions& o, Clock::time_point start) {
     state = query != ncclSuccess ? query : async;
     if (state != ncclInProgress) break;
     if (Clock::now() >= deadline) break;
-    if (const std::string dead = dead_rank(o.monitor.get(), o.rank); !dead.empty()) {
+    if (const std::string dead = dead_rank(o.monitor.get(), o.rank, o.global_ranks);
+        !dead.empty()) {
       ncclCommAbort(comm);
       ZD_THROW_KIND(ErrorKind::kPeerLost, "{}: {}", creation_what(o, start), dead);
     }

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/store.h"
@@ -32,9 +33,11 @@ std::string nccl_joined_key(int rank);
 // publishes it, the others wait for it until `deadline`. Throws Error(kPeerLost) naming rank 0
 // and the key when it is not published in time, Error(kInternal) when the stored value is not an
 // ncclUniqueId or NCCL cannot create one. With a `monitor`, a rank it knows to be dead ends the
-// wait at once (Error(kPeerLost) naming it).
+// wait at once (Error(kPeerLost) naming it). `global_ranks` (a sub-group's, by group rank; empty
+// for a world) names the ranks in those errors by their global ranks.
 ncclUniqueId exchange_nccl_unique_id(Store& store, const std::string& prefix, int rank,
-                                     Clock::time_point deadline, PeerMonitor* monitor = nullptr);
+                                     Clock::time_point deadline, PeerMonitor* monitor = nullptr,
+                                     const std::vector<int>& global_ranks = {});
 
 // The whole creation for `o` (rank, size, device, store, key_prefix, timeout): the exchange
 // above, then ncclCommInitRankConfig without blocking on o.device, polled until start +

@@ -12,6 +12,7 @@
 #include "comm/nccl/nccl_types.h"
 #include "comm/nccl/nccl_watchdog.h"
 #include "comm/nccl/nccl_work.h"
+#include "comm/rank_names.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -64,12 +65,14 @@ class NcclCommunicator final : public Communicator {
         ready_(o.device),
         barrier_(o.device, 16) {
     ncclComm_t comm = nccl_backend::create_nccl_comm(o, Clock::now());
-    watchdog_ = Watchdog::start(comm, Watchdog::Config{rank_, size_, device_, timeout_, o.monitor});
+    const RankNames names{o.group_name, o.global_ranks};
+    watchdog_ =
+        Watchdog::start(comm, Watchdog::Config{rank_, size_, device_, timeout_, o.monitor, names});
     log::init();
     int version = 0;
     ncclGetVersion(&version);
-    spdlog::debug("nccl communicator: rank {} of {} on GPU {} (NCCL {}, timeout {} ms)", rank_,
-                  size_, device_, version, timeout_.count());
+    spdlog::debug("nccl communicator: {} on GPU {} (NCCL {}, timeout {} ms)",
+                  names.rank_of(rank_, size_), device_, version, timeout_.count());
   }
 
   ~NcclCommunicator() override { watchdog_->shutdown(); }
@@ -114,6 +117,9 @@ const NcclOptions& NcclCommunicator::checked(const NcclOptions& o) {
            o.size);
   ZD_CHECK(o.store != nullptr, "the NCCL communicator needs a store");
   ZD_CHECK(o.timeout.count() > 0, "timeout must be positive, got {} ms", o.timeout.count());
+  ZD_CHECK(o.global_ranks.empty() || o.global_ranks.size() == static_cast<size_t>(o.size),
+           "group '{}' of {} ranks has {} global ranks", o.group_name, o.size,
+           o.global_ranks.size());
   const int gpus = nccl_backend::gpu_count();
   ZD_CHECK_INPUT(gpus > 0,
                  "rank {}: the NCCL backend needs a GPU, and this process sees none (no CUDA "

@@ -43,6 +43,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/peer_monitor.h"
@@ -65,8 +66,15 @@ struct NcclOptions {
   // The caller's compute stream on `device`: collectives start after the work queued on it when
   // they are issued, and Work::wait() makes it wait for them. nullptr: the legacy default stream.
   cudaStream_t compute_stream = nullptr;
-  // Told when each collective starts and completes on the GPU; asked on errors (may be null).
+  // Told when each collective starts and completes on the GPU; asked on errors (may be null). Its
+  // ranks are this communicator's ranks (a sub-group's: a GroupPeerMonitor, comm/group_monitor.h).
   std::shared_ptr<PeerMonitor> monitor;
+  // A sub-group's communicator (comm/process_groups.h, comm/nccl/nccl_groups.h): the group's name
+  // and the global rank of each of its ranks (global_ranks[rank], size entries); errors and logs
+  // then name the group and every rank by its global rank, as the Gloo backend's. Both empty (the
+  // world's communicator): ranks are named by their own numbers.
+  std::string group_name;
+  std::vector<int> global_ranks;
 };
 
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);

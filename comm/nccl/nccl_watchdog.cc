@@ -48,6 +48,7 @@ Watchdog::Watchdog(ncclComm_t comm, const Config& config)
       poll_(std::clamp(config.timeout / 20, std::chrono::milliseconds(1),
                        std::chrono::milliseconds(10))),
       monitor_(config.monitor),
+      names_(config.names),
       log_(config.size),
       comm_(comm) {}
 
@@ -68,8 +69,8 @@ int64_t Watchdog::number(const char* op, const std::string& detail, int64_t byte
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty()) {
     ZD_THROW_KIND(ErrorKind::kPeerLost,
-                  "{} ({}) not started on rank {}: the communicator failed earlier: {}", op, detail,
-                  rank_, broken_);
+                  "{} ({}) not started on {}: the communicator failed earlier: {}", op, detail,
+                  names_.rank(rank_), broken_);
   }
   ZD_CHECK(!shut_down_, "{} issued while the communicator is being destroyed", op);
   const int64_t seq = ++seq_;
@@ -158,22 +159,23 @@ void Watchdog::finish_failed(NcclWork& w, Error error) {
 
 Error Watchdog::later_error(const NcclWork& w) const {
   return Error(ErrorKind::kPeerLost,
-               fmt::format("{} did not complete on rank {}: an earlier collective failed: {}",
-                           w.what(), rank_, broken_),
+               fmt::format("{} did not complete on {}: an earlier collective failed: {}", w.what(),
+                           names_.rank(rank_), broken_),
                __FILE__, __LINE__);
 }
 
 Error Watchdog::failure_error(const Failure& f) const {
   std::string message =
-      f.started ? fmt::format("{} failed on rank {} of {} after {:.0f} ms (timeout {} ms): {}",
-                              f.work->what(), rank_, size_, ms_between(*f.started, Clock::now()),
+      f.started ? fmt::format("{} failed on {} after {:.0f} ms (timeout {} ms): {}", f.work->what(),
+                              names_.rank_of(rank_, size_), ms_between(*f.started, Clock::now()),
                               timeout_.count(), f.reason)
-                : fmt::format("{} failed on rank {} of {} (timeout {} ms): {}", f.work->what(),
-                              rank_, size_, timeout_.count(), f.reason);
+                : fmt::format("{} failed on {} (timeout {} ms): {}", f.work->what(),
+                              names_.rank_of(rank_, size_), timeout_.count(), f.reason);
   if (f.kind == ErrorKind::kPeerLost && monitor_) {
     std::string missing;
     try {
-      missing = describe_missing_ranks(monitor_->snapshot(), f.work->sequence(), rank_);
+      missing = describe_missing_ranks(monitor_->snapshot(), f.work->sequence(), rank_,
+                                       names_.global_ranks);
       if (missing.empty()) {
         missing = f.timed_out ? "every other rank had started it (do the ranks issue the same "
                                 "collectives with the same sizes?)"
@@ -262,7 +264,7 @@ void Watchdog::break_with(const WorkPtr& work, const Error& error) {
   done_.notify_all();
   if (first) {
     // The flight recorder: what this rank did last, for reading the ranks' logs side by side.
-    spdlog::warn("{}\n  last collectives of rank {}:{}", error.what(), rank_,
+    spdlog::warn("{}\n  last collectives of {}:{}", error.what(), names_.rank(rank_),
                  log_.describe_recent(8));
   }
 }
@@ -304,8 +306,9 @@ bool Watchdog::finished(const NcclWork& work) {
 // ---------------------------------------------------------------------------------------------
 
 void Watchdog::thread_main() {
-  log::set_thread_rank(rank_);
-  pthread_setname_np(pthread_self(), fmt::format("zd-nccl-{}", rank_).substr(0, 15).c_str());
+  log::set_thread_rank(names_.global(rank_));
+  pthread_setname_np(pthread_self(),
+                     fmt::format("zd-nccl-{}", names_.global(rank_)).substr(0, 15).c_str());
   if (cudaSetDevice(device_) != cudaSuccess) cudaGetLastError();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -335,7 +338,8 @@ void Watchdog::abort_comm() {
   const ncclResult_t r = ncclCommAbort(comm_);
   comm_ = nullptr;
   if (r != ncclSuccess) {
-    spdlog::warn("aborting the NCCL communicator of rank {}: {}", rank_, nccl_error_text(r));
+    spdlog::warn("aborting the NCCL communicator of {}: {}", names_.rank(rank_),
+                 nccl_error_text(r));
   }
 }
 
@@ -361,10 +365,12 @@ void Watchdog::finalize_or_abort() {
   if (state == ncclSuccess) {
     const ncclResult_t r = ncclCommDestroy(comm_);
     if (r != ncclSuccess) {
-      spdlog::warn("destroying the NCCL communicator of rank {}: {}", rank_, nccl_error_text(r));
+      spdlog::warn("destroying the NCCL communicator of {}: {}", names_.rank(rank_),
+                   nccl_error_text(r));
     }
   } else {
-    spdlog::warn("finalizing the NCCL communicator of rank {} failed ({}); aborting it", rank_,
+    spdlog::warn("finalizing the NCCL communicator of {} failed ({}); aborting it",
+                 names_.rank(rank_),
                  state == ncclInProgress ? std::string("not finished in time")
                                          : nccl_error_text(state, comm_));
     ncclCommAbort(comm_);
@@ -387,12 +393,12 @@ void Watchdog::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!inflight_.empty()) {
       if (broken_.empty())
-        broken_ = fmt::format("the communicator of rank {} was destroyed", rank_);
+        broken_ = fmt::format("the communicator of {} was destroyed", names_.rank(rank_));
       for (const WorkPtr& w : inflight_) {
         finish_failed(*w, Error(ErrorKind::kPeerLost,
-                                fmt::format("{} did not complete on rank {}: the communicator was "
+                                fmt::format("{} did not complete on {}: the communicator was "
                                             "destroyed",
-                                            w->what(), rank_),
+                                            w->what(), names_.rank(rank_)),
                                 __FILE__, __LINE__));
       }
       failed.swap(inflight_);

@@ -35,6 +35,7 @@
 #include "comm/collective_log.h"
 #include "comm/nccl/nccl_work.h"
 #include "comm/peer_monitor.h"
+#include "comm/rank_names.h"
 #include "core/error.h"
 
 namespace zerod::nccl_backend {
@@ -48,6 +49,7 @@ class Watchdog {
     int device = 0;
     std::chrono::milliseconds timeout{0};
     std::shared_ptr<PeerMonitor> monitor;  // may be null
+    RankNames names;                       // empty for a world's communicator
   };
 
   // Takes `comm` (ready, created non-blocking) and starts the watchdog thread.
@@ -116,6 +118,7 @@ class Watchdog {
   const std::chrono::milliseconds timeout_;
   const std::chrono::milliseconds poll_;
   const std::shared_ptr<PeerMonitor> monitor_;
+  const RankNames names_;
   CollectiveLog log_;
 
   std::mutex nccl_mu_;  // guards comm_ and every NCCL call on it

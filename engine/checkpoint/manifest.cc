@@ -25,39 +25,42 @@ json Manifest::to_json() const {
                        {"bytes", f.bytes},
                        {"crc32c", fmt::format("{:08x}", f.crc32c)},
                        {"slices", slices}});
+    if (tensor_parallel > 1) files_j.back()["tensor_rank"] = f.tensor_rank;
   }
   const TrainingProgress& p = progress;
-  return {{"format", kCheckpointFormat},
-          {"format_version", format_version},
-          {"tag", tag},
-          {"created", created},
-          {"zerod_version", zerod_version},
-          {"world_size", world_size},
-          {"zero_stage", zero_stage},
-          {"compute_dtype", compute_dtype},
-          {"model",
-           {{"n_layer", n_layer},
-            {"n_head", n_head},
-            {"n_embd", n_embd},
-            {"vocab_size", vocab_size},
-            {"padded_vocab_size", padded_vocab_size},
-            {"seq_len", seq_len},
-            {"units", units_j}}},
-          {"progress",
-           {{"global_step", p.global_step},
-            {"skipped_steps", p.skipped_steps},
-            {"adam_steps", p.adam_steps},
-            {"samples_seen", p.samples_seen}}},
-          {"data", {{"seed", p.data_seed}, {"num_samples", p.data_num_samples}}},
-          {"rng", {{"init_seed", p.init_seed}, {"data_seed", p.data_seed}}},
-          {"scheduler", {{"steps_taken", p.adam_steps}}},
-          {"loss_scaler",
-           {{"scale", p.loss_scale},
-            {"hysteresis_left", p.loss_scale_hysteresis_left},
-            {"iter", p.loss_scale_iter},
-            {"last_overflow_iter", p.loss_scale_last_overflow_iter}}},
-          {"files", files_j},
-          {"job", job}};
+  json out = {{"format", kCheckpointFormat},
+              {"format_version", format_version},
+              {"tag", tag},
+              {"created", created},
+              {"zerod_version", zerod_version},
+              {"world_size", world_size},
+              {"zero_stage", zero_stage},
+              {"compute_dtype", compute_dtype},
+              {"model",
+               {{"n_layer", n_layer},
+                {"n_head", n_head},
+                {"n_embd", n_embd},
+                {"vocab_size", vocab_size},
+                {"padded_vocab_size", padded_vocab_size},
+                {"seq_len", seq_len},
+                {"units", units_j}}},
+              {"progress",
+               {{"global_step", p.global_step},
+                {"skipped_steps", p.skipped_steps},
+                {"adam_steps", p.adam_steps},
+                {"samples_seen", p.samples_seen}}},
+              {"data", {{"seed", p.data_seed}, {"num_samples", p.data_num_samples}}},
+              {"rng", {{"init_seed", p.init_seed}, {"data_seed", p.data_seed}}},
+              {"scheduler", {{"steps_taken", p.adam_steps}}},
+              {"loss_scaler",
+               {{"scale", p.loss_scale},
+                {"hysteresis_left", p.loss_scale_hysteresis_left},
+                {"iter", p.loss_scale_iter},
+                {"last_overflow_iter", p.loss_scale_last_overflow_iter}}},
+              {"files", files_j},
+              {"job", job}};
+  if (tensor_parallel > 1) out["tensor_parallel"] = tensor_parallel;
+  return out;
 }
 
 namespace {
@@ -93,6 +96,11 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
   m.zerod_version = j.value("zerod_version", "");
   m.world_size = field<int>(j, "world_size", where, "");
   m.zero_stage = field<int>(j, "zero_stage", where, "");
+  m.tensor_parallel =
+      j.contains("tensor_parallel") ? field<int>(j, "tensor_parallel", where, "") : 1;
+  if (m.tensor_parallel < 1 || m.tensor_parallel > m.world_size)
+    ZD_THROW_INPUT("{}: tensor_parallel {} must be between 1 and the world size {}", where,
+                   m.tensor_parallel, m.world_size);
   m.compute_dtype = field<std::string>(j, "compute_dtype", where, "");
   m.job = j.value("job", json::object());
   const json& model = field<json>(j, "model", where, "");
@@ -129,6 +137,11 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
                      cf.name);
     }
     cf.rank = field<int>(f, "rank", where, "files[].");
+    cf.tensor_rank =
+        f.contains("tensor_rank") ? field<int>(f, "tensor_rank", where, "files[].") : 0;
+    if (cf.tensor_rank < 0 || cf.tensor_rank >= m.tensor_parallel)
+      ZD_THROW_INPUT("{}: {} has tensor_rank {} outside [0, {})", where, cf.name, cf.tensor_rank,
+                     m.tensor_parallel);
     cf.bytes = field<int64_t>(f, "bytes", where, "files[].");
     cf.crc32c = static_cast<uint32_t>(
         std::stoul(field<std::string>(f, "crc32c", where, "files[]."), nullptr, 16));

@@ -25,6 +25,9 @@ struct ShardSlice {
 struct CheckpointFile {
   std::string name;  // relative to the checkpoint directory, e.g. "rank_00003.safetensors"
   int rank = 0;
+  // The tensor-parallel rank that wrote it: its slices are of that rank's part of each unit
+  // (model/shard.h); 0 without tensor parallelism.
+  int tensor_rank = 0;
   int64_t bytes = 0;
   uint32_t crc32c = 0;
   std::vector<ShardSlice> slices;
@@ -59,6 +62,10 @@ struct Manifest {
   nlohmann::json job;  // the resolved job (job_to_json)
   int world_size = 1;
   int zero_stage = 0;
+  // Tensor-parallel size T of the saving job: units[] are the parts of one tensor rank (every
+  // tensor rank's parts have these sizes) and each file says whose parts it holds. Absent in a
+  // manifest: 1 (whole units). Loading reshards to any T (engine/checkpoint/unit_reader.h).
+  int tensor_parallel = 1;
   std::string compute_dtype;
   // model shape
   int n_layer = 0, n_head = 0, n_embd = 0, vocab_size = 0, padded_vocab_size = 0, seq_len = 0;

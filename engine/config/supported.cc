@@ -15,11 +15,19 @@ struct NotBuiltYet {
 };
 
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) { return c.parallelism.tensor > 1; },
+    {[](const JobConfig& c) { return c.parallelism.tensor > 1 && c.parallelism.sequence_parallel; },
+     [](const JobConfig&) {
+       return std::string(
+           "parallelism.sequence_parallel: true: Megatron sequence parallelism is not "
+           "implemented yet in zerod (tensor parallelism without it is)");
+     }},
+    {[](const JobConfig& c) {
+       return c.parallelism.tensor > 1 && c.train.device == TrainDevice::kCuda;
+     },
      [](const JobConfig& c) {
        return fmt::format(
-           "parallelism.tensor: {}: tensor parallelism is not implemented yet in zerod (the "
-           "mesh and its rank layout are; data parallelism with ZeRO is what runs today)",
+           "parallelism.tensor: {} with train.device cuda: tensor-parallel groups over NCCL are "
+           "not enabled yet (they have never run on GPUs); tensor parallelism runs on CPU ranks",
            c.parallelism.tensor);
      }},
     {[](const JobConfig& c) { return c.parallelism.context > 1; },

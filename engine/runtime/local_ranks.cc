@@ -80,6 +80,7 @@ void run_local_ranks(const LocalRanksOptions& o,
       ctx.store = store;
       ctx.timeout = o.timeout;
       ctx.monitor = monitor;
+      ctx.bind_address = o.bind_address;
       body(ctx);
     } catch (...) {
       errors[static_cast<size_t>(local)] = std::current_exception();

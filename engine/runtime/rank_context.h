@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "comm/peer_monitor.h"
@@ -22,6 +23,8 @@ struct RankContext {
   std::shared_ptr<Store> store;
   std::chrono::milliseconds timeout{300000};
   std::shared_ptr<PeerMonitor> monitor;
+  // Where this rank's Gloo communicators listen (the world's, and the sub-groups' it makes).
+  std::string bind_address = "127.0.0.1";
 };
 
 }  // namespace zerod

@@ -37,17 +37,15 @@ std::string utc_now() {
 json file_to_json(const CheckpointFile& f) {
   json slices = json::array();
   for (const auto& s : f.slices) slices.push_back({s.unit, s.begin, s.end});
-  return {{"name", f.name},
-          {"rank", f.rank},
-          {"bytes", f.bytes},
-          {"crc32c", f.crc32c},
-          {"slices", slices}};
+  return {{"name", f.name},   {"rank", f.rank},     {"tensor_rank", f.tensor_rank},
+          {"bytes", f.bytes}, {"crc32c", f.crc32c}, {"slices", slices}};
 }
 
 CheckpointFile file_from_json(const json& j) {
   CheckpointFile f;
   f.name = j.at("name").get<std::string>();
   f.rank = j.at("rank").get<int>();
+  f.tensor_rank = j.at("tensor_rank").get<int>();
   f.bytes = j.at("bytes").get<int64_t>();
   f.crc32c = j.at("crc32c").get<uint32_t>();
   for (const auto& s : j.at("slices"))
@@ -150,8 +148,9 @@ class Checkpointer::StagedStates : public ShardSource {
 
 std::vector<ShardData> Checkpointer::my_shards() {
   std::vector<ShardData> out;
-  // Stage 0: every rank holds all of it; rank 0 alone writes.
-  if (engine_.options().stage == 0 && ctx_.rank != 0) return out;
+  // Stage 0: every rank of the data-parallel group holds all of it; its rank 0 alone writes
+  // (one writer per tensor rank).
+  if (engine_.options().stage == 0 && engine_.options().rank != 0) return out;
   const Partition& part = engine_.partition();
   for (int u = 0; u < part.num_units(); ++u) {
     const UnitPartition& up = part.unit(u);
@@ -200,6 +199,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   m.job = job_to_json(cfg_);
   m.world_size = ctx_.world_size;
   m.zero_stage = engine_.options().stage;
+  m.tensor_parallel = engine_.layout().shard().size;
   m.compute_dtype = std::string(dtype_name(cfg_.compute_dtype()));
   m.n_layer = spec.n_layer;
   m.n_head = spec.n_head;
@@ -251,6 +251,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
       werr = e.what();
     }
     crash_hook(tag);
+    f.tensor_rank = engine_.layout().shard().rank;
     std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : "!" + werr);
     commit(*p, files);
     report.committed = true;
@@ -312,7 +313,9 @@ std::optional<std::string> Checkpointer::finish() {
   std::unique_ptr<Pending> p = std::move(pending_);
   std::string mine;
   try {
-    mine = file_to_json(p->written.get()).dump();
+    CheckpointFile f = p->written.get();
+    f.tensor_rank = engine_.layout().shard().rank;
+    mine = file_to_json(f).dump();
   } catch (const Error& e) {
     mine = std::string("!") + e.what();
   }
@@ -429,6 +432,10 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
     ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
   }
 
+  ZD_CHECK_INPUT(m.tensor_parallel == 1 && layout.shard().size == 1,
+                 "{}: resuming with tensor parallelism (saved at T = {}, loading at T = {}) is "
+                 "not built yet",
+                 path, m.tensor_parallel, layout.shard().size);
   const Partition& part = engine_.partition();
   const int owner = engine_.owner_rank();
   std::string mine;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "comm/collective_log.h"
+#include "comm/gloo/gloo_groups.h"
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -21,6 +22,9 @@
 #include "engine/train/offload_preflight.h"
 #include "engine/train/peak_flops.h"
 #include "engine/train/rank_device.h"
+#include "model/shard.h"
+#include "parallel/tp_exchange.h"
+#include "parallel/tp_grads.h"
 #include "zero/loss_scaler.h"
 
 namespace zerod {
@@ -56,13 +60,22 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   const ModelSpec spec = model_spec(cfg_.model);
   const int B = static_cast<int>(cfg_.micro_batch());
   const int T = cfg_.model.seq_len;
+  const ParallelismConfig& par = cfg_.parallelism;
+  const Mesh mesh(MeshShape{.pipeline = 1,
+                            .data = cfg_.data_parallel_size,
+                            .context = par.context,
+                            .tensor = par.tensor});
+  ZD_CHECK(mesh.world() == ctx_.world_size, "mesh {} for a world of {}", mesh.describe(),
+           ctx_.world_size);
 
-  // Data first: bad data files are the most common error and cost nothing to find.
+  // Data first: bad data files are the most common error and cost nothing to find. Every rank
+  // of a data-parallel replica (its tensor group) reads the same micro-batches.
+  const int dp = cfg_.data_parallel_size, dp_rank = mesh.coord(ctx_.rank).data;
   TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
                                    cfg_.model.vocab_size);
   data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.data.shuffle, cfg_.global_batch(),
-                       B, ctx_.world_size, ctx_.rank);
-  if (tv.val) data_->val.emplace(std::move(*tv.val), B, ctx_.world_size, ctx_.rank);
+                       B, dp, dp_rank);
+  if (tv.val) data_->val.emplace(std::move(*tv.val), B, dp, dp_rank);
   // An unusable checkpoint_dir fails now, not at the first save hundreds of steps in (probed
   // where it is or would be created; nothing is created before the first save).
   if (!cfg_.train.checkpoint_dir.empty()) {
@@ -81,14 +94,43 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     backend_ = std::move(device.backend);
     device_comm_ = std::move(device.device_comm);
   }
-  model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_);
+  // The mesh's process groups: sub-communicators of the world (a group as large as the world is
+  // the world's communicator, so a job without `parallelism` runs exactly as before).
+  if (ctx_.world_size > 1 && mesh.shape().data < ctx_.world_size) {
+    ZD_CHECK_INPUT(!device_comm_,
+                   "parallelism.tensor {} on train.device cuda: tensor-parallel "
+                   "groups over NCCL are not enabled yet (CPU ranks only)",
+                   par.tensor);
+    GlooOptions world;
+    world.rank = ctx_.rank;
+    world.size = ctx_.world_size;
+    world.store = ctx_.store;
+    world.bind_address = ctx_.bind_address;
+    world.timeout = ctx_.timeout;
+    world.monitor = ctx_.monitor;
+    GlooGroupFactory factory(world);
+    groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, &factory);
+  } else {
+    groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, nullptr);
+  }
+  const ProcessGroup& tensor = groups_->tensor();
+  model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
+                      TensorShard{tensor.rank(), tensor.size()});
+  if (tensor.size() > 1) {
+    exchange_ = std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_);
+    model_->set_exchange(exchange_.get());
+  }
   offload_preflight(cfg_, ctx_, model_->layout(),
                     static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
   zo.stage = cfg_.zero.stage;
-  zo.world_size = ctx_.world_size;
-  zo.rank = ctx_.rank;
-  zo.comm = device_comm_ ? device_comm_.get() : ctx_.comm;
+  // ZeRO over the data-parallel group; the gradient norm also over the tensor group.
+  zo.world_size = groups_->zero().size();
+  zo.rank = groups_->zero().rank();
+  zo.comm =
+      device_comm_ ? device_comm_.get() : (ctx_.world_size > 1 ? &groups_->zero().comm() : nullptr);
+  if (groups_->model_parallel().size() > 1)
+    zo.model_parallel_comm = &groups_->model_parallel().comm();
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -114,11 +156,20 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_pin_memory = op.pin_memory;
   zo.param_aio = swap_options(cfg_).aio;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
+  if (tensor.size() > 1)
+    tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_);
   if (cfg_.model.init_from) {
-    // Fine-tuning: every rank reads the file and keeps its shard of each unit.
+    // Fine-tuning: every rank reads the file and keeps its shard of each unit (tensor-parallel:
+    // of its part of each unit).
     Stopwatch sw;
-    import_hf_model(*cfg_.model.init_from, model_->layout(),
-                    [&](int u, const float* flat) { engine_->set_master_unit(u, flat); });
+    const ParamLayout global(spec);
+    std::vector<float> part;
+    import_hf_model(*cfg_.model.init_from, global, [&](int u, const float* flat) {
+      if (tensor.size() == 1) return engine_->set_master_unit(u, flat);
+      part.resize(static_cast<size_t>(model_->layout().unit(u).numel));
+      shard_unit(global, model_->layout(), u, flat, part.data());
+      engine_->set_master_unit(u, part.data());
+    });
     engine_->refresh_weights();
     if (leader())
       spdlog::info("init_from: weights from {} ({:.2f} s)", *cfg_.model.init_from, sw.seconds());
@@ -150,9 +201,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           spec.ffn(), spec.vocab_size, spec.vp(), spec.seq_len,
           human_count(static_cast<double>(spec.num_parameters())));
       spdlog::info(
-          "batch: {} sequences/step = micro-batch {} x accumulation {} x world {}; {} tokens/step; "
-          "{}; ZeRO stage {}{}",
-          cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(), ctx_.world_size,
+          "batch: {} sequences/step = micro-batch {} x accumulation {} x data-parallel {}{}; {} "
+          "tokens/step; {}; ZeRO stage {}{}",
+          cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(), cfg_.data_parallel_size,
+          mesh.shape().data < ctx_.world_size ? fmt::format(" (mesh {})", mesh.describe()) : "",
           cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
           zo.overlap_comm ? " (overlap_comm)" : "");
       spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
@@ -188,8 +240,9 @@ StepMetrics Trainer::train_step(int64_t step) {
     sw.restart();
     const double comm_before = engine_->comm_wait_seconds();
     const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
+    GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
     loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
-                                         *engine_, weight);
+                                         grads, weight);
     const double comm = engine_->comm_wait_seconds() - comm_before;
     phases_.fwd_bwd += sw.seconds() - comm;
     phases_.comm += comm;
@@ -249,7 +302,7 @@ std::optional<double> Trainer::evaluate() {
     if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
     sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
   }
-  evaluated_tokens_ = batches * int64_t{model_->batch()} * model_->seq() * ctx_.world_size;
+  evaluated_tokens_ = batches * int64_t{model_->batch()} * model_->seq() * cfg_.data_parallel_size;
   if (batches == 0) return std::nullopt;
   return mean_over_ranks(sum / static_cast<double>(batches));
 }

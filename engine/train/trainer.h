@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/process_groups.h"
 #include "core/memory.h"
 #include "engine/config/job_config.h"
 #include "engine/metrics/csv_monitor.h"
@@ -79,6 +80,8 @@ class Trainer {
   Model& model() { return *model_; }
   Backend& backend() { return *backend_; }
   ZeroEngine& engine() { return *engine_; }
+  // This rank's process groups over the job's mesh (parallelism section).
+  const ProcessGroups& groups() const { return *groups_; }
   MemoryTracker& memory() { return memory_; }
 
  private:
@@ -97,6 +100,9 @@ class Trainer {
   MemoryTracker memory_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;  // NCCL between GPU ranks (engine_ uses it)
+  std::unique_ptr<ProcessGroups> groups_;      // the mesh's groups over ctx_.comm
+  std::unique_ptr<Exchange> exchange_;         // tensor-parallel: the model's collectives
+  std::unique_ptr<GradSink> tp_grads_;         // tensor-parallel: drops rank-0-only gradients
   std::unique_ptr<Model> model_;
   int64_t evaluated_tokens_ = 0;
   std::unique_ptr<ZeroEngine> engine_;

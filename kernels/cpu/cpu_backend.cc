@@ -162,6 +162,25 @@ void CpuBackend::crossentropy_fused(float* losses, void* logits_to_dlogits, cons
   cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss);
 }
 
+// Like crossentropy_fused, the shard ops compute in fp32 on the stored values (already rounded
+// to the compute dtype) and leave the rounding of dlogits to the caller.
+void CpuBackend::crossentropy_shard_stats(float* stats, const void* logits, const int32_t* targets,
+                                          int64_t N, int real, int Vl, int v0) {
+  cpu::crossentropy_shard_stats(stats, F(logits), targets, N, real, Vl, v0);
+}
+
+void CpuBackend::crossentropy_shard_sumexp(float* stats, const void* logits, int64_t N, int real,
+                                           int Vl) {
+  cpu::crossentropy_shard_sumexp(stats, F(logits), N, real, Vl);
+}
+
+void CpuBackend::crossentropy_shard_finish(float* losses, void* logits_to_dlogits,
+                                           const int32_t* targets, const float* stats, int64_t N,
+                                           int real, int Vl, int v0, float dloss) {
+  cpu::crossentropy_shard_finish(losses, F(logits_to_dlogits), targets, stats, N, real, Vl, v0,
+                                 dloss);
+}
+
 void CpuBackend::adamw_update(float* master, float* m, float* v, const void* grad, void* param_out,
                               int64_t n, const AdamWParams& p) {
   cpu::adamw_update(master, m, v, F(grad), F(param_out), n, p, dtype_);

@@ -70,6 +70,13 @@ class CpuBackend final : public Backend {
                             int V, int Vp) override;
   void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets, int64_t N,
                           int V, int Vp, float dloss) override;
+  void crossentropy_shard_stats(float* stats, const void* logits, const int32_t* targets, int64_t N,
+                                int real, int Vl, int v0) override;
+  void crossentropy_shard_sumexp(float* stats, const void* logits, int64_t N, int real,
+                                 int Vl) override;
+  void crossentropy_shard_finish(float* losses, void* logits_to_dlogits, const int32_t* targets,
+                                 const float* stats, int64_t N, int real, int Vl, int v0,
+                                 float dloss) override;
 
   void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
                     const AdamWParams& p) override;

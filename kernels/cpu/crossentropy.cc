@@ -20,6 +20,21 @@ void check_targets(const int32_t* targets, int64_t N, int V, int Vp) {
   }
 }
 
+// Throws unless 0 <= real <= Vl and no target falls in this shard's padding columns
+// [v0 + real, v0 + Vl) (such a target is >= the vocabulary size).
+void check_shard(const int32_t* targets, int64_t N, int real, int Vl, int v0) {
+  ZD_CHECK(Vl > 0 && real >= 0 && real <= Vl && v0 >= 0,
+           "cross-entropy shard: real={} must be in [0, Vl={}], v0={} >= 0", real, Vl, v0);
+  if (targets == nullptr) return;
+  const int64_t lo = int64_t{v0} + real, hi = int64_t{v0} + Vl;
+  for (int64_t n = 0; n < N; ++n) {
+    ZD_CHECK(targets[n] < lo || targets[n] >= hi,
+             "cross-entropy target {} at row {} is in the padding of the shard [{}, {}) (real {}): "
+             ">= the vocabulary size",
+             targets[n], n, v0, hi, real);
+  }
+}
+
 float row_max(const float* x, int V) {
   float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd simdlen(16) reduction(max : m)
@@ -75,6 +90,55 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
     for (int j = 0; j < V; ++j) x[j] *= scale;
     x[t] -= dloss;
     std::fill(x + V, x + Vp, 0.0f);
+  }
+}
+
+void crossentropy_shard_stats(float* stats, const float* logits, const int32_t* targets, int64_t N,
+                              int real, int Vl, int v0) {
+  check_shard(targets, N, real, Vl, v0);
+#pragma omp parallel for schedule(static) if (N * real >= kParallelMinElems)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * Vl;
+    stats[n] = row_max(x, real);  // -inf when real == 0
+    const int64_t j = int64_t{targets[n]} - v0;
+    stats[N + n] = targets[n] >= 0 && j >= 0 && j < real ? x[j] : 0.0f;
+  }
+}
+
+void crossentropy_shard_sumexp(float* stats, const float* logits, int64_t N, int real, int Vl) {
+  check_shard(nullptr, N, real, Vl, 0);
+#pragma omp parallel for schedule(static) if (N * real >= kParallelMinElems)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = logits + n * Vl;
+    const float m = stats[n];
+    float s = 0.0f;
+#pragma omp simd simdlen(16) reduction(+ : s)
+    for (int j = 0; j < real; ++j) s += exp_f32(x[j] - m);
+    stats[2 * N + n] = s;
+  }
+}
+
+void crossentropy_shard_finish(float* losses, float* logits_to_dlogits, const int32_t* targets,
+                               const float* stats, int64_t N, int real, int Vl, int v0,
+                               float dloss) {
+  check_shard(targets, N, real, Vl, v0);
+#pragma omp parallel for schedule(static) if (N * real >= kParallelMinElems)
+  for (int64_t n = 0; n < N; ++n) {
+    float* x = logits_to_dlogits + n * Vl;
+    const int32_t t = targets[n];
+    if (t < 0) {
+      losses[n] = 0.0f;
+      std::fill(x, x + Vl, 0.0f);
+      continue;
+    }
+    const float m = stats[n], xt = stats[N + n], s = stats[2 * N + n];
+    losses[n] = std::log(s) + (m - xt);  // as crossentropy_fused
+    const float scale = dloss / s;
+#pragma omp simd simdlen(16)
+    for (int j = 0; j < real; ++j) x[j] = exp_f32(x[j] - m) * scale;
+    const int64_t j = int64_t{t} - v0;
+    if (j >= 0 && j < real) x[j] -= dloss;
+    std::fill(x + real, x + Vl, 0.0f);
   }
 }
 

@@ -11,20 +11,31 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
                      int T, int C) {
   const int64_t rows = static_cast<int64_t>(B) * T;
   const bool par = rows * C >= kParallelMinElems;
+  // A token < 0 (not in this vocabulary shard) has no wte row: its term is 0, so the row is
+  // wpe[t] copied, or zeros without a position embedding.
   if (wpe == nullptr) {
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t r = 0; r < rows; ++r) {
+      float* o = out + r * C;
+      if (tokens[r] < 0) {
+        std::fill(o, o + C, 0.0f);
+        continue;
+      }
       const float* e = wte + static_cast<int64_t>(tokens[r]) * C;
-      std::copy(e, e + C, out + r * C);
+      std::copy(e, e + C, o);
     }
     return;
   }
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % T;
-    const float* e = wte + static_cast<int64_t>(tokens[r]) * C;
     const float* p = wpe + t * C;
     float* o = out + r * C;
+    if (tokens[r] < 0) {
+      std::copy(p, p + C, o);
+      continue;
+    }
+    const float* e = wte + static_cast<int64_t>(tokens[r]) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
@@ -50,7 +61,8 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   }
 
   // dwte: group positions by token (sorted by (token, position)); each distinct token's row is
-  // then accumulated by one thread in position order.
+  // then accumulated by one thread in position order. Tokens < 0 (no row in this vocabulary
+  // shard) sort first and their groups are skipped: they contribute to dwpe only.
   std::vector<int64_t> order(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) order[static_cast<size_t>(r)] = r;
   std::stable_sort(order.begin(), order.end(),
@@ -68,7 +80,9 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
   for (int64_t gi = 0; gi < groups; ++gi) {
     const int64_t begin = starts[static_cast<size_t>(gi)];
     const int64_t end = starts[static_cast<size_t>(gi) + 1];
-    float* d = dwte + static_cast<int64_t>(tokens[order[static_cast<size_t>(begin)]]) * C;
+    const int32_t token = tokens[order[static_cast<size_t>(begin)]];
+    if (token < 0) continue;
+    float* d = dwte + static_cast<int64_t>(token) * C;
     for (int64_t i = begin; i < end; ++i) {
       const float* g = dout + order[static_cast<size_t>(i)] * C;
 #pragma omp simd

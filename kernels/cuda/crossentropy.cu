@@ -2,6 +2,10 @@
 // loss = log(sum) + (max - x[target]); the fused variant then rewrites the row in place (x[target]
 // is read before the reductions' barriers; afterwards each thread rewrites only the columns it
 // reads itself).
+//
+// The vocabulary-parallel steps also run one 512-thread block per row of the shard: step 1 a block
+// max (thread 0 then reads the target's logit), step 2 a block sum of exp(x - max), step 3 no
+// reduction at all (each thread rewrites its own columns from the combined statistics).
 #include <math_constants.h>
 
 #include "kernels/cuda/cast.h"
@@ -63,6 +67,67 @@ void launch(Storage dt, float* losses, const void* logits, const int32_t* target
         kFused ? "crossentropy_fused kernel launch" : "crossentropy_forward kernel launch");
 }
 
+// Step 1 of the vocabulary-parallel loss, block n on row n (see crossentropy.h).
+template <class T>
+__global__ void shard_stats_kernel(float* stats, const T* logits, const int32_t* targets, int64_t N,
+                                   int real, int Vl, int v0) {
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  const T* x = logits + n * Vl;
+  float m = -CUDART_INF_F;
+  for (int j = threadIdx.x; j < real; j += blockDim.x) m = fmaxf(m, to_f32(x[j]));
+  m = block_all_reduce(m, MaxOp{}, -CUDART_INF_F, shared);
+  if (threadIdx.x == 0) {
+    stats[n] = m;
+    const int32_t t = targets[n];
+    const int64_t j = static_cast<int64_t>(t) - v0;  // the target's local column
+    float xt = 0.0f;                                 // not in this shard
+    if (t >= 0 && j >= 0 && j < Vl) xt = j < real ? to_f32(x[j]) : CUDART_NAN_F;  // NaN: padding
+    stats[N + n] = xt;
+  }
+}
+
+// Step 2, block n on row n: stats[2N + n] = sum over the real columns of exp(x - stats[n]).
+template <class T>
+__global__ void shard_sumexp_kernel(float* stats, const T* logits, int64_t N, int real, int Vl) {
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  const T* x = logits + n * Vl;
+  const float m = stats[n];
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < real; j += blockDim.x) s += expf(to_f32(x[j]) - m);
+  s = block_all_reduce(s, SumOp{}, 0.0f, shared);
+  if (threadIdx.x == 0) stats[2 * N + n] = s;
+}
+
+// Step 3, block n on row n: the loss and the row's dlogits in place from the combined stats.
+template <class T>
+__global__ void shard_finish_kernel(float* losses, T* logits, const int32_t* targets,
+                                    const float* stats, int64_t N, int real, int Vl, int v0,
+                                    float dloss) {
+  const int64_t n = blockIdx.x;
+  T* x = logits + n * Vl;
+  const int32_t t = targets[n];
+  const int64_t jt = static_cast<int64_t>(t) - v0;  // the target's local column
+  if (t < 0 || (jt >= real && jt < Vl)) {           // no loss, or a target in the padding
+    const float value = t < 0 ? 0.0f : CUDART_NAN_F;
+    if (threadIdx.x == 0) losses[n] = value;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) x[j] = from_f32<T>(value);
+    return;
+  }
+  const float m = stats[n], xt = stats[N + n], s = stats[2 * N + n];
+  if (threadIdx.x == 0) losses[n] = logf(s) + (m - xt);
+  const float scale = dloss / s;
+  for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+    float d = 0.0f;
+    if (j < real) {
+      d = expf(to_f32(x[j]) - m) * scale;
+      if (j == jt) d -= dloss;
+    }
+    x[j] = from_f32<T>(d);
+  }
+}
+
 }  // namespace
 
 void crossentropy_forward(Storage dt, float* losses, const void* logits, const int32_t* targets,
@@ -73,6 +138,40 @@ void crossentropy_forward(Storage dt, float* losses, const void* logits, const i
 void crossentropy_fused(Storage dt, float* losses, void* logits_to_dlogits, const int32_t* targets,
                         int64_t N, int V, int Vp, float dloss, cudaStream_t stream) {
   launch<true>(dt, losses, logits_to_dlogits, targets, N, V, Vp, dloss, stream);
+}
+
+void crossentropy_shard_stats(Storage dt, float* stats, const void* logits, const int32_t* targets,
+                              int64_t N, int real, int Vl, int v0, cudaStream_t stream) {
+  if (N <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shard_stats_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        stats, static_cast<const T*>(logits), targets, N, real, Vl, v0);
+  });
+  check(cudaGetLastError(), "crossentropy_shard_stats kernel launch");
+}
+
+void crossentropy_shard_sumexp(Storage dt, float* stats, const void* logits, int64_t N, int real,
+                               int Vl, cudaStream_t stream) {
+  if (N <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shard_sumexp_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        stats, static_cast<const T*>(logits), N, real, Vl);
+  });
+  check(cudaGetLastError(), "crossentropy_shard_sumexp kernel launch");
+}
+
+void crossentropy_shard_finish(Storage dt, float* losses, void* logits_to_dlogits,
+                               const int32_t* targets, const float* stats, int64_t N, int real,
+                               int Vl, int v0, float dloss, cudaStream_t stream) {
+  if (N <= 0) return;
+  dispatch(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shard_finish_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+        losses, static_cast<T*>(logits_to_dlogits), targets, stats, N, real, Vl, v0, dloss);
+  });
+  check(cudaGetLastError(), "crossentropy_shard_finish kernel launch");
 }
 
 }  // namespace zerod::cuda

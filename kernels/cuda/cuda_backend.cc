@@ -369,6 +369,29 @@ class CudaBackend final : public Backend {
     cuda::crossentropy_fused(st_, losses, logits_to_dlogits, targets, N, V, Vp, dloss, stream_);
   }
 
+  void crossentropy_shard_stats(float* stats, const void* logits, const int32_t* targets, int64_t N,
+                                int real, int Vl, int v0) override {
+    check_shard(real, Vl, v0);
+    activate();
+    cuda::crossentropy_shard_stats(st_, stats, logits, targets, N, real, Vl, v0, stream_);
+  }
+
+  void crossentropy_shard_sumexp(float* stats, const void* logits, int64_t N, int real,
+                                 int Vl) override {
+    check_shard(real, Vl, 0);
+    activate();
+    cuda::crossentropy_shard_sumexp(st_, stats, logits, N, real, Vl, stream_);
+  }
+
+  void crossentropy_shard_finish(float* losses, void* logits_to_dlogits, const int32_t* targets,
+                                 const float* stats, int64_t N, int real, int Vl, int v0,
+                                 float dloss) override {
+    check_shard(real, Vl, v0);
+    activate();
+    cuda::crossentropy_shard_finish(st_, losses, logits_to_dlogits, targets, stats, N, real, Vl, v0,
+                                    dloss, stream_);
+  }
+
   // ---- optimizer --------------------------------------------------------------------------------
   void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
                     const AdamWParams& p) override {
@@ -495,6 +518,12 @@ class CudaBackend final : public Backend {
 
   static void check_vocab(int V, int Vp) {
     ZD_CHECK(V > 0 && V <= Vp, "cross-entropy vocabulary V={} must be in [1, Vp={}]", V, Vp);
+  }
+  // The shape checks of the CPU's vocabulary-parallel cross-entropy (the targets stay on the
+  // device: one in the padding gives NaN, see kernels/cuda/crossentropy.h).
+  static void check_shard(int real, int Vl, int v0) {
+    ZD_CHECK(Vl > 0 && real >= 0 && real <= Vl && v0 >= 0,
+             "cross-entropy shard: real={} must be in [0, Vl={}], v0={} >= 0", real, Vl, v0);
   }
 
   DType dtype_;

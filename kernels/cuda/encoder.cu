@@ -2,7 +2,9 @@
 // dwpe (when there is one) one thread per (t, c) looping over b (grid-stride over T*C); dwte:
 // iota + cub::DeviceRadixSort::SortPairs on (token, row), then grid (B*T sorted rows,
 // ceil(C/128)) of 128 threads where only the first row of each token's run works, walking the
-// run in order.
+// run in order. Negative tokens (not in this vocabulary shard) are sorted like any key (cub
+// orders signed keys correctly, and only the grouping of equal keys matters here) and their runs
+// are skipped, so no dwte row outside [0, Vp) is touched.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cast.h"
@@ -36,7 +38,9 @@ __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* w
     const int64_t row = i / C;
     const int c = static_cast<int>(i - row * C);
     const int64_t t = row % T_;
-    const float e = to_f32(wte[static_cast<int64_t>(tokens[row]) * C + c]);
+    // A token < 0 has no row in this vocabulary shard: its wte term is 0 (out = wpe[t], or 0).
+    const int32_t token = tokens[row];
+    const float e = token >= 0 ? to_f32(wte[static_cast<int64_t>(token) * C + c]) : 0.0f;
     // Without position embedding the token row is copied as is (no rounding: e is exact).
     out[i] = wpe != nullptr ? from_f32<T>(e + to_f32(wpe[t * C + c])) : from_f32<T>(e);
   }
@@ -59,13 +63,14 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
 }
 
 // Block (i, cb): if sorted row i starts a run of equal tokens, channels [cb*128, cb*128+128) of
-// that token's dwte row += the dout rows of the run, in position order.
+// that token's dwte row += the dout rows of the run, in position order. A run of a token < 0 (no
+// row in this vocabulary shard) is skipped: it has no wte gradient.
 template <class T>
 __global__ void encoder_dwte_kernel(T* dwte, const T* dout, const int32_t* sorted_tokens,
                                     const int32_t* sorted_rows, int64_t rows, int C) {
   const int64_t i = blockIdx.x;
   const int32_t token = sorted_tokens[i];
-  if (i > 0 && sorted_tokens[i - 1] == token) return;
+  if (token < 0 || (i > 0 && sorted_tokens[i - 1] == token)) return;
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
   T* d = dwte + static_cast<int64_t>(token) * C + c;

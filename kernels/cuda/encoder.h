@@ -12,7 +12,8 @@
 namespace zerod::cuda {
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
-// wpe may be null (no position embedding: out = wte[tokens]).
+// wpe may be null (no position embedding: out = wte[tokens]). A token < 0 has no row here (a
+// vocabulary-parallel shard that does not hold it): its wte term is 0 (out = wpe[t], or 0).
 void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
                      int B, int T, int C, cudaStream_t stream);
 
@@ -20,6 +21,7 @@ void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* w
 size_t encoder_backward_scratch_bytes(int64_t rows);
 
 // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C); dwpe may be null (no position embedding).
+// Positions whose token is < 0 add to dwpe only.
 // Deterministic, without atomics: the rows are
 // sorted by token (stable radix sort of (token, row)), and each distinct token's row of dwte is
 // accumulated by one thread per channel in position order, in fp32 starting from its old value

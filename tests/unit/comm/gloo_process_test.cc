@@ -2,23 +2,16 @@
 // and when one process is killed (kill -9) the other fails promptly with an error naming the
 // lost rank, and nothing is left running.
 //
-// The processes are this test binary started again (posix_spawn) to run the disabled test
-// GlooProcessHelper.DISABLED_Rank, configured by ZEROD_COMM_HELPER_* environment variables; it
-// writes its outcome to the store under "result/<rank>".
-#include <fcntl.h>
+// The processes are this test binary started again (posix_spawn, child_processes.h) to run the
+// disabled test GlooProcessHelper.DISABLED_Rank, configured by ZEROD_COMM_HELPER_* environment
+// variables; it writes its outcome to the store under "result/<rank>".
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 
 #include "comm/file_store.h"
+#include "tests/unit/comm/child_processes.h"
 #include "tests/unit/comm/comm_test_util.h"
-
-extern char** environ;
 
 namespace zerod::test {
 namespace {
@@ -28,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-std::string text(const Bytes& b) {
-  return std::string(b.begin(), b.end());
 }
 
 // A few collectives with checked values; throws on a wrong value.
@@ -92,79 +81,26 @@ TEST(GlooProcessHelper, DISABLED_Rank) {
   store->set("result/" + std::to_string(rank), Bytes(result.begin(), result.end()));
 }
 
+// The helper processes of the tests below.
 class Helpers {
  public:
-  Helpers() {
-    char tmpl[] = "/tmp/zerod-comm-test-XXXXXX";
-    EXPECT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    store_ = std::make_shared<FileStore>(dir_);
-  }
-  ~Helpers() {
-    for (pid_t p : pids_) {
-      if (p > 0) {
-        ::kill(p, SIGKILL);
-        ::waitpid(p, nullptr, 0);
-      }
-    }
-    std::filesystem::remove_all(dir_);
-  }
-
-  FileStore& store() { return *store_; }
+  FileStore& store() { return procs_.store(); }
 
   pid_t spawn(int rank, const std::string& mode, int timeout_ms) {
-    std::vector<std::string> envs;
-    for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
-    envs.push_back("ZEROD_COMM_HELPER_RANK=" + std::to_string(rank));
-    envs.push_back("ZEROD_COMM_HELPER_MODE=" + mode);
-    envs.push_back("ZEROD_COMM_HELPER_DIR=" + dir_);
-    envs.push_back("ZEROD_COMM_HELPER_TIMEOUT_MS=" + std::to_string(timeout_ms));
-    std::vector<std::string> args = {"/proc/self/exe",
-                                     "--gtest_filter=GlooProcessHelper.DISABLED_Rank",
-                                     "--gtest_also_run_disabled_tests"};
-    std::vector<char*> cenv, cargs;
-    for (auto& s : envs) cenv.push_back(s.data());
-    cenv.push_back(nullptr);
-    for (auto& s : args) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = dir_ + "/.log-" + std::to_string(rank);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    pid_t pid = -1;
-    const int rc =
-        ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, cargs.data(), cenv.data());
-    posix_spawn_file_actions_destroy(&actions);
-    EXPECT_EQ(rc, 0) << std::strerror(rc);
-    pids_.push_back(pid);
-    return pid;
+    return procs_.spawn("GlooProcessHelper.DISABLED_Rank",
+                        {"ZEROD_COMM_HELPER_RANK=" + std::to_string(rank),
+                         "ZEROD_COMM_HELPER_MODE=" + mode, "ZEROD_COMM_HELPER_DIR=" + procs_.dir(),
+                         "ZEROD_COMM_HELPER_TIMEOUT_MS=" + std::to_string(timeout_ms)},
+                        std::to_string(rank));
   }
 
   // Waits for `pid` up to `limit`; returns its wait status, or -1 if it is still running.
-  int wait(pid_t pid, Ms limit) {
-    const auto t0 = Clock::now();
-    for (;;) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        for (auto& p : pids_) {
-          if (p == pid) p = -1;
-        }
-        return status;
-      }
-      if (ms_since(t0) > limit.count()) return -1;
-      std::this_thread::sleep_for(Ms(5));
-    }
-  }
+  int wait(pid_t pid, Ms limit) { return procs_.wait(pid, limit); }
 
-  std::string result(int rank) {
-    return text(store_->get("result/" + std::to_string(rank), Ms(1000)));
-  }
+  std::string result(int rank) { return procs_.text("result/" + std::to_string(rank)); }
 
  private:
-  std::string dir_;
-  std::shared_ptr<FileStore> store_;
-  std::vector<pid_t> pids_;
+  ChildProcesses procs_;
 };
 
 TEST(GlooProcesses, CollectivesBetweenTwoProcessesOverAFileStore) {

@@ -149,5 +149,23 @@ TEST(ThreadIndependence, GeluAndCrossEntropyAndAdamW) {
   }));
 }
 
+TEST(ThreadIndependence, CrossEntropyShards) {
+  // One shard [2048, 3072) of a vocabulary of 3048: 1000 real columns of 1024.
+  const int64_t N = 37;
+  const int Vl = 1024, real = 1000, v0 = 2048;
+  static_assert(N * real >= kParallelMinElems);
+  const VecF logits = test::randn(N * Vl, 43, 2.0f);
+  std::vector<int32_t> t(N);
+  for (int64_t i = 0; i < N; ++i) t[i] = i % 5 == 0 ? -1 : static_cast<int32_t>(i * 97 % 3048);
+  expect_same(test::with_1_and_2_threads([&] {
+    VecF stats(3 * N), loss(N), d = logits;
+    crossentropy_shard_stats(stats.data(), logits.data(), t.data(), N, real, Vl, v0);
+    for (int64_t n = 0; n < N; ++n) stats[n] += 0.5f;  // as if another shard held a larger max
+    crossentropy_shard_sumexp(stats.data(), logits.data(), N, real, Vl);
+    crossentropy_shard_finish(loss.data(), d.data(), t.data(), stats.data(), N, real, Vl, v0, 0.5f);
+    return Outputs{stats, loss, d};
+  }));
+}
+
 }  // namespace
 }  // namespace zerod::cpu

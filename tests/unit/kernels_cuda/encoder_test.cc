@@ -2,6 +2,7 @@
 // cuda_test_util.h). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -86,6 +87,57 @@ TEST(CudaEncoder, WithoutPositionEmbeddingMatchesTheCpu) {
     be.gpu->encoder_backward(d_dwte.data(), nullptr, d_dout.data(), d_tok.as<int32_t>(), B, T, C);
     EXPECT_TRUE(test::close(be.read_compute(d_dwte, static_cast<int64_t>(dwte.size())), dwte,
                             test::tolerance(dt)));
+  }
+}
+
+// A vocabulary-parallel shard: tokens < 0 (not held here) get wpe only and no wte gradient.
+// Negative tokens sort first in the backward's radix sort; their runs must be skipped without
+// touching memory before dwte.
+TEST(CudaEncoder, NegativeTokensMatchTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  VecI tok = tokens();
+  for (int i = 0; i < B * T; i += 4) tok[i] = -1;
+  tok[1] = -1000;
+  tok[B * T - 2] = std::numeric_limits<int32_t>::min();
+  for (DType dt : test::kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Backends be(dt);
+    const VecF wte = be.round(test::randn(int64_t{Vp} * C, 131));
+    const VecF wpe = be.round(test::randn(int64_t{kWpeRows} * C, 132));
+    const int64_t n_out = int64_t{B} * T * C;
+    Buffer d_tok = be.i32(tok), d_wte = be.compute(wte), d_wpe = be.compute(wpe);
+    // Forward with and without position embedding.
+    for (bool pos : {true, false}) {
+      SCOPED_TRACE(pos ? "wpe" : "no wpe");
+      VecF out(n_out);
+      be.cpu->encoder_forward(out.data(), tok.data(), wte.data(), pos ? wpe.data() : nullptr, B, T,
+                              C);
+      Buffer d_out = be.poisoned_compute(n_out);
+      be.gpu->encoder_forward(d_out.data(), d_tok.as<int32_t>(), d_wte.data(),
+                              pos ? d_wpe.data() : nullptr, B, T, C);
+      const VecF got = be.read_compute(d_out, n_out);
+      EXPECT_TRUE(test::close(got, out, test::tolerance(dt)));
+      for (int r = 0; r < B * T; ++r) {
+        if (tok[r] >= 0) continue;
+        for (int c = 0; c < C; ++c) {
+          ASSERT_EQ(got[r * C + c], pos ? wpe[(r % T) * C + c] : 0.0f) << "row " << r;
+        }
+      }
+    }
+    // Backward: dwte rows of unused tokens stay exactly as they were; dwpe gets every row.
+    const VecF dout = be.round(test::randn(n_out, 133));
+    const VecF dwte0 = be.round(test::randn(int64_t{Vp} * C, 134, 0.1f));
+    VecF dwte = dwte0, dwpe = be.round(test::randn(int64_t{T} * C, 135, 0.1f));
+    Buffer d_dout = be.compute(dout), d_dwte = be.compute(dwte), d_dwpe = be.compute(dwpe);
+    be.cpu->encoder_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+    be.gpu->encoder_backward(d_dwte.data(), d_dwpe.data(), d_dout.data(), d_tok.as<int32_t>(), B, T,
+                             C);
+    const VecF got_dwte = be.read_compute(d_dwte, static_cast<int64_t>(dwte.size()));
+    EXPECT_TRUE(test::close(got_dwte, dwte, test::tolerance(dt)));
+    EXPECT_TRUE(test::close(be.read_compute(d_dwpe, static_cast<int64_t>(dwpe.size())), dwpe,
+                            test::tolerance(dt)));
+    for (int v = 10; v < Vp - 1; ++v)  // ids 10 .. Vp-2 never occur
+      for (int c = 0; c < C; ++c) ASSERT_EQ(got_dwte[v * C + c], dwte0[v * C + c]) << v;
   }
 }
 

@@ -119,18 +119,26 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
                        "parallelism.sequence_parallel: true has no effect"));
 }
 
-TEST(Parallelism, TensorAndContextAreRecognisedButNotBuiltYet) {
+TEST(Parallelism, TensorRunsOnCpuWhileSequenceContextAndNcclGroupsAreNotBuiltYet) {
   ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
   resolve_job(job.config, 2);
-  try {
-    check_supported(job.config);
-    FAIL() << "tensor parallelism accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_TRUE(contains(e.problems(),
-                         "parallelism.tensor: 2: tensor parallelism is not "
-                         "implemented yet"))
-        << joined(e.problems());
-  }
+  EXPECT_NO_THROW(check_supported(job.config));
+  auto refused = [](const json& patch, const std::string& what) {
+    ParsedJob bad = parse(job_with(patch));
+    resolve_job(bad.config, 4);
+    try {
+      check_supported(bad.config);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.problems(), what)) << joined(e.problems());
+    }
+  };
+  refused({{"parallelism", {{"tensor", 2}, {"sequence_parallel", true}}}},
+          "parallelism.sequence_parallel: true: Megatron sequence parallelism is not implemented");
+  refused({{"parallelism", {{"context", 2}}}},
+          "parallelism.context: 2: context parallelism (ulysses) is not implemented");
+  refused({{"parallelism", {{"tensor", 2}}}, {"train", {{"device", "cuda"}}}},
+          "parallelism.tensor: 2 with train.device cuda");
   ParsedJob plain = parse(job_with({{"parallelism", {{"tensor", 1}, {"context", 1}}}}));
   resolve_job(plain.config, 2);
   EXPECT_NO_THROW(check_supported(plain.config));

@@ -144,6 +144,21 @@ class StrictDeviceBackend final : public Backend {
                           int Vp, float dloss) override {
     run([&] { cpu_->crossentropy_fused(losses, logits, targets, N, V, Vp, dloss); });
   }
+  void crossentropy_shard_stats(float* stats, const void* logits, const int32_t* targets, int64_t N,
+                                int real, int Vl, int v0) override {
+    run([&] { cpu_->crossentropy_shard_stats(stats, logits, targets, N, real, Vl, v0); });
+  }
+  void crossentropy_shard_sumexp(float* stats, const void* logits, int64_t N, int real,
+                                 int Vl) override {
+    run([&] { cpu_->crossentropy_shard_sumexp(stats, logits, N, real, Vl); });
+  }
+  void crossentropy_shard_finish(float* losses, void* logits, const int32_t* targets,
+                                 const float* stats, int64_t N, int real, int Vl, int v0,
+                                 float dloss) override {
+    run([&] {
+      cpu_->crossentropy_shard_finish(losses, logits, targets, stats, N, real, Vl, v0, dloss);
+    });
+  }
   void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
                     const AdamWParams& p) override {
     ++device_adam_;
