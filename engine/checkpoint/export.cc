@@ -6,6 +6,7 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/hf_model.h"
 #include "engine/checkpoint/shard_io.h"
+#include "engine/checkpoint/unit_reader.h"
 #include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 #include "model/layout.h"
@@ -54,24 +55,11 @@ ExportReport export_checkpoint(const std::string& checkpoint_dir, const std::str
 
   const ModelSpec spec = manifest_model_spec(m, found.path);
   const ParamLayout layout(spec);
-  // The manifest's units must be the layout this build derives from the shape it records.
-  if (static_cast<int>(m.units.size()) != layout.num_units()) {
-    ZD_THROW_INPUT("{}/manifest.json: {} units, but a model of this shape has {}", found.path,
-                   m.units.size(), layout.num_units());
-  }
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const UnitShape& us = m.units[static_cast<size_t>(u)];
-    if (us.name != layout.unit(u).name || us.numel != layout.unit(u).numel) {
-      ZD_THROW_INPUT("{}/manifest.json: units[{}] is {} ({} elements), expected {} ({} elements)",
-                     found.path, u, us.name, us.numel, layout.unit(u).name, layout.unit(u).numel);
-    }
-  }
-
-  ShardReader reader(found.path, m);
+  // Whole units, the tensor-parallel parts of a T > 1 checkpoint put back together (the units
+  // are checked against the shape the manifest records).
+  UnitReader reader(found.path, m, spec);
   ExportReport report;
-  auto read_unit = [&](int u, float* flat) {
-    reader.read(u, 0, layout.unit(u).numel, flat, nullptr, nullptr);
-  };
+  auto read_unit = [&](int u, float* flat) { reader.read_global(u, flat, nullptr, nullptr); };
   if (to_file) {
     report.file = export_hf_safetensors(layout, read_unit, out, dtype);
     report.files = {out};

@@ -78,8 +78,8 @@ void validate_parallelism(const JobConfig& cfg, Problems& p) {
     }
     if (cfg.model.padded_vocab_size != (m.vocab_size + 127) / 128 * 128) {
       p.warn("model.vocab_size",
-             fmt::format("{} padded to {} rows (a multiple of 128 x parallelism.tensor {}, as "
-                         "Megatron pads it), so every tensor rank holds an equal slice",
+             fmt::format("{} padded to {} rows (a multiple of 128 and of parallelism.tensor {}), "
+                         "so every tensor rank holds an equal slice",
                          m.vocab_size, cfg.model.padded_vocab_size, T));
     }
   } else if (par.sequence_parallel) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "engine/config/sections.h"
 
@@ -151,7 +152,11 @@ void validate_derived(const JobConfig& cfg, Problems& problems) {
 }
 
 int padded_vocab_size(int vocab_size, int tensor) {
-  const int64_t align = int64_t{128} * std::max(tensor, 1);  // Megatron: 128 x tensor ranks
+  // A multiple of 128 that every tensor rank's equal slice divides: lcm(128, T). (Megatron pads
+  // to 128 x T; lcm keeps the padded shape the same for T = 1, 2, 4, ... 128, so checkpoints
+  // reshard across those sizes with no change of shape.)
+  const int64_t t = std::max(tensor, 1);
+  const int64_t align = int64_t{128} * t / std::gcd(int64_t{128}, t);
   return static_cast<int>((vocab_size + align - 1) / align * align);
 }
 

@@ -14,9 +14,11 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/unit_reader.h"
 #include "engine/config/input_limits.h"
 #include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
+#include "model/shard.h"
 
 namespace zerod {
 
@@ -408,6 +410,8 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   compare(llama ? "num_attention_heads" : "n_head", m.n_head, spec.n_head);
   compare(llama ? "hidden_size" : "n_embd", m.n_embd, spec.n_embd);
   compare("vocab_size", m.vocab_size, spec.vocab_size);
+  // (The padding differs only between tensor-parallel sizes that 128 does not absorb, e.g. 3.)
+  compare("padded vocabulary", m.padded_vocab_size, spec.vp());
   // GPT-2 learns one position embedding per position; the Llama family's rotary positions are
   // not weights, so it may resume at another sequence length.
   if (!llama) compare("seq_len", m.seq_len, spec.seq_len);
@@ -421,53 +425,84 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
     compare_bool("o_proj bias", o.o_bias, spec.o_bias);
     compare_bool("mlp_bias", o.mlp_bias, spec.mlp_bias);
   }
+  // The saved tensor-parallel size must split this model; its units are one tensor rank's parts.
+  const int saved_tp = m.tensor_parallel, my_tp = layout.shard().size;
+  if (saved.empty() && !tensor_parallel_problem(spec, saved_tp).empty()) {
+    ZD_THROW_INPUT("{}: saved at tensor parallel size {}: {}", path, saved_tp,
+                   tensor_parallel_problem(spec, saved_tp));
+  }
   if (saved.empty()) {
-    compare("units", static_cast<int64_t>(m.units.size()), layout.num_units());
-    for (int u = 0; saved.empty() && u < layout.num_units(); ++u) {
+    const ParamLayout saved_layout(spec, layout.align_elems(), TensorShard{0, saved_tp});
+    compare("units", static_cast<int64_t>(m.units.size()), saved_layout.num_units());
+    for (int u = 0; saved.empty() && u < saved_layout.num_units(); ++u) {
       compare("elements in unit " + layout.unit(u).name, m.units[static_cast<size_t>(u)].numel,
-              layout.unit(u).numel);
+              saved_layout.unit(u).numel);
     }
   }
   if (!saved.empty()) {
     ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
   }
 
-  ZD_CHECK_INPUT(m.tensor_parallel == 1 && layout.shard().size == 1,
-                 "{}: resuming with tensor parallelism (saved at T = {}, loading at T = {}) is "
-                 "not built yet",
-                 path, m.tensor_parallel, layout.shard().size);
   const Partition& part = engine_.partition();
   const int owner = engine_.owner_rank();
   std::string mine;
   try {
-    if (engine_.states_addressable()) {
-      std::vector<ShardRequest> requests;
-      for (int u = 0; u < part.num_units(); ++u) {
-        const UnitPartition& up = part.unit(u);
-        const int64_t b = up.begin(owner);
-        requests.push_back(
-            {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
-      }
-      load_shards(path, m, requests);
-    } else {
-      // NVMe or GPU states: check the files this rank reads, then read each piece (a sub-group's
-      // part, or a unit shard through a host copy) straight into place (no copy of the whole
-      // shard in memory).
-      Manifest mine_only = m;
-      std::erase_if(mine_only.files, [&](const CheckpointFile& f) {
-        return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
-          const UnitPartition& up = part.unit(s.unit);
-          return s.begin < up.begin(owner) + up.shard && up.begin(owner) < s.end;
-        });
-      });
-      verify_checkpoint(path, mine_only);
-      ShardReader reader(path, m);
+    if (saved_tp != my_tp) {
+      // Another tensor-parallel size: each unit put together from the saved parts and cut into
+      // this rank's part (one unit at a time), then this rank's ZeRO shard of it.
+      verify_checkpoint(path, m);
+      UnitReader reader(path, m, spec);
+      int cached = -1;
+      std::vector<float> st[3];
       engine_.visit_states_host(
           ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
           [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+            const int64_t numel = layout.unit(u).numel;
+            if (u != cached) {
+              for (auto& v : st) v.assign(static_cast<size_t>(numel), 0.0f);
+              reader.read_local(layout, u, st[0].data(), st[1].data(), st[2].data());
+              cached = u;
+            }
             const int64_t b = part.unit(u).begin(owner);
-            reader.read(u, b + lo, b + hi, pm, pa, pv);
+            float* dst[3] = {pm, pa, pv};
+            for (int k = 0; k < 3; ++k) {
+              if (dst[k] == nullptr) continue;
+              for (int64_t i = lo; i < hi; ++i)
+                dst[k][i - lo] = b + i < numel ? st[k][static_cast<size_t>(b + i)] : 0.0f;
+            }
           });
+    } else {
+      // The same tensor-parallel size: this tensor rank's files, resharded over data parallelism.
+      const Manifest mt = tensor_rank_manifest(m, layout.shard().rank);
+      if (engine_.states_addressable()) {
+        std::vector<ShardRequest> requests;
+        for (int u = 0; u < part.num_units(); ++u) {
+          const UnitPartition& up = part.unit(u);
+          const int64_t b = up.begin(owner);
+          requests.push_back(
+              {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
+        }
+        load_shards(path, mt, requests);
+      } else {
+        // NVMe or GPU states: check the files this rank reads, then read each piece (a
+        // sub-group's part, or a unit shard through a host copy) straight into place (no copy of
+        // the whole shard in memory).
+        Manifest mine_only = mt;
+        std::erase_if(mine_only.files, [&](const CheckpointFile& f) {
+          return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
+            const UnitPartition& up = part.unit(s.unit);
+            return s.begin < up.begin(owner) + up.shard && up.begin(owner) < s.end;
+          });
+        });
+        verify_checkpoint(path, mine_only);
+        ShardReader reader(path, mt);
+        engine_.visit_states_host(
+            ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
+            [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
+              const int64_t b = part.unit(u).begin(owner);
+              reader.read(u, b + lo, b + hi, pm, pa, pv);
+            });
+      }
     }
   } catch (const InputError& e) {
     mine = e.what();
@@ -482,8 +517,11 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   engine_.set_adam_steps(m.progress.adam_steps);
   engine_.refresh_weights();
   if (ctx_.rank == 0) {
-    spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {})", path,
-                 m.progress.global_step, m.world_size, m.world_size == 1 ? "" : "s", m.zero_stage);
+    spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {}{})", path,
+                 m.progress.global_step, m.world_size, m.world_size == 1 ? "" : "s", m.zero_stage,
+                 saved_tp > 1 || my_tp > 1
+                     ? fmt::format(", tensor parallel {} -> {}", saved_tp, my_tp)
+                     : std::string());
   }
   return m.progress;
 }

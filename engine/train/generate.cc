@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/hf_model.h"
 #include "engine/checkpoint/shard_io.h"
+#include "engine/checkpoint/unit_reader.h"
 #include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 #include "kernels/backend.h"
@@ -72,10 +73,10 @@ void load(const GenerateOptions& o, int needed, Loaded& out) {
     fit_context(spec, needed, static_cast<int>(o.prompt.size()));
     // The layout does not depend on seq_len for the Llama family, so the saved units fit.
     const ParamLayout layout(saved.llama_family() ? spec : saved);
-    ShardReader reader(found.path, m);
+    UnitReader reader(found.path, m, saved);  // (tensor-parallel parts put back together)
     for (int u = 0; u < layout.num_units(); ++u) {
       out.weights.units.emplace_back(static_cast<size_t>(layout.unit(u).numel));
-      reader.read(u, 0, layout.unit(u).numel, out.weights.units.back().data(), nullptr, nullptr);
+      reader.read_global(u, out.weights.units.back().data(), nullptr, nullptr);
     }
     out.spec = spec;
     out.what = fmt::format("checkpoint {} (global step {})", found.path, m.progress.global_step);

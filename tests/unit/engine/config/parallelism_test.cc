@@ -92,10 +92,15 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
                "parallelism.tensor: 5 does not divide the 12 attention heads (model.n_head)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"parallelism", {{"tensor", 8}}}})),
                        "parallelism.tensor: 8 does not divide the 12 attention heads"));
-  // The vocabulary is padded to a multiple of 128 x tensor, and the job says so.
+  // The vocabulary is padded to a multiple of 128 and of tensor (the same 128-multiple for
+  // powers of two, so checkpoints reshard across them), and the job says when that changes it.
   ParsedJob t2 = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
-  EXPECT_EQ(t2.config.model.padded_vocab_size, 50432);
-  EXPECT_TRUE(contains(t2.warnings, "50257 padded to 50432 rows"));
+  EXPECT_EQ(t2.config.model.padded_vocab_size, 50304);
+  EXPECT_FALSE(contains(t2.warnings, "padded to"));
+  ParsedJob t3 =
+      parse(job_with({{"parallelism", {{"tensor", 3}}}, {"model", {{"vocab_size", 1000}}}}));
+  EXPECT_EQ(t3.config.model.padded_vocab_size, 1152);  // lcm(128, 3) = 384
+  EXPECT_TRUE(contains(t3.warnings, "1000 padded to 1152 rows"));
   // Llama: key/value head groups split whole.
   const json llama = {{"type", "llama"},          {"hidden_size", 64},
                       {"intermediate_size", 96},  {"num_hidden_layers", 2},
@@ -119,10 +124,14 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
                        "parallelism.sequence_parallel: true has no effect"));
 }
 
-TEST(Parallelism, TensorRunsOnCpuWhileSequenceContextAndNcclGroupsAreNotBuiltYet) {
+TEST(Parallelism, TensorAndSequenceRunOnCpuWhileContextAndNcclGroupsAreNotBuiltYet) {
   ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
   resolve_job(job.config, 2);
   EXPECT_NO_THROW(check_supported(job.config));
+  ParsedJob sp = parse(job_with({{"parallelism", {{"tensor", 2}, {"sequence_parallel", true}}}}));
+  resolve_job(sp.config, 2);
+  EXPECT_TRUE(sp.config.parallelism.sequence_parallel);
+  EXPECT_NO_THROW(check_supported(sp.config));
   auto refused = [](const json& patch, const std::string& what) {
     ParsedJob bad = parse(job_with(patch));
     resolve_job(bad.config, 4);
@@ -133,8 +142,6 @@ TEST(Parallelism, TensorRunsOnCpuWhileSequenceContextAndNcclGroupsAreNotBuiltYet
       EXPECT_TRUE(contains(e.problems(), what)) << joined(e.problems());
     }
   };
-  refused({{"parallelism", {{"tensor", 2}, {"sequence_parallel", true}}}},
-          "parallelism.sequence_parallel: true: Megatron sequence parallelism is not implemented");
   refused({{"parallelism", {{"context", 2}}}},
           "parallelism.context: 2: context parallelism (ulysses) is not implemented");
   refused({{"parallelism", {{"tensor", 2}}}, {"train", {{"device", "cuda"}}}},

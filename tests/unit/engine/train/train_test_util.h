@@ -80,6 +80,18 @@ inline TinyModel tiny_mistral() {
                          "rope_theta": 500.0, "seq_len": 16})"};
 }
 
+// Shapes that split 4 ways under tensor parallelism (heads, key/value heads, MLP width, padded
+// vocabulary).
+inline TinyModel tiny_gpt2_split4() {
+  return {"Gpt2", R"({"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 256, "seq_len": 24})"};
+}
+inline TinyModel tiny_llama_split4() {
+  return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                       "num_hidden_layers": 2, "num_attention_heads": 8,
+                       "num_key_value_heads": 4, "vocab_size": 123, "rms_norm_eps": 1e-5,
+                       "tie_word_embeddings": false, "seq_len": 16})"};
+}
+
 // A tiny job over the corpus (GPT-2 unless `model` says otherwise); `extra` (top-level members),
 // `train_extra` (members of "train") and `zero_extra` (members of "zero_optimization") are
 // spliced into the JSON.
