@@ -108,6 +108,51 @@ TEST_F(MultiNode, TwoProcessesReproduceOneProcessOfTheSameWorldSize) {
   }
 }
 
+// Tensor parallelism across processes: two nodes of two ranks each run T = 2 x DP = 2, so the
+// tensor groups live inside a node and the data groups ({0, 2}, {1, 3}) are Gloo
+// sub-communicators made through the master's rendezvous store. They train the losses of one rank,
+// and a killed node makes the survivor exit 3 naming a lost rank.
+TEST_F(MultiNode, TensorTimesDataAcrossTwoProcessesTrainsTheLossesOfOneRank) {
+  write_job("one.json", 8);
+  auto single = start({"train", "one.json"}, "single.log");
+  ASSERT_EQ(single->wait_for(120s), 0) << single->output();
+  const auto want = losses("one.json");
+  ASSERT_EQ(want.size(), 8u);
+  auto two_ranks = [](std::vector<std::string> a) {
+    a.insert(a.end(), {"--nproc-per-node", "2"});
+    return a;
+  };
+  write_job("tp.json", 8, R"(}, "parallelism": {"tensor": 2)");
+  int port = free_port();
+  auto n0 = start(two_ranks(node_args("tp.json", 2, 0, port)), "tp.n0.log");
+  auto n1 = start(two_ranks(node_args("tp.json", 2, 1, port)), "tp.n1.log");
+  ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+  ASSERT_EQ(n1->wait_for(120s), 0) << n1->output();
+  const auto got = losses("tp.json");
+  ASSERT_EQ(got.size(), want.size()) << n0->output();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = std::stod(got[i].substr(got[i].find(',') + 1));
+    const double b = std::stod(want[i].substr(want[i].find(',') + 1));
+    EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i + 1;
+  }
+  EXPECT_NE(n0->output().find("mesh tensor 2 x context 1 x data 2"), std::string::npos)
+      << n0->output();
+
+  write_job("tplong.json", 1000000,
+            R"(, "collective_timeout": 5, "rendezvous_timeout": 60}, "parallelism": {"tensor": 2)");
+  port = free_port();
+  auto k0 = start(two_ranks(node_args("tplong.json", 2, 0, port)), "tpk0.log");
+  auto k1 = start(two_ranks(node_args("tplong.json", 2, 1, port)), "tpk1.log");
+  ASSERT_TRUE(k0->wait_output("3/1000000 | loss", 60s)) << k0->output() << k1->output();
+  k1->kill9();
+  const int code = k0->wait_for(10s);
+  ASSERT_NE(code, Process::kTimedOut) << "survivor still running after 10 s\n" << k0->output();
+  EXPECT_EQ(code, 3) << k0->output();
+  const std::string out = k0->output();
+  EXPECT_TRUE(out.find("rank 2") != std::string::npos || out.find("rank 3") != std::string::npos)
+      << out;
+}
+
 TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
   write_job("long.json", 1000000, R"(, "collective_timeout": 5, "rendezvous_timeout": 60)");
   for (int victim : {1, 0}) {  // a worker node, then the master node
