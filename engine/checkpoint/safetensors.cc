@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -251,6 +253,21 @@ void SafetensorsWriter::flush_buffer() {
   buffered_ = 0;
 }
 
+void SafetensorsWriter::fail_io(const std::string& what, int err) const {
+  if (err == ENOSPC || err == EDQUOT) {
+    // A full disk (or quota) is the environment, not a bug: exit 2 with what it takes.
+    struct statvfs st {};
+    const std::string dir = std::filesystem::path(path_).parent_path().string();
+    const bool known = ::statvfs(dir.empty() ? "." : dir.c_str(), &st) == 0;
+    ZD_THROW_INPUT("{}: {} failed: {}: the file needs {} bytes{}", path_, what, errno_string(err),
+                   total_,
+                   known ? fmt::format(", {} bytes are free on that file system",
+                                       static_cast<uint64_t>(st.f_bavail) * st.f_frsize)
+                         : std::string());
+  }
+  ZD_THROW("{}: {} failed: {}", path_, what, errno_string(err));
+}
+
 void SafetensorsWriter::write_all(const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -268,8 +285,7 @@ void SafetensorsWriter::write_all(const void* data, size_t bytes) {
       const int err = w < 0 ? errno : EIO;
       ::close(fd_);
       fd_ = -1;  // no further writes: the file is incomplete
-      ZD_THROW("{}: write of {} bytes at offset {} failed: {}", path_, bytes, on_disk_,
-               errno_string(err));
+      fail_io(fmt::format("write of {} bytes at offset {}", bytes, on_disk_), err);
     }
     p += w;
     bytes -= static_cast<size_t>(w);
@@ -298,7 +314,7 @@ void SafetensorsWriter::finish() {
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    ZD_THROW("{}: fsync after {} bytes failed: {}", path_, on_disk_, errno_string(err));
+    fail_io(fmt::format("fsync after {} bytes", on_disk_), err);
   }
   const int rc = ::close(fd_);
   fd_ = -1;

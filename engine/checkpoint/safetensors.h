@@ -81,9 +81,11 @@ FileChecksum file_crc32c(const std::string& path);
 // flushes and fsyncs the file (fsyncing the directory is the caller's job). Small chunks are
 // gathered in a 4 MiB buffer; large ones are written straight from the caller's memory. The file
 // size and the CRC32C of the whole file (header included) are tracked as the bytes go out, so
-// they equal file_crc32c(path) without re-reading. A write failure (ENOSPC, EIO, ...) throws
-// Error naming the file, the offset and the system error. Destroying an unfinished writer closes
-// the file and leaves it incomplete (a reader rejects it: its size does not match its header).
+// they equal file_crc32c(path) without re-reading. A write failure throws naming the file, the
+// offset and the system error: InputError (exit 2) for a full disk or quota (ENOSPC, EDQUOT:
+// the environment, with the bytes the file needs and the bytes free), Error otherwise (EIO...).
+// Destroying an unfinished writer closes the file and leaves it incomplete (a reader rejects it:
+// its size does not match its header).
 class SafetensorsWriter {
  public:
   struct Entry {
@@ -120,6 +122,8 @@ class SafetensorsWriter {
   void append(const void* data, size_t bytes);
   void flush_buffer();
   void write_all(const void* data, size_t bytes);
+  // Throws for a failed write/fsync (`what`) with errno err: InputError for ENOSPC/EDQUOT.
+  [[noreturn]] void fail_io(const std::string& what, int err) const;
   void skip_complete();
 
   std::string path_;

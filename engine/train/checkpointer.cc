@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
+#include "engine/checkpoint/dir_lock.h"
 #include "engine/checkpoint/unit_reader.h"
 #include "engine/config/input_limits.h"
 #include "engine/config/model_spec.h"
@@ -26,6 +27,13 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// How a rank's failed write travels to the others in the gathered file list: "!E" + message for
+// an environment error (InputError: a full disk, quota, an unwritable directory), "!!" + message
+// for anything else.
+std::string failure_record(const Error& e) {
+  return std::string(dynamic_cast<const InputError*>(&e) != nullptr ? "!E" : "!!") + e.what();
+}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -74,6 +82,19 @@ struct Checkpointer::Pending {
 Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
                            MemoryTracker* tracker)
     : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
+  // One job per checkpoint directory: rank 0 holds its lock for the job's life, and every rank
+  // learns whether it got it.
+  std::string err;
+  if (ctx_.rank == 0) {
+    try {
+      lock_ = std::make_unique<CheckpointDirLock>(
+          dir(), "train.checkpoint_dir", cfg_.source.empty() ? "(no job file)" : cfg_.source);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  if (ctx_.world_size > 1) err = broadcast_string(*ctx_.comm, err, 0);
+  if (!err.empty()) throw InputError(err);
   if (cfg_.checkpoint.async && !engine_.states_resident()) {
     if (ctx_.rank == 0)
       spdlog::info("checkpoint.async: the optimizer states are on NVMe, so saves are synchronous");
@@ -250,11 +271,11 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
     try {
       f = write_rank_file(tmp, ctx_.rank, shards, staged.get());
     } catch (const Error& e) {
-      werr = e.what();
+      werr = failure_record(e);
     }
     crash_hook(tag);
     f.tensor_rank = engine_.layout().shard().rank;
-    std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : "!" + werr);
+    std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : werr);
     commit(*p, files);
     report.committed = true;
     report.blocked_seconds = blocked.seconds();
@@ -279,16 +300,20 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
 
 void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json) {
   std::string failures;
+  bool any_bug = false;  // a failure that is not the environment's (full disk, bad directory)
   for (size_t r = 0; r < files_json.size(); ++r) {
     if (!files_json[r].empty() && files_json[r][0] == '!') {
+      if (files_json[r].size() < 2 || files_json[r][1] != 'E') any_bug = true;
       failures +=
-          fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, files_json[r].substr(1));
+          fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, files_json[r].substr(2));
       continue;
     }
     CheckpointFile f = file_from_json(json::parse(files_json[r]));
     if (!f.name.empty()) p.manifest.files.push_back(std::move(f));
   }
   std::string err = failures.empty() ? "" : "writing the rank files failed: " + failures;
+  // 'E': an environment error (InputError: full disk, unwritable directory), else a bug.
+  char kind = any_bug ? '!' : 'E';
   if (err.empty() && ctx_.rank == 0) {
     try {
       commit_save(dir(), p.manifest);
@@ -296,10 +321,28 @@ void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json
       for (const auto& tag : removed) spdlog::info("checkpoint retention: removed {}", tag);
     } catch (const Error& e) {
       err = e.what();
+      kind = dynamic_cast<const InputError*>(&e) != nullptr ? 'E' : '!';
     }
   }
-  if (ctx_.world_size > 1) err = broadcast_string(*ctx_.comm, err, 0);
-  if (!err.empty()) ZD_THROW("checkpoint {}: {}", p.manifest.tag, err);
+  if (ctx_.world_size > 1) {
+    std::string both = broadcast_string(*ctx_.comm, err.empty() ? "" : kind + err, 0);
+    kind = both.empty() ? kind : both[0];
+    err = both.empty() ? "" : both.substr(1);
+  }
+  if (err.empty()) return;
+  // Nothing half-written stays behind (rank 0, once every rank is done with TAG.tmp), and the
+  // previous checkpoint is untouched: `latest` still names it.
+  std::string previous = "no earlier checkpoint exists";
+  if (ctx_.rank == 0) {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir()) / (p.manifest.tag + ".tmp"), ec);
+  }
+  if (const auto latest = read_latest(dir()))
+    previous = fmt::format("the previous checkpoint {} is intact", *latest);
+  if (kind == 'E') {
+    ZD_THROW_INPUT("checkpoint {} was not saved: {}; {}", p.manifest.tag, err, previous);
+  }
+  ZD_THROW("checkpoint {} was not saved: {}; {}", p.manifest.tag, err, previous);
 }
 
 std::optional<std::string> Checkpointer::poll() {
@@ -319,7 +362,7 @@ std::optional<std::string> Checkpointer::finish() {
     f.tensor_rank = engine_.layout().shard().rank;
     mine = file_to_json(f).dump();
   } catch (const Error& e) {
-    mine = std::string("!") + e.what();
+    mine = failure_record(e);
   }
   commit(*p, gather(mine));
   return p->manifest.tag;
@@ -340,6 +383,11 @@ std::optional<TrainingProgress> Checkpointer::load(const std::string& which) {
         if (nothing_yet) {
           spdlog::info("--resume auto: no checkpoint in '{}' yet, starting from step 0", dir());
         } else {
+          // (The directory this job's lock just created held nothing to resume from.)
+          if (lock_ && lock_->created()) {
+            ZD_THROW_INPUT("checkpoint '{}': checkpoint directory '{}' does not exist", which,
+                           dir());
+          }
           FindOptions fo;
           fo.checksums = false;
           fo.exclude = corrupt;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "engine/checkpoint/dir_lock.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/checkpoint/shard_io.h"
 #include "engine/config/job_config.h"
@@ -81,6 +82,7 @@ class Checkpointer {
   MemoryTracker* tracker_;
   std::unique_ptr<Pending> pending_;
   std::unique_ptr<StateSnapshot> snapshot_;  // async: copy-on-update of the states being written
+  std::unique_ptr<CheckpointDirLock> lock_;  // rank 0: the directory is this job's
 };
 
 }  // namespace zerod

@@ -2,8 +2,11 @@
 // (bitwise) resume, resharding to other world sizes and stages, async saves, retention, and
 // torn or corrupt checkpoints.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -428,6 +431,79 @@ TEST_F(Checkpoints, ExportThenInitFromGivesIdenticalWeights) {
                                  DType::kF32, false),
                InputError);
   EXPECT_FALSE(fs::exists(ckpt_ / "x.safetensors"));
+}
+
+// Two jobs on one checkpoint directory: the second is refused at start (exit 2, naming the
+// holder) while the first holds it, and the first's checkpoints stay its own.
+TEST_F(Checkpoints, ASecondJobOnTheSameDirectoryIsRefused) {
+  const JobConfig cfg = tiny_job(*corpus_, 1, 0, 1, 4, "", train_extra(2));
+  run_world(1, [&](const RankContext& ctx) {
+    Trainer first(cfg, ctx, quiet_trainer());
+    try {
+      Trainer second(cfg, ctx, quiet_trainer());
+      ADD_FAILURE() << "a second job on " << ckpt_ << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("is in use by another zerod job"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid())), std::string::npos)
+          << e.what();
+    }
+    first.run();
+  });
+  EXPECT_TRUE(fs::exists(ckpt_ / "global_step4"));
+  // Once the first has ended, the directory is free again (and it resumes from it).
+  EXPECT_EQ(run({.steps = 6, .resume = "latest"}).size(), 2u);
+}
+
+// A full disk during a save is the environment's fault: the job ends with InputError (exit 2)
+// saying what failed and that the previous checkpoint is intact, nothing half-written is left,
+// and a resume from that checkpoint continues the run exactly. (A small tmpfs is the full disk;
+// mounting one needs root, which CI has.)
+TEST_F(Checkpoints, AFullDiskDuringASaveIsExit2AndThePreviousCheckpointResumesExactly) {
+  fs::create_directories(ckpt_);
+  const std::string opts = "size=" + std::to_string(600 * 1024);
+  if (::mount("tmpfs", ckpt_.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+    GTEST_SKIP() << "mounting a tmpfs needs root (" << std::strerror(errno) << ")";
+  }
+  struct Mounted {  // unmounted on every way out of the test
+    fs::path p;
+    void unmount() {
+      if (!p.empty()) ::umount2(p.c_str(), MNT_DETACH);
+      p.clear();
+    }
+    ~Mounted() { unmount(); }
+  } mounted{ckpt_};
+  // ~420 KB per checkpoint of this model: the one at step 2 fits, the one at step 4 does not.
+  const JobConfig cfg = tiny_job(*corpus_, 2, 1, 1, 6, "", train_extra(2));
+  std::string message;
+  try {
+    run_world(2, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, quiet_trainer());
+      t.run();
+    });
+    ADD_FAILURE() << "the job did not fail on a full disk";
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("checkpoint global_step4 was not saved"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::strerror(ENOSPC)), std::string::npos) << message;
+  EXPECT_NE(message.find("the previous checkpoint global_step2 is intact"), std::string::npos)
+      << message;
+  EXPECT_FALSE(fs::exists(ckpt_ / "global_step4.tmp"));
+  EXPECT_EQ(read_latest(ckpt_.string()).value_or(""), "global_step2");
+  // Resuming from it on a disk with room continues the losses of an uninterrupted run.
+  const fs::path saved = ckpt_.string() + "_copy";
+  fs::remove_all(saved);
+  fs::copy(ckpt_, saved, fs::copy_options::recursive);
+  mounted.unmount();
+  fs::remove_all(ckpt_);
+  fs::rename(saved, ckpt_);
+  fs::remove_all(ckpt_ / "global_step4.tmp");
+  const std::vector<double> resumed = run({.world = 2, .stage = 1, .steps = 6, .resume = "latest"});
+  fs::remove_all(ckpt_);
+  const std::vector<double> whole = run({.world = 2, .stage = 1, .steps = 6});
+  ASSERT_EQ(resumed.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed[i], whole[2 + i]) << "step " << 3 + i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelCheckpoints,
