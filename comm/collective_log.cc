@@ -73,7 +73,7 @@ double CollectiveLog::bus_factor(const std::string& op) const {
   const double n = world_;
   if (world_ <= 1) return 1.0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "all_gather" || op == "reduce_scatter") return (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (n - 1) / n;
   return 1.0;
 }
 
@@ -98,7 +98,8 @@ std::string CollectiveLog::describe_recent(size_t n) const {
   return out;
 }
 
-std::string CollectiveLog::describe_totals(const std::vector<std::string>& only) const {
+std::string CollectiveLog::describe_totals(const std::vector<std::string>& only,
+                                           int64_t steps) const {
   std::string out;
   for (const auto& [op, t] : totals()) {
     if (!only.empty() && std::find(only.begin(), only.end(), op) == only.end()) continue;
@@ -107,6 +108,12 @@ std::string CollectiveLog::describe_totals(const std::vector<std::string>& only)
         "\n  {:<15} {:>7} calls {:>10} {:>9.3f} s  algbw {:>8.1f} MB/s  busbw {:>8.1f} MB/s", op,
         t.calls, human_bytes(static_cast<double>(t.bytes)), t.seconds, algbw / 1e6,
         algbw * bus_factor(op) / 1e6);
+    // Per step: the totals spread over the steps (start-up collectives included, so the first
+    // steps of a short run read a little high).
+    if (steps > 0) {
+      out += fmt::format("  {:>10}/step",
+                         human_bytes(static_cast<double>(t.bytes) / static_cast<double>(steps)));
+    }
   }
   return out;
 }

@@ -4,9 +4,10 @@
 // collectives to the log, so a hang or a lost peer can be read off the ranks' logs.
 //
 // Bytes are what NCCL's tests call the size of an operation: the buffer each rank reduces
-// (all_reduce), the whole gathered / scattered buffer (all_gather, reduce_scatter), the
-// broadcast buffer. Bus bandwidth = bytes / time x (2(n-1)/n for all_reduce, (n-1)/n for
-// all_gather and reduce_scatter, 1 for broadcast), comparable across world sizes.
+// (all_reduce), the whole gathered / scattered / exchanged buffer (all_gather, reduce_scatter,
+// all_to_all), the broadcast buffer, the block sent (send_recv). Bus bandwidth = bytes / time x
+// (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
+// broadcast and send_recv), comparable across world sizes.
 #pragma once
 
 #include <chrono>
@@ -48,8 +49,9 @@ class CollectiveLog {
   // 1.204 s, not finished").
   std::string describe_recent(size_t n) const;
   // One line per operation kind (those in `only`, or all when it is empty): calls, bytes,
-  // time, algorithm and bus bandwidth.
-  std::string describe_totals(const std::vector<std::string>& only = {}) const;
+  // time, algorithm and bus bandwidth; with steps > 0 also the bytes per training step (the
+  // totals over `steps`: the caller says how many steps the log's collectives served).
+  std::string describe_totals(const std::vector<std::string>& only = {}, int64_t steps = 0) const;
   double bus_factor(const std::string& op) const;
 
  private:

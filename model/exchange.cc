@@ -20,4 +20,9 @@ const char* exchange_point_name(ExchangePoint p) {
   return "?";
 }
 
+bool exchange_sums_forward(ExchangePoint p) {
+  return p == ExchangePoint::kEmbedding || p == ExchangePoint::kAttentionOut ||
+         p == ExchangePoint::kMlpOut;
+}
+
 }  // namespace zerod

@@ -2,8 +2,25 @@
 // a tensor-parallel form of the model must combine partial results over its tensor group. The
 // model calls them and knows no peers; parallel/ maps each point to a collective (Megatron's
 // conjugate pairs: identity forward / all-reduce backward into a column-parallel region,
-// all-reduce forward / identity backward out of a row-parallel one). A model built for one rank
-// (TensorShard size 1) never calls its exchange.
+// all-reduce forward / identity backward out of a row-parallel one; under sequence parallelism
+// all-gather / reduce-scatter into one and reduce-scatter / all-gather out of one). A model built
+// for one rank (TensorShard size 1) never calls its exchange.
+//
+// At each point an activation, or its gradient, has two sides: `full`, all N = B x T rows of
+// `width` elements (what the matmuls of the tensor-parallel regions see), and `part`, the rows of
+// this rank (TensorShard::sequence_parallel: rows [r N/T, (r+1) N/T) of the norm and residual
+// regions; otherwise part == full, all N rows, and every collective is in place on it).
+//
+//   point          forward                       backward
+//   embedding      full (partial sums) -> part   part -> full
+//   attention_in   part -> full                  full (partial sums) -> part
+//   attention_out  full (partial sums) -> part   part -> full
+//   mlp_in         part -> full                  full (partial sums) -> part
+//   mlp_out        full (partial sums) -> part   part -> full
+//   head_in        part -> full                  full (partial sums) -> part
+//
+// The forward of an "in" point may be called again in backward to rebuild the full input of a
+// column-parallel matmul for its weight gradient (sequence parallelism keeps only the part).
 #pragma once
 
 #include <cstdint>
@@ -19,14 +36,19 @@ enum class ExchangePoint : uint8_t {
   kHeadIn,        // into the vocabulary-parallel head: backward sums
 };
 const char* exchange_point_name(ExchangePoint p);  // "embedding", "attention_in", ...
+// True for the points whose forward sums partial results (embedding, attention_out, mlp_out);
+// the others ("in" points) sum in backward.
+bool exchange_sums_forward(ExchangePoint p);
 
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  // x (n, compute dtype, the backend's memory), in place: the forward of point p.
-  virtual void forward(ExchangePoint p, void* x, int64_t n) = 0;
-  // dx (n, compute dtype), in place: the backward of point p.
-  virtual void backward(ExchangePoint p, void* dx, int64_t n) = 0;
+  // True when the exchange splits the sequence (part = N/T rows); the model's shard must agree.
+  virtual bool sequence_parallel() const { return false; }
+  // The forward / backward of point p (compute dtype, the backend's memory) for an activation of
+  // `rows` (N) rows of `width` elements, between part and full as in the table above.
+  virtual void forward(ExchangePoint p, void* part, void* full, int64_t rows, int64_t width) = 0;
+  virtual void backward(ExchangePoint p, void* part, void* full, int64_t rows, int64_t width) = 0;
   // Statistics of the vocabulary-parallel cross-entropy (fp32, the backend's memory), in place:
   // the maximum, or the sum, over the tensor group.
   virtual void loss_max(float* x, int64_t n) = 0;
@@ -36,8 +58,8 @@ class Exchange {
 // One rank: every point is the identity.
 class IdentityExchange final : public Exchange {
  public:
-  void forward(ExchangePoint, void*, int64_t) override {}
-  void backward(ExchangePoint, void*, int64_t) override {}
+  void forward(ExchangePoint, void*, void*, int64_t, int64_t) override {}
+  void backward(ExchangePoint, void*, void*, int64_t, int64_t) override {}
   void loss_max(float*, int64_t) override {}
   void loss_sum(float*, int64_t) override {}
 };

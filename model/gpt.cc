@@ -12,20 +12,23 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(s.n_embd % s.n_head == 0, "n_embd {} % n_head {}", s.n_embd, s.n_head);
   const LocalDims& d = layout_.local();
-  const size_t BT = static_cast<size_t>(B) * T, C = s.n_embd, NH = d.n_head, A = d.q_dim, F = d.ffn;
+  // BT: all rows (matmuls, attention); R: the rows of the norm and residual regions (BT / T
+  // under sequence parallelism).
+  const size_t BT = static_cast<size_t>(B) * T, R = static_cast<size_t>(rows()), C = s.n_embd,
+               NH = d.n_head, A = d.q_dim, F = d.ffn;
   // One allocation per buffer keeps each 64-byte aligned and visible in the memory report.
   auto make_block = [&]() {
     BlockActs a{};
-    a.ln1 = act(BT * C);
-    a.ln1_mean = stat(BT);
-    a.ln1_rstd = stat(BT);
+    a.ln1 = act(R * C);
+    a.ln1_mean = stat(R);
+    a.ln1_rstd = stat(R);
     a.qkv = act(BT * 3 * A);
     a.atty = act(BT * A);
     a.lse = stat(BT * NH);
-    a.res2 = act(BT * C);
-    a.ln2 = act(BT * C);
-    a.ln2_mean = stat(BT);
-    a.ln2_rstd = stat(BT);
+    a.res2 = act(R * C);
+    a.ln2 = act(R * C);
+    a.ln2_mean = stat(R);
+    a.ln2_rstd = stat(R);
     a.fch = act(BT * F);
     a.fch_gelu = act(BT * F);
     return a;
@@ -35,61 +38,73 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
   } else {
     for (int l = 0; l < s.n_layer; ++l) blocks_.push_back(make_block());
   }
-  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(BT * C));
+  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(R * C));
   proj_tmp_ = act(BT * C);
-  lnf_ = act(BT * C);
-  lnf_mean_ = stat(BT);
-  lnf_rstd_ = stat(BT);
-  dres_ = act(BT * C);
+  lnf_ = act(R * C);
+  lnf_mean_ = stat(R);
+  lnf_rstd_ = stat(R);
+  dres_ = act(R * C);
   d_a_ = act(BT * F);
   d_b_ = act(BT * 3 * A);
   d_c_ = act(BT * C);
+  if (sequence_parallel()) part_ = act(R * C);
 }
 
-int64_t Gpt::activation_bytes(const ModelSpec& s, const LocalDims& d, int B, int T,
+int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
                               bool activation_checkpointing, size_t esz) {
-  // Mirrors the constructor: per block ln1, qkv (3A), atty (A), res2, ln2, fch (F), fch_gelu
-  // (F) and the statistics ln1/ln2 mean and rstd and lse (NH/T); then the residual stream
-  // (L + 1), proj_tmp, lnf, dres, d_a (F), d_b (3A), d_c and lnf mean/rstd, then the base
-  // buffers (logits, losses, tokens, targets).
-  const int64_t BT = int64_t{B} * T, C = s.n_embd, NH = d.n_head, L = s.n_layer, A = d.q_dim,
-                F = d.ffn;
+  // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv (3A), atty (A), fch (F),
+  // fch_gelu (F) (BT rows) and the statistics ln1/ln2 mean and rstd (R) and lse (NH/T, BT); then
+  // the residual stream (L + 1), lnf, dres (R rows), proj_tmp, d_a (F), d_b (3A), d_c (BT rows),
+  // lnf mean/rstd (R) and under sequence parallelism part (R rows); then the base buffers
+  // (logits, losses, tokens, targets).
+  const LocalDims d = local_dims(s, shard);
+  const int64_t BT = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
+                L = s.n_layer, A = d.q_dim, F = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
-  const int64_t block = BT * ((3 * C + 4 * A + 2 * F) * e + (4 + NH) * 4);
+  const int64_t block = (3 * C * R + (4 * A + 2 * F) * BT) * e + (4 * R + NH * BT) * 4;
   const int64_t blocks = activation_checkpointing ? 1 : L;
-  const int tp = s.n_head / d.n_head;
-  return blocks * block + BT * (((L + 1) * C + 4 * C + F + 3 * A) * e + 2 * 4) +
-         base_activation_bytes(d, tp, B, T, esz);
+  const int64_t part = R < BT ? R * C : 0;  // (sequence parallelism)
+  const int64_t rest =
+      (((L + 1) * C + 2 * C) * R + part + (2 * C + F + 3 * A) * BT) * e + 2 * R * 4;
+  return blocks * block + rest + base_activation_bytes(d, shard.size, B, T, esz);
 }
 
 void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   const ModelSpec& s = spec();
   const void* w = params.acquire(layout_.embedding_unit());
+  // Every position's embedding (under sequence parallelism into proj_tmp_, then this rank's rows).
+  void* full = sp_or(proj_tmp_, res_[0]);
   timed(timer(), times_.encoder, [&] {
     be_.encoder_forward(
-        res_[0], inputs, w,
+        full, inputs, w,
         elem_at(w, layout_.wpe_offset() + int64_t{position_offset()} * s.n_embd, esz_), B_, T_,
         s.n_embd);
   });
   params.release(layout_.embedding_unit());
-  round(res_[0], int64_t{B_} * T_ * s.n_embd);
+  round(full, int64_t{B_} * T_ * s.n_embd);
   // Vocabulary-parallel: each rank looked up the tokens of its shard (and rank 0 the positions).
-  exchange_forward(ExchangePoint::kEmbedding, res_[0], int64_t{B_} * T_ * s.n_embd);
+  exchange_forward(ExchangePoint::kEmbedding, res_[0], full, s.n_embd);
 }
 
 void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
             F = layout_.local().ffn;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.block();
+  // Under sequence parallelism the norms and residuals see R = N/T rows; the inputs of the
+  // column-parallel matmuls are gathered into proj_tmp_ (all N rows), the outputs of the
+  // row-parallel ones (N rows in proj_tmp_, partial sums) reduce-scattered into part_.
+  void* proj = sp_or(part_, proj_tmp_);
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, elem_at(w, o.ln1_w, esz_),
-                          elem_at(w, o.ln1_b, esz_), N, C);
+                          elem_at(w, o.ln1_b, esz_), R, C);
   });
-  round(a.ln1, N * C);
+  round(a.ln1, R * C);
+  void* ln1 = sp_or(proj_tmp_, a.ln1);
+  exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.qkv, a.ln1, elem_at(w, o.qkv_w, esz_), elem_at(w, o.qkv_b, esz_), N, C,
+    be_.matmul_forward(a.qkv, ln1, elem_at(w, o.qkv_w, esz_), elem_at(w, o.qkv_b, esz_), N, C,
                        3 * A);
   });
   round(a.qkv, N * 3 * A);
@@ -102,15 +117,17 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
                        elem_at(w, o.attproj_b, esz_), N, A, C);
   });
   round(proj_tmp_, N * C);
-  exchange_forward(ExchangePoint::kAttentionOut, proj_tmp_, N * C);
+  exchange_forward(ExchangePoint::kAttentionOut, proj, proj_tmp_, C);
   // res2 = res_in + proj (stored rounded), ln2 = layernorm(res2): one fused op.
   timed(timer(), times_.layernorm, [&] {
-    be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, proj_tmp_,
-                                   elem_at(w, o.ln2_w, esz_), elem_at(w, o.ln2_b, esz_), N, C);
+    be_.residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, res_in, proj,
+                                   elem_at(w, o.ln2_w, esz_), elem_at(w, o.ln2_b, esz_), R, C);
   });
-  round(a.ln2, N * C);
+  round(a.ln2, R * C);
+  void* ln2 = sp_or(proj_tmp_, a.ln2);
+  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.fch, a.ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
+    be_.matmul_forward(a.fch, ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
   });
   round(a.fch, N * F);
   timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
@@ -120,9 +137,9 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
                        elem_at(w, o.fcproj_b, esz_), N, F, C);
   });
   round(proj_tmp_, N * C);
-  exchange_forward(ExchangePoint::kMlpOut, proj_tmp_, N * C);
-  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
-  round(res_out, N * C);
+  exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
+  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
+  round(res_out, R * C);
 }
 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
@@ -130,30 +147,39 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   const ModelSpec& s = spec();
   const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
             F = layout_.local().ffn;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.block();
+  // Under sequence parallelism dres_ holds R rows: the row-parallel backward reads all N rows of
+  // it gathered into proj_tmp_, the column-parallel one its input gathered again into proj_tmp_,
+  // and its input gradient (N rows, partial sums) is reduce-scattered into part_.
+  void* dout = sp_or(proj_tmp_, dres_);
+  void* dln = sp_or(part_, d_c_);
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
+  exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dres_,
+    be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
                         a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
   });
   round(d_a_, N * F);
   timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
   round(d_a_, N * F);
+  void* ln2 = sp_or(proj_tmp_, a.ln2);
+  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, a.ln2,
+    be_.matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, ln2,
                         elem_at(w, o.fc_w, esz_), N, C, F, false);
   });
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kMlpIn, d_c_, N * C);
+  exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
-    be_.layernorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), elem_at(dw, o.ln2_b, esz_), d_c_,
-                           a.res2, elem_at(w, o.ln2_w, esz_), a.ln2_mean, a.ln2_rstd, N, C);
+    be_.layernorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), elem_at(dw, o.ln2_b, esz_), dln,
+                           a.res2, elem_at(w, o.ln2_w, esz_), a.ln2_mean, a.ln2_rstd, R, C);
   });
-  round(dres_, N * C);
+  round(dres_, R * C);
   // Attention: res2 = res_in + attproj(attention(qkv(ln1(res_in))))
+  exchange_backward(ExchangePoint::kAttentionOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.attproj_w, esz_), elem_at(dw, o.attproj_b, esz_), dres_,
+    be_.matmul_backward(d_c_, elem_at(dw, o.attproj_w, esz_), elem_at(dw, o.attproj_b, esz_), dout,
                         a.atty, elem_at(w, o.attproj_w, esz_), N, A, C, false);
   });
   round(d_c_, N * A);
@@ -162,17 +188,19 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
                            AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
   });
   round(d_b_, N * 3 * A);
+  void* ln1 = sp_or(proj_tmp_, a.ln1);
+  exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), elem_at(dw, o.qkv_b, esz_), d_b_, a.ln1,
+    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), elem_at(dw, o.qkv_b, esz_), d_b_, ln1,
                         elem_at(w, o.qkv_w, esz_), N, C, 3 * A, false);
   });
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kAttentionIn, d_c_, N * C);
+  exchange_backward(ExchangePoint::kAttentionIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
-    be_.layernorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), elem_at(dw, o.ln1_b, esz_), d_c_,
-                           res_in, elem_at(w, o.ln1_w, esz_), a.ln1_mean, a.ln1_rstd, N, C);
+    be_.layernorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), elem_at(dw, o.ln1_b, esz_), dln,
+                           res_in, elem_at(w, o.ln1_w, esz_), a.ln1_mean, a.ln1_rstd, R, C);
   });
-  round(dres_, N * C);
+  round(dres_, R * C);
   (void)l;
 }
 
@@ -180,7 +208,7 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
                                    const void** wte_unit) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   encoder(inputs, params);
   for (int l = 0; l < s.n_layer; ++l) {
     const int u = layout_.block_unit(l);
@@ -194,12 +222,16 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
                           elem_at(wf, layout_.lnf_w_offset(), esz_),
-                          elem_at(wf, layout_.lnf_b_offset(), esz_), N, C);
+                          elem_at(wf, layout_.lnf_b_offset(), esz_), R, C);
   });
-  round(lnf_, N * C);
+  round(lnf_, R * C);
+  // Under sequence parallelism all N rows of lnf into proj_tmp_ (kept there for the head's
+  // backward).
+  void* lnf = sp_or(proj_tmp_, lnf_);
+  exchange_forward(ExchangePoint::kHeadIn, lnf_, lnf, C);
   const void* we = params.acquire(layout_.embedding_unit());
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(logits_, lnf_, elem_at(we, layout_.wte_offset(), esz_), nullptr, N, C, Vp);
+    be_.matmul_forward(logits_, lnf, elem_at(we, layout_.wte_offset(), esz_), nullptr, N, C, Vp);
   });
   round(logits_, N * Vp);
   *wte_unit = we;
@@ -210,7 +242,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
                                  GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const void* we = nullptr;
   upload(inputs, targets);
   const void* wf = forward_to_logits(tokens_, params, &we);
@@ -223,23 +255,25 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
 
   // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
   void* dwe = grads.grad_buffer(layout_.embedding_unit());
+  void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf_,
+    be_.matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf,
                         elem_at(we, layout_.wte_offset(), esz_), N, C, Vp, false);
   });
   params.release(layout_.embedding_unit());
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kHeadIn, d_c_, N * C);
+  void* dlnf = sp_or(part_, d_c_);
+  exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
   void* dwf = grads.grad_buffer(layout_.final_unit());
-  be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
+  be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_),
-                           elem_at(dwf, layout_.lnf_b_offset(), esz_), d_c_,
+                           elem_at(dwf, layout_.lnf_b_offset(), esz_), dlnf,
                            res_[static_cast<size_t>(s.n_layer)],
-                           elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_mean_, lnf_rstd_, N, C);
+                           elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_mean_, lnf_rstd_, R, C);
   });
   params.release(layout_.final_unit());
-  round(dres_, N * C);
+  round(dres_, R * C);
   round(dwf, layout_.unit(layout_.final_unit()).numel);
   grads.unit_done(layout_.final_unit());
 
@@ -256,9 +290,12 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
     grads.unit_done(u);
   }
 
+  // The embedding's gradient needs every position's (sequence parallelism: gathered).
+  void* demb = sp_or(proj_tmp_, dres_);
+  exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
   timed(timer(), times_.encoder, [&] {
     be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
-                         elem_at(dwe, layout_.wpe_offset(), esz_), dres_, tokens_, B_, T_, C);
+                         elem_at(dwe, layout_.wpe_offset(), esz_), demb, tokens_, B_, T_, C);
   });
   round(dwe, layout_.unit(layout_.embedding_unit()).numel);
   grads.unit_done(layout_.embedding_unit());

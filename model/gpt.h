@@ -22,9 +22,9 @@ namespace zerod {
 class Gpt final : public ModelBase {
  public:
   // The bytes the constructor allocates for activations (MemCategory::kActivations) for a
-  // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), for the local
-  // dimensions d of one rank (local_dims).
-  static int64_t activation_bytes(const ModelSpec& spec, const LocalDims& d, int B, int T,
+  // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on a rank of
+  // `shard` (its local dimensions and, under sequence parallelism, its rows).
+  static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
                                   bool activation_checkpointing, size_t esz);
 
   Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
@@ -35,18 +35,19 @@ class Gpt final : public ModelBase {
                               GradSink& grads, float loss_weight) override;
 
   // Shapes with A = this rank's attention channels (C/T: its NH/T heads) and F = its MLP
-  // width (4C/T); C, A, F, NH are the global ones on one rank.
+  // width (4C/T); C, A, F, NH are the global ones on one rank. R = the rows of the norm and
+  // residual regions: B*T, or B*T/T under sequence parallelism (this rank's block of them).
   struct BlockActs {  // one transformer block's saved activations
-    void* ln1;        // (B,T,C)
-    float* ln1_mean;  // (B,T)
-    float* ln1_rstd;  // (B,T)
+    void* ln1;        // (R,C)
+    float* ln1_mean;  // (R)
+    float* ln1_rstd;  // (R)
     void* qkv;        // (B,T,3A)
     void* atty;       // (B,T,A)
     float* lse;       // (B,NH/T,T)
-    void* res2;       // (B,T,C) residual after attention
-    void* ln2;        // (B,T,C)
-    float* ln2_mean;  // (B,T)
-    float* ln2_rstd;  // (B,T)
+    void* res2;       // (R,C) residual after attention
+    void* ln2;        // (R,C)
+    float* ln2_mean;  // (R)
+    float* ln2_rstd;  // (R)
     void* fch;        // (B,T,F)
     void* fch_gelu;   // (B,T,F)
   };
@@ -62,15 +63,19 @@ class Gpt final : public ModelBase {
 
   std::vector<BlockActs> blocks_;  // per layer (no checkpointing)
   BlockActs work_{};               // recompute space (checkpointing)
-  std::vector<void*> res_;  // (L+1) x (B,T,C): res_[0] = encoder out, res_[l+1] = block l out
-  void* proj_tmp_;          // (B,T,C) attention/MLP projection before the residual add
-  void* lnf_;               // (B,T,C)
+  std::vector<void*> res_;         // (L+1) x (R,C): res_[0] = encoder out, res_[l+1] = block l out
+  // (B,T,C) attention/MLP projection before the residual add (and before its exchange); under
+  // sequence parallelism also all B*T rows of the embedding, of a norm's output going into a
+  // column-parallel matmul and of the gradient coming out of a row-parallel one.
+  void* proj_tmp_;
+  void* lnf_;  // (R,C)
   float* lnf_mean_;
   float* lnf_rstd_;
-  void* dres_;  // (B,T,C) gradient of the residual stream
-  void* d_a_;   // (B,T,F)
-  void* d_b_;   // (B,T,3A)
-  void* d_c_;   // (B,T,C)
+  void* dres_;            // (R,C) gradient of the residual stream
+  void* d_a_;             // (B,T,F)
+  void* d_b_;             // (B,T,3A)
+  void* d_c_;             // (B,T,C)
+  void* part_ = nullptr;  // sequence parallelism: (R,C) this rank's rows of a reduce-scatter
 };
 
 }  // namespace zerod

@@ -67,18 +67,20 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   const ModelSpec& s = layout_.spec();
   check_spec(s);
   const LocalDims& d = layout_.local();
-  const size_t N = static_cast<size_t>(B) * T, C = s.n_embd, NH = d.n_head, Q = d.q_dim,
-               QKV = d.qkv_dim, I = d.ffn;
+  // N: all rows (matmuls, attention); R: the rows of the norm and residual regions (N / T under
+  // sequence parallelism).
+  const size_t N = static_cast<size_t>(B) * T, R = static_cast<size_t>(rows()), C = s.n_embd,
+               NH = d.n_head, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
   auto make_block = [&]() {
     BlockActs a{};
-    a.ln1 = act(N * C);
-    a.ln1_rstd = stat(N);
+    a.ln1 = act(R * C);
+    a.ln1_rstd = stat(R);
     a.qkv = act(N * QKV);
     a.atty = act(N * Q);
     a.lse = stat(N * NH);
-    a.res2 = act(N * C);
-    a.ln2 = act(N * C);
-    a.ln2_rstd = stat(N);
+    a.res2 = act(R * C);
+    a.ln2 = act(R * C);
+    a.ln2_rstd = stat(R);
     a.gu = act(N * 2 * I);
     a.act = act(N * I);
     return a;
@@ -88,10 +90,10 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   } else {
     for (int l = 0; l < s.n_layer; ++l) blocks_.push_back(make_block());
   }
-  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(N * C));
+  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(R * C));
   proj_tmp_ = act(N * C);
-  lnf_ = act(N * C);
-  lnf_rstd_ = stat(N);
+  lnf_ = act(R * C);
+  lnf_rstd_ = stat(R);
   const size_t table = static_cast<size_t>(s.seq_len) * (s.head_size() / 2);
   rope_cos_ = stat(table);
   rope_sin_ = stat(table);
@@ -99,28 +101,32 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   rope_tables(s, &cos_t, &sin_t);
   be_.copy(rope_cos_, cos_t.data(), table * sizeof(float));
   be_.copy(rope_sin_, sin_t.data(), table * sizeof(float));
-  dres_ = act(N * C);
+  dres_ = act(R * C);
   d_a_ = act(N * std::max(2 * I, QKV));
   d_b_ = act(N * std::max(I, Q));
   d_c_ = act(N * C);
+  if (sequence_parallel()) part_ = act(R * C);
 }
 
-int64_t Llama::activation_bytes(const ModelSpec& s, const LocalDims& d, int B, int T,
+int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
                                 bool activation_checkpointing, size_t esz) {
-  // Mirrors the constructor: per block ln1, qkv, atty (Q), res2, ln2, gu (2I), act (I) and the
-  // statistics ln1/ln2 rstd and lse (NH); then the residual stream (L + 1), proj_tmp, lnf,
-  // dres, d_a, d_b, d_c; lnf rstd; the rope tables; then the base buffers (logits, losses,
-  // tokens, targets).
-  const int64_t N = int64_t{B} * T, C = s.n_embd, NH = d.n_head, L = s.n_layer, Q = d.q_dim,
-                QKV = d.qkv_dim, I = d.ffn;
+  // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv, atty (Q), gu (2I), act (I)
+  // (N rows) and the statistics ln1/ln2 rstd (R) and lse (NH, N); then the residual stream
+  // (L + 1), lnf, dres (R rows), proj_tmp, d_a, d_b, d_c (N rows); lnf rstd (R); the rope tables;
+  // under sequence parallelism part (R rows); then the base buffers (logits, losses, tokens,
+  // targets).
+  const LocalDims d = local_dims(s, shard);
+  const int64_t N = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
+                L = s.n_layer, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
-  const int64_t block = N * ((4 * C + QKV + Q + 3 * I) * e + (2 + NH) * 4);
+  const int64_t block = (3 * C * R + (QKV + Q + 3 * I) * N) * e + (2 * R + NH * N) * 4;
   const int64_t blocks = activation_checkpointing ? 1 : L;
+  const int64_t part = R < N ? R * C : 0;  // (sequence parallelism)
   const int64_t rest =
-      N * (((L + 1) * C + 4 * C + std::max(2 * I, QKV) + std::max(I, Q)) * e + 1 * 4);
+      (((L + 1) * C + 2 * C) * R + part + (2 * C + std::max(2 * I, QKV) + std::max(I, Q)) * N) * e +
+      R * 4;
   const int64_t tables = 2 * int64_t{s.seq_len} * (s.head_size() / 2) * 4;
-  const int tp = s.n_head / d.n_head;
-  return blocks * block + rest + tables + base_activation_bytes(d, tp, B, T, esz);
+  return blocks * block + rest + tables + base_activation_bytes(d, shard.size, B, T, esz);
 }
 
 AttentionShape Llama::attn_shape() const {
@@ -139,19 +145,25 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   const ModelSpec& s = spec();
   const int C = s.n_embd, Q = layout_.local().q_dim, QKV = layout_.local().qkv_dim,
             I = layout_.local().ffn;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const float eps = static_cast<float>(s.rms_norm_eps);
   const auto& o = layout_.llama_block();
   const AttentionShape as = attn_shape();
   auto bias = [&](int64_t off) -> const void* {
     return off >= 0 ? elem_at(w, off, esz_) : nullptr;
   };
+  // Under sequence parallelism the norms and residuals see R = N/T rows; the inputs of the
+  // column-parallel matmuls are gathered into proj_tmp_ (all N rows), the outputs of the
+  // row-parallel ones (N rows in proj_tmp_, partial sums) reduce-scattered into part_.
+  void* proj = sp_or(part_, proj_tmp_);
   timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_forward(a.ln1, a.ln1_rstd, res_in, elem_at(w, o.ln1_w, esz_), N, C, eps);
+    be_.rmsnorm_forward(a.ln1, a.ln1_rstd, res_in, elem_at(w, o.ln1_w, esz_), R, C, eps);
   });
-  round(a.ln1, N * C);
+  round(a.ln1, R * C);
+  void* ln1 = sp_or(proj_tmp_, a.ln1);
+  exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.qkv, a.ln1, elem_at(w, o.qkv_w, esz_), bias(o.qkv_b), N, C, QKV);
+    be_.matmul_forward(a.qkv, ln1, elem_at(w, o.qkv_w, esz_), bias(o.qkv_b), N, C, QKV);
   });
   round(a.qkv, N * QKV);
   timed(timer(), times_.attention_fwd, [&] {
@@ -165,15 +177,17 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
     be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.o_w, esz_), bias(o.o_b), N, Q, C);
   });
   round(proj_tmp_, N * C);
-  exchange_forward(ExchangePoint::kAttentionOut, proj_tmp_, N * C);
-  timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj_tmp_, N * C); });
-  round(a.res2, N * C);
+  exchange_forward(ExchangePoint::kAttentionOut, proj, proj_tmp_, C);
+  timed(timer(), times_.residual, [&] { be_.residual_forward(a.res2, res_in, proj, R * C); });
+  round(a.res2, R * C);
   timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, elem_at(w, o.ln2_w, esz_), N, C, eps);
+    be_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, elem_at(w, o.ln2_w, esz_), R, C, eps);
   });
-  round(a.ln2, N * C);
+  round(a.ln2, R * C);
+  void* ln2 = sp_or(proj_tmp_, a.ln2);
+  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.gu, a.ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
+    be_.matmul_forward(a.gu, ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
   });
   round(a.gu, N * 2 * I);
   timed(timer(), times_.gelu, [&] { be_.swiglu_forward(a.act, a.gu, N, I); });
@@ -182,9 +196,9 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
     be_.matmul_forward(proj_tmp_, a.act, elem_at(w, o.down_w, esz_), bias(o.down_b), N, I, C);
   });
   round(proj_tmp_, N * C);
-  exchange_forward(ExchangePoint::kMlpOut, proj_tmp_, N * C);
-  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj_tmp_, N * C); });
-  round(res_out, N * C);
+  exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
+  timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
+  round(res_out, R * C);
 }
 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
@@ -192,32 +206,41 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   const ModelSpec& s = spec();
   const int C = s.n_embd, Q = layout_.local().q_dim, QKV = layout_.local().qkv_dim,
             I = layout_.local().ffn;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.llama_block();
   const AttentionShape as = attn_shape();
   auto dbias = [&](int64_t off) -> void* { return off >= 0 ? elem_at(dw, off, esz_) : nullptr; };
+  // Under sequence parallelism dres_ holds R rows: the row-parallel backward reads all N rows of
+  // it gathered into proj_tmp_, the column-parallel one its input gathered again into proj_tmp_,
+  // and its input gradient (N rows, partial sums) is reduce-scattered into part_.
+  void* dout = sp_or(proj_tmp_, dres_);
+  void* dln = sp_or(part_, d_c_);
   // MLP: res_out = res2 + down(swiglu(gu(ln2(res2))))
+  exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dres_, a.act,
+    be_.matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
                         elem_at(w, o.down_w, esz_), N, I, C, false);
   });
   round(d_b_, N * I);
   timed(timer(), times_.gelu, [&] { be_.swiglu_backward(d_a_, d_b_, a.gu, N, I); });
   round(d_a_, N * 2 * I);
+  void* ln2 = sp_or(proj_tmp_, a.ln2);
+  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, a.ln2,
+    be_.matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, ln2,
                         elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
   });
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kMlpIn, d_c_, N * C);
+  exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), d_c_, a.res2, elem_at(w, o.ln2_w, esz_),
-                         a.ln2_rstd, N, C);
+    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), dln, a.res2, elem_at(w, o.ln2_w, esz_),
+                         a.ln2_rstd, R, C);
   });
-  round(dres_, N * C);
+  round(dres_, R * C);
   // Attention: res2 = res_in + o(attention(rope(qkv(ln1(res_in)))))
+  exchange_backward(ExchangePoint::kAttentionOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_b_, elem_at(dw, o.o_w, esz_), dbias(o.o_b), dres_, a.atty,
+    be_.matmul_backward(d_b_, elem_at(dw, o.o_w, esz_), dbias(o.o_b), dout, a.atty,
                         elem_at(w, o.o_w, esz_), N, Q, C, false);
   });
   round(d_b_, N * Q);
@@ -226,34 +249,37 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   round(d_a_, N * QKV);
   timed(timer(), times_.attention_bwd, [&] { be_.rope_backward(d_a_, rope_cos_, rope_sin_, as); });
   round(d_a_, N * QKV);
+  void* ln1 = sp_or(proj_tmp_, a.ln1);
+  exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), dbias(o.qkv_b), d_a_, a.ln1,
+    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), dbias(o.qkv_b), d_a_, ln1,
                         elem_at(w, o.qkv_w, esz_), N, C, QKV, false);
   });
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kAttentionIn, d_c_, N * C);
+  exchange_backward(ExchangePoint::kAttentionIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), d_c_, res_in, elem_at(w, o.ln1_w, esz_),
-                         a.ln1_rstd, N, C);
+    be_.rmsnorm_backward(dres_, elem_at(dw, o.ln1_w, esz_), dln, res_in, elem_at(w, o.ln1_w, esz_),
+                         a.ln1_rstd, R, C);
   });
-  round(dres_, N * C);
+  round(dres_, R * C);
 }
 
 const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
                                      const void** emb_unit) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const int eu = layout_.embedding_unit();
   const void* we = params.acquire(eu);
+  // Every position's embedding (under sequence parallelism into proj_tmp_, then this rank's rows).
+  void* emb = sp_or(proj_tmp_, res_[0]);
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_forward(res_[0], tokens, elem_at(we, layout_.wte_offset(), esz_), nullptr, B_, T_,
-                        C);
+    be_.encoder_forward(emb, tokens, elem_at(we, layout_.wte_offset(), esz_), nullptr, B_, T_, C);
   });
   params.release(eu);
   we = nullptr;
-  round(res_[0], N * C);
-  exchange_forward(ExchangePoint::kEmbedding, res_[0], N * C);
+  round(emb, N * C);
+  exchange_forward(ExchangePoint::kEmbedding, res_[0], emb, C);
   for (int l = 0; l < s.n_layer; ++l) {
     const int u = layout_.block_unit(l);
     if (l + 1 < s.n_layer) params.prefetch(u + 1);
@@ -265,15 +291,19 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   const void* wf = params.acquire(layout_.final_unit());
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_forward(lnf_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
-                        elem_at(wf, layout_.lnf_w_offset(), esz_), N, C,
+                        elem_at(wf, layout_.lnf_w_offset(), esz_), R, C,
                         static_cast<float>(s.rms_norm_eps));
   });
-  round(lnf_, N * C);
+  round(lnf_, R * C);
+  // Under sequence parallelism all N rows of lnf into proj_tmp_ (kept there for the head's
+  // backward).
+  void* lnf = sp_or(proj_tmp_, lnf_);
+  exchange_forward(ExchangePoint::kHeadIn, lnf_, lnf, C);
   if (s.tied()) we = params.acquire(eu);
   const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
                               : elem_at(wf, layout_.lm_head_offset(), esz_);
   timed(timer(), times_.matmul_fwd,
-        [&] { be_.matmul_forward(logits_, lnf_, head, nullptr, N, C, Vp); });
+        [&] { be_.matmul_forward(logits_, lnf, head, nullptr, N, C, Vp); });
   round(logits_, N * Vp);
   *emb_unit = we;
   return wf;
@@ -283,7 +313,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
                                    ParamSource& params, GradSink& grads, float loss_weight) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
-  const int64_t N = int64_t{B_} * T_;
+  const int64_t N = int64_t{B_} * T_, R = rows();
   const int eu = layout_.embedding_unit(), fu = layout_.final_unit();
   const void* we = nullptr;
   upload(inputs, targets);
@@ -301,19 +331,21 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
                               : elem_at(wf, layout_.lm_head_offset(), esz_);
   void* dhead = s.tied() ? elem_at(dwe, layout_.wte_offset(), esz_)
                          : elem_at(dwf, layout_.lm_head_offset(), esz_);
+  void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
   timed(timer(), times_.matmul_bwd,
-        [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf_, head, N, C, Vp, false); });
+        [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf, head, N, C, Vp, false); });
   if (s.tied()) params.release(eu);
   round(d_c_, N * C);
-  exchange_backward(ExchangePoint::kHeadIn, d_c_, N * C);
-  be_.memset_zero(dres_, static_cast<size_t>(N * C) * esz_);
+  void* dlnf = sp_or(part_, d_c_);
+  exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
+  be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
   timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), d_c_,
+    be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), dlnf,
                          res_[static_cast<size_t>(s.n_layer)],
-                         elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_rstd_, N, C);
+                         elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_rstd_, R, C);
   });
   params.release(fu);
-  round(dres_, N * C);
+  round(dres_, R * C);
   round(dwf, layout_.unit(fu).numel);
   grads.unit_done(fu);
 
@@ -331,8 +363,11 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
   }
 
   if (dwe == nullptr) dwe = grads.grad_buffer(eu);
+  // The embedding's gradient needs every position's (sequence parallelism: gathered).
+  void* demb = sp_or(proj_tmp_, dres_);
+  exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_), nullptr, dres_, tokens_, B_, T_,
+    be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_), nullptr, demb, tokens_, B_, T_,
                          C);
   });
   round(dwe, layout_.unit(eu).numel);

@@ -27,12 +27,14 @@ void rope_tables(const ModelSpec& spec, std::vector<float>* cos, std::vector<flo
 
 class Llama final : public ModelBase {
  public:
-  // Activation bytes for the local dimensions d of one rank (local_dims).
-  static int64_t activation_bytes(const ModelSpec& spec, const LocalDims& d, int B, int T,
+  // Activation bytes on a rank of `shard` (its local dimensions and, under sequence
+  // parallelism, its rows).
+  static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
                                   bool activation_checkpointing, size_t esz);
 
   // Tensor-parallel (shard.size > 1): this rank's heads, KV heads, MLP width and vocabulary rows
   // (model/shard.h); the shapes below are then the local ones (NH, Q, QKV, I divided by T).
+  // Sequence-parallel: the norm and residual buffers hold R = N/T rows (this rank's block).
   Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
         MemoryTracker* tracker, TensorShard shard = {});
 
@@ -40,15 +42,15 @@ class Llama final : public ModelBase {
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                               GradSink& grads, float loss_weight) override;
 
-  struct BlockActs {  // one block's saved activations (N = B*T rows)
-    void* ln1;        // (N,C)
-    float* ln1_rstd;  // (N)
+  struct BlockActs {  // one block's saved activations (N = B*T rows; R = N or N/T, above)
+    void* ln1;        // (R,C)
+    float* ln1_rstd;  // (R)
     void* qkv;        // (N,QKV) q and k rotated
     void* atty;       // (N,Q)
     float* lse;       // (B,NH,T)
-    void* res2;       // (N,C) residual after attention
-    void* ln2;        // (N,C)
-    float* ln2_rstd;  // (N)
+    void* res2;       // (R,C) residual after attention
+    void* ln2;        // (R,C)
+    float* ln2_rstd;  // (R)
     void* gu;         // (N,2I) gate | up
     void* act;        // (N,I) silu(gate) * up
   };
@@ -64,16 +66,20 @@ class Llama final : public ModelBase {
 
   std::vector<BlockActs> blocks_;  // per layer (no checkpointing)
   BlockActs work_{};               // recompute space (checkpointing)
-  std::vector<void*> res_;  // (L+1) x (N,C): res_[0] = embedding out, res_[l+1] = block l out
-  void* proj_tmp_;          // (N,C) attention/MLP projection before the residual add
-  void* lnf_;               // (N,C)
-  float* lnf_rstd_;
-  float* rope_cos_;  // (seq_len, HS/2) in the backend's memory
-  float* rope_sin_;  // (seq_len, HS/2)
-  void* dres_;       // (N,C) gradient of the residual stream
-  void* d_a_;        // (N, max(2I, QKV))
-  void* d_b_;        // (N, max(I, Q))
-  void* d_c_;        // (N,C)
+  std::vector<void*> res_;  // (L+1) x (R,C): res_[0] = embedding out, res_[l+1] = block l out
+  // (N,C) attention/MLP projection before the residual add (and before its exchange); under
+  // sequence parallelism also all N rows of the embedding, of a norm's output going into a
+  // column-parallel matmul and of the gradient coming out of a row-parallel one.
+  void* proj_tmp_;
+  void* lnf_;             // (R,C)
+  float* lnf_rstd_;       // (R)
+  float* rope_cos_;       // (seq_len, HS/2) in the backend's memory
+  float* rope_sin_;       // (seq_len, HS/2)
+  void* dres_;            // (R,C) gradient of the residual stream
+  void* d_a_;             // (N, max(2I, QKV))
+  void* d_b_;             // (N, max(I, Q))
+  void* d_c_;             // (N,C)
+  void* part_ = nullptr;  // sequence parallelism: (R,C) this rank's rows of a reduce-scatter
 };
 
 }  // namespace zerod

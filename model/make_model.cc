@@ -14,11 +14,11 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B
 }
 
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz, int tensor_parallel) {
-  const LocalDims d = local_dims(spec, TensorShard{0, tensor_parallel});
+                               size_t esz, int tensor_parallel, bool sequence_parallel) {
+  const TensorShard shard{0, tensor_parallel, sequence_parallel};
   if (spec.llama_family())
-    return Llama::activation_bytes(spec, d, B, T, activation_checkpointing, esz);
-  return Gpt::activation_bytes(spec, d, B, T, activation_checkpointing, esz);
+    return Llama::activation_bytes(spec, shard, B, T, activation_checkpointing, esz);
+  return Gpt::activation_bytes(spec, shard, B, T, activation_checkpointing, esz);
 }
 
 }  // namespace zerod

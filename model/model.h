@@ -36,8 +36,9 @@ class Model {
   // This rank's layout (the whole model's unless tensor-parallel).
   virtual const ParamLayout& layout() const = 0;
   const ModelSpec& spec() const { return layout().spec(); }
-  // The collectives of a tensor-parallel model (not owned; must outlive the model). Required
-  // before the first forward when layout().shard().size > 1; unused otherwise.
+  // The collectives of a tensor-parallel model (not owned; must outlive the model; null: the
+  // identity). Required before the first forward when layout().shard().size > 1; unused
+  // otherwise. Its sequence_parallel() must match the shard's (Error otherwise).
   virtual void set_exchange(Exchange* exchange) = 0;
   virtual int batch() const = 0;
   virtual int seq() const = 0;
@@ -72,15 +73,17 @@ class Model {
 };
 
 // The model of spec.arch for micro-batches of B x T (T <= spec.seq_len); with shard.size > 1
-// the part of tensor-parallel rank shard.rank.
+// the part of tensor-parallel rank shard.rank (shard.sequence_parallel: B x T must be a multiple
+// of shard.size, InputError otherwise).
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
                                   bool activation_checkpointing, MemoryTracker* tracker,
                                   TensorShard shard = {});
 
 // The bytes make_model's model allocates for activations (MemCategory::kActivations) for a
 // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on one of
-// `tensor_parallel` ranks.
+// `tensor_parallel` ranks, with or without sequence parallelism (which splits the norm and
+// residual regions' B x T rows tensor_parallel ways).
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz, int tensor_parallel = 1);
+                               size_t esz, int tensor_parallel = 1, bool sequence_parallel = false);
 
 }  // namespace zerod

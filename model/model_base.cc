@@ -22,6 +22,11 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(B > 0 && T > 0 && T <= s.seq_len, "micro-batch {}x{} (seq_len {})", B, T, s.seq_len);
   const size_t N = static_cast<size_t>(B) * T;
+  ZD_CHECK_INPUT(!sequence_parallel() || N % static_cast<size_t>(shard.size) == 0,
+                 "sequence parallelism over {} tensor ranks: the {} x {} = {} positions of a "
+                 "micro-batch (sequences x tokens) do not split into {} equal parts ({} is not a "
+                 "multiple of {})",
+                 shard.size, B, T, N, shard.size, N, shard.size);
   logits_ = act(N * static_cast<size_t>(layout_.local().vocab_rows));
   losses_ = stat(N);
   tokens_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
@@ -37,6 +42,20 @@ int64_t ModelBase::base_activation_bytes(const LocalDims& d, int tensor_parallel
                                          size_t esz) {
   const int64_t N = int64_t{B} * T;
   return N * (d.vocab_rows * static_cast<int64_t>(esz) + 3 * 4 + (tensor_parallel > 1 ? 12 : 0));
+}
+
+int64_t ModelBase::local_rows(const TensorShard& shard, int B, int T) {
+  const int64_t N = int64_t{B} * T;
+  return shard.size > 1 && shard.sequence_parallel ? N / shard.size : N;
+}
+
+void ModelBase::set_exchange(Exchange* exchange) {
+  if (exchange == nullptr) exchange = &identity_;
+  ZD_CHECK(!tensor_parallel() || exchange->sequence_parallel() == sequence_parallel(),
+           "tensor rank {} built {} sequence parallelism, its exchange {}", layout_.shard().rank,
+           sequence_parallel() ? "with" : "without",
+           exchange->sequence_parallel() ? "splits the sequence" : "does not split it");
+  exchange_ = exchange;
 }
 
 void* ModelBase::act(size_t elems) {

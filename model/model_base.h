@@ -19,7 +19,7 @@ class ModelBase : public Model {
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
   int seq() const override { return T_; }
-  void set_exchange(Exchange* exchange) final { exchange_ = exchange; }
+  void set_exchange(Exchange* exchange) final;
 
   // Logits through run_to_logits, then the mean loss.
   float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) final;
@@ -36,13 +36,17 @@ class ModelBase : public Model {
   void reset_times() final { times_ = OpTimes{}; }
 
  protected:
-  // Checks the micro-batch against the spec and allocates tokens, targets, losses and logits.
+  // Checks the micro-batch against the spec (and, under sequence parallelism, that its N = B x T
+  // positions split T ways: InputError) and allocates tokens, targets, losses and logits.
   ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
             MemoryTracker* tracker, TensorShard shard);
   // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
   // logits: N x Vp/T compute elements; tensor-parallel: the 3N loss statistics).
   static int64_t base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
                                        size_t esz);
+  // The rows of the sequence-split regions (norms, residual stream) of a micro-batch of B x T
+  // on a shard: N / T under sequence parallelism, else N = B x T.
+  static int64_t local_rows(const TensorShard& shard, int B, int T);
 
   virtual float forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                       ParamSource& params, GradSink& grads, float loss_weight) = 0;
@@ -65,13 +69,22 @@ class ModelBase : public Model {
   // inputs and targets (host) into tokens_ and targets_ (the backend's memory). Tensor-parallel,
   // tokens_ holds the rows of this rank's vocabulary shard (-1: a token another rank holds).
   void upload(const int32_t* inputs, const int32_t* targets);
-  // Tensor-parallel (T > 1): the exchange at point p; nothing on one rank.
   bool tensor_parallel() const { return layout_.shard().size > 1; }
-  void exchange_forward(ExchangePoint p, void* x, int64_t n) {
-    if (tensor_parallel()) exchange_->forward(p, x, n);
+  // Megatron's sequence parallelism: the norm and residual regions hold rows() = N/T rows (this
+  // rank's block of the N = B x T positions), the matmuls and attention all N.
+  bool sequence_parallel() const { return tensor_parallel() && layout_.shard().sequence_parallel; }
+  int64_t rows() const { return local_rows(layout_.shard(), B_, T_); }
+  // Which buffer holds the side of an exchange point that differs under sequence parallelism:
+  // `sp` (sized for it) then, else `x` (part and full are one buffer).
+  void* sp_or(void* sp, void* x) const { return sequence_parallel() ? sp : x; }
+  // Tensor-parallel (T > 1): the exchange at point p between this rank's rows `part` (rows() x
+  // width) and all N rows `full` (the same buffer without sequence parallelism); nothing on one
+  // rank (model/exchange.h).
+  void exchange_forward(ExchangePoint p, void* part, void* full, int64_t width) {
+    if (tensor_parallel()) exchange_->forward(p, part, full, int64_t{B_} * T_, width);
   }
-  void exchange_backward(ExchangePoint p, void* dx, int64_t n) {
-    if (tensor_parallel()) exchange_->backward(p, dx, n);
+  void exchange_backward(ExchangePoint p, void* part, void* full, int64_t width) {
+    if (tensor_parallel()) exchange_->backward(p, part, full, int64_t{B_} * T_, width);
   }
   // losses_ and logits_ -> dlogits (in place) for the per-position loss gradient dloss: the
   // fused cross-entropy, or its vocabulary-parallel form over the tensor group.

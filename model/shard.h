@@ -30,6 +30,10 @@ class ParamLayout;
 struct TensorShard {
   int rank = 0;  // index in the tensor-parallel group
   int size = 1;  // T
+  // Megatron's sequence parallelism (with size > 1; ignored on one rank): the norm, residual and
+  // dropout regions of the model hold rows [rank N/T, (rank+1) N/T) of the N = B x T positions
+  // of a micro-batch (the weights are split as without it).
+  bool sequence_parallel = false;
   bool operator==(const TensorShard&) const = default;
 };
 

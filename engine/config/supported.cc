@@ -15,12 +15,6 @@ struct NotBuiltYet {
 };
 
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) { return c.parallelism.tensor > 1 && c.parallelism.sequence_parallel; },
-     [](const JobConfig&) {
-       return std::string(
-           "parallelism.sequence_parallel: true: Megatron sequence parallelism is not "
-           "implemented yet in zerod (tensor parallelism without it is)");
-     }},
     {[](const JobConfig& c) {
        return c.parallelism.tensor > 1 && c.train.device == TrainDevice::kCuda;
      },

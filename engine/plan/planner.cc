@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/layout.h"
 #include "model/model.h"
+#include "model/shard.h"
 #include "zero/partition.h"
 #include "zero/zero_engine.h"
 
@@ -89,27 +90,42 @@ Plan make_plan(const PlanRequest& r) {
   ZD_CHECK_INPUT(r.world >= 1, "--world {}: must be at least 1", r.world);
   ZD_CHECK_INPUT(r.compute_bytes == 2 || r.compute_bytes == 4, "compute element size {}",
                  r.compute_bytes);
+  ZD_CHECK_INPUT(r.tensor >= 1 && r.world % r.tensor == 0,
+                 "parallelism.tensor {} must divide the world size {} (world = tensor x "
+                 "data-parallel)",
+                 r.tensor, r.world);
   Plan plan;
-  double psi = static_cast<double>(r.params);
+  plan.tensor_parallel = r.tensor;
+  plan.data_parallel = r.world / r.tensor;
+  const int T = r.tensor, dp = plan.data_parallel;
+  double psi = static_cast<double>(r.params) / T;
   int64_t largest_unit = 0, activations = 0;
   if (r.spec) {
-    const ParamLayout layout(*r.spec);
-    psi = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-      psi += static_cast<double>(layout.unit(u).numel);
-      largest_unit = std::max(largest_unit, layout.unit(u).numel);
+    if (T > 1) {
+      const std::string problem = tensor_parallel_problem(*r.spec, T);
+      ZD_CHECK_INPUT(problem.empty(), "{}", problem);
     }
+    // This rank's part of the model as the trainer lays it out (every tensor-parallel rank's
+    // layout has the same units and sizes).
+    const ParamLayout layout(*r.spec, 16, TensorShard{0, T});
+    psi = static_cast<double>(layout.total_numel());
+    for (int u = 0; u < layout.num_units(); ++u)
+      largest_unit = std::max(largest_unit, layout.unit(u).numel);
     plan.parameters = r.spec->num_parameters();
-    activations =
-        model_activation_bytes(*r.spec, r.micro_batch, std::min(r.seq, r.spec->seq_len),
-                               r.activation_checkpointing, static_cast<size_t>(r.compute_bytes));
+    const int seq = std::min(r.seq, r.spec->seq_len);
+    const size_t esz = static_cast<size_t>(r.compute_bytes);
+    // The model's own allocation formula for one of T ranks (sequence parallelism: the norm
+    // and residual regions hold N / T of the micro-batch's N positions).
+    activations = model_activation_bytes(*r.spec, r.micro_batch, seq, r.activation_checkpointing,
+                                         esz, T, r.sequence_parallel && T > 1);
   } else {
     ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
     plan.parameters = r.params;
     largest_unit = static_cast<int64_t>(psi / 12);  // a guess: a tied embedding or one block
   }
   plan.padded_parameters = static_cast<int64_t>(psi);
-  const double n = r.world, e = r.compute_bytes;
+  // ZeRO partitions each rank's parameters over its data-parallel group.
+  const double n = dp, e = r.compute_bytes;
 
   struct Choice {
     int stage;
@@ -126,12 +142,12 @@ Plan make_plan(const PlanRequest& r) {
       if ((r.offload == "cpu" || r.offload == "nvme") && off != "none" && off != r.offload)
         continue;
     }
-    if (r.world == 1 && c.stage > 0 && off == "none") continue;  // the same as stage 0
+    if (dp == 1 && c.stage > 0 && off == "none") continue;  // the same as stage 0
     PlanRow row;
     row.stage = c.stage;
     row.offload_optimizer = c.opt;
     row.offload_param = c.param;
-    const ModelStateBytes ms = zero_formula_bytes(psi, r.world, c.stage, r.compute_bytes);
+    const ModelStateBytes ms = zero_formula_bytes(psi, dp, c.stage, r.compute_bytes);
     row.weights = ms.weights;
     row.gradients = ms.gradients;
     row.activations = activations;
@@ -162,8 +178,11 @@ Plan make_plan(const PlanRequest& r) {
       }
     }
     row.device = row.weights + row.gradients + row.optimizer + row.activations + row.buffers;
-    row.name = c.stage == 0 ? (r.world == 1 ? "single rank (no ZeRO)" : "ZeRO-0 (DDP)")
-                            : fmt::format("ZeRO-{}", c.stage);
+    row.name =
+        c.stage == 0
+            ? (dp == 1 ? (T == 1 ? "single rank (no ZeRO)" : "no ZeRO (tensor-parallel only)")
+                       : "ZeRO-0 (DDP)")
+            : fmt::format("ZeRO-{}", c.stage);
     if (off != "none") {
       row.name += fmt::format(" + optimizer on {}", off);
       if (std::string(c.param) != "none") row.name += fmt::format(" + params on {}", c.param);

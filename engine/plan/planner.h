@@ -3,6 +3,14 @@
 // that does. Model states come from the ZeRO formulas over the parameters as zerod lays them
 // out (zero_formula_bytes), activations from the model's own allocation formula
 // (model_activation_bytes), so the figures are what zerod's memory accounting measures.
+//
+// Tensor parallelism (parallelism.tensor T): the world is T x DP ranks (DP = world / T, the
+// data-parallel size). Each rank holds the parameters of its tensor-parallel part as zerod lays
+// them out (ParamLayout with TensorShard{0, T}: heads, MLP width and vocabulary rows split T ways,
+// norms replicated, rank-0-only biases present as zeros on every rank), and ZeRO partitions those
+// over the DP ranks of its data-parallel group; activations are the model's own formula for one
+// of T ranks, with sequence_parallel also the norm and residual regions' (their N = B x T
+// positions split T ways).
 #pragma once
 
 #include <cstdint>
@@ -17,10 +25,12 @@ namespace zerod {
 struct PlanRequest {
   std::optional<ModelSpec> spec;  // the shape; without it only model states (from `params`)
   int64_t params = 0;             // when spec is not given
-  int world = 1;
-  int micro_batch = 1;    // sequences per rank per forward/backward
-  int seq = 1024;         // tokens per sequence (spec->seq_len by default)
-  int compute_bytes = 2;  // 2: bf16/fp16 weights and gradients, 4: fp32
+  int world = 1;                  // all ranks: tensor x data-parallel
+  int tensor = 1;  // parallelism.tensor T (must divide world; and the heads, MLP width, vocabulary)
+  bool sequence_parallel = false;  // parallelism.sequence_parallel (with tensor > 1)
+  int micro_batch = 1;             // sequences per rank per forward/backward
+  int seq = 1024;                  // tokens per sequence (spec->seq_len by default)
+  int compute_bytes = 2;           // 2: bf16/fp16 weights and gradients, 4: fp32
   bool activation_checkpointing = false;
   int64_t device_bytes = 0;  // per rank; 0: no limit checked
   int64_t host_bytes = 0;    // per node (all its ranks); 0: not checked
@@ -41,8 +51,11 @@ struct PlanRow {
 };
 
 struct Plan {
-  int64_t parameters = 0;         // real parameters
-  int64_t padded_parameters = 0;  // as laid out (aligned tensors, padded vocabulary)
+  int64_t parameters = 0;         // real parameters (the whole model)
+  int64_t padded_parameters = 0;  // per tensor-parallel rank as laid out (aligned tensors, padded
+                                  // vocabulary): the whole model when tensor is 1
+  int tensor_parallel = 1;        // T
+  int data_parallel = 1;          // DP = world / T: the ranks ZeRO partitions over
   std::vector<PlanRow> rows;      // fastest first
   int recommended = -1;           // index into rows; -1: nothing fits
 };

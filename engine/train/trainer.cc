@@ -115,9 +115,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   const ProcessGroup& tensor = groups_->tensor();
   model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
-                      TensorShard{tensor.rank(), tensor.size()});
+                      TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel});
   if (tensor.size() > 1) {
-    exchange_ = std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_);
+    exchange_ =
+        std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_, par.sequence_parallel);
     model_->set_exchange(exchange_.get());
   }
   offload_preflight(cfg_, ctx_, model_->layout(),
@@ -157,7 +158,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_aio = swap_options(cfg_).aio;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (tensor.size() > 1)
-    tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_);
+    tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_,
+                                                      &tensor.comm());
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit (tensor-parallel:
     // of its part of each unit).
@@ -402,14 +404,50 @@ SaveReport Trainer::save_checkpoint(const std::string& tag) {
   return r;
 }
 
-void Trainer::log_comms() const {
+// comms_logger, rank 0: the totals of every communicator this rank issues collectives on, one
+// block per communicator. Each is named by the first process group in the build order that uses
+// it (tensor, context, data, data x context, tensor x context, pipeline, world), with the other
+// groups sharing it listed after it; one-rank groups (a SelfCommunicator: copies, no traffic) are
+// left out. On GPU ranks, ZeRO's collectives run on the device communicator (NCCL), printed last.
+void Trainer::log_comms(int64_t steps) const {
   const CommsLoggerConfig& c = cfg_.comms_logger;
-  if (!c.enabled || !leader() || ctx_.comm == nullptr || ctx_.comm->collective_log() == nullptr) {
-    return;
-  }
+  if (!c.enabled || !leader() || !groups_) return;
   const std::vector<std::string> only = c.prof_all ? std::vector<std::string>{} : c.prof_ops;
-  spdlog::info("communication of rank 0 so far (comms_logger):{}",
-               ctx_.comm->collective_log()->describe_totals(only));
+  struct Block {
+    const Communicator* comm;
+    const ProcessGroup* first;         // names the block
+    std::vector<std::string> sharing;  // the other groups on this communicator
+  };
+  std::vector<Block> blocks;
+  for (const ProcessGroup& g : groups_->all()) {
+    const Communicator* comm = &g.comm();
+    if (dynamic_cast<const SelfCommunicator*>(comm) != nullptr) continue;
+    auto it =
+        std::find_if(blocks.begin(), blocks.end(), [&](const Block& b) { return b.comm == comm; });
+    if (it != blocks.end()) {
+      it->sharing.push_back(g.name());
+    } else {
+      blocks.push_back({comm, &g, {}});
+    }
+  }
+  std::string out;
+  auto add = [&](const std::string& title, const CollectiveLog* log) {
+    if (log == nullptr) return;
+    const std::string totals = log->describe_totals(only, steps);
+    out += fmt::format("\n {}:{}", title, totals.empty() ? "\n  (no collectives)" : totals);
+  };
+  for (const Block& b : blocks) {
+    std::string title = b.first->describe();
+    for (size_t i = 0; i < b.sharing.size(); ++i)
+      title += fmt::format("{}'{}'", i == 0 ? ", also " : ", ", b.sharing[i]);
+    if (b.first->is_world()) title += " (the world communicator)";
+    add(title, b.comm->collective_log());
+  }
+  if (device_comm_)
+    add("the device communicator (ZeRO on GPU ranks)", device_comm_->collective_log());
+  if (out.empty()) return;  // one rank: no communicator keeps a log
+  spdlog::info("communication of rank 0 so far (comms_logger), per communicator, {} step{}:{}",
+               steps, steps == 1 ? "" : "s", out);
 }
 
 // Every rank learns whether any rank was asked to stop, so all stop at the same step.
@@ -470,7 +508,7 @@ TrainResult Trainer::run() {
         (step % print_every == 0 || step == result.first_step || step == steps || m.val_loss)) {
       log_step(m);
       if (cfg_.wall_clock_breakdown) log_breakdown();
-      if (cfg_.comms_logger.verbose) log_comms();
+      if (cfg_.comms_logger.verbose) log_comms(step - result.first_step + 1);
     }
     if (csv_) csv_->write(m);
     if (tb_) tb_->write(m, memory_.total());
@@ -562,7 +600,7 @@ TrainResult Trainer::run() {
         result.final_val_loss ? fmt::format(", val {:.4f}", *result.final_val_loss) : "");
     if (csv_) spdlog::info("metrics: {}", csv_->path());
     if (tb_) spdlog::info("tensorboard events: {}", tb_->path());
-    log_comms();
+    log_comms(static_cast<int64_t>(result.steps.size()));
   }
   return result;
 }

@@ -115,8 +115,10 @@ class Trainer {
   // At every step boundary, collectively: what the ranks agree to do (signals and the
   // controller's commands, offered by rank 0).
   JobControl::Command control_point();
-  // comms_logger: rank 0's collectives per kind (calls, bytes, time, bus bandwidth).
-  void log_comms() const;
+  // comms_logger: rank 0's collectives per communicator (each process group with one of its
+  // own) and per kind: calls, bytes, time, bus bandwidth, and bytes per step over `steps` (the
+  // steps this run has trained so far).
+  void log_comms(int64_t steps) const;
   double peak_flops_ = 0;
   int64_t steps_taken_ = 0;  // non-skipped optimizer steps (drives the LR schedule)
   int64_t skipped_ = 0;

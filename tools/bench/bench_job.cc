@@ -51,7 +51,7 @@ SyntheticData::~SyntheticData() {
 }
 
 JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t steps,
-                    int world_size, const std::string& zero) {
+                    int world_size, const std::string& zero, const std::string& extra) {
   const std::string model =
       shape.model == "llama"
           ? fmt::format(
@@ -65,12 +65,12 @@ JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t 
     "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": 1,
     "optimizer": {{"type": "AdamW", "params": {{"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}},
     "gradient_clipping": 1.0, "bf16": {{"enabled": {}}}, "wall_clock_breakdown": true,
-    "zero_optimization": {},
+    "zero_optimization": {}{},
     "model": {},
     "data": {{"train": "{}"}},
     "train": {{"steps": {}}}}})",
                                        shape.batch, shape.dtype == "bf16" ? "true" : "false", zero,
-                                       model, data.glob(), steps);
+                                       extra, model, data.glob(), steps);
   ParsedJob job = parse_job_text(text, "<bench job>");
   resolve_job(job.config, world_size);
   return job.config;

@@ -40,8 +40,10 @@ class SyntheticData {
 
 // The benchmark job: AdamW, clipping 1.0, the shape, `steps` steps over `data`, resolved for
 // `world_size` ranks with micro-batch shape.batch and accumulation 1. `zero` is the
-// zero_optimization object's JSON.
+// zero_optimization object's JSON; `extra`, top-level members spliced in after it (e.g.
+// R"(, "parallelism": {"tensor": 2})").
 JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t steps,
-                    int world_size, const std::string& zero = R"({"stage": 0})");
+                    int world_size, const std::string& zero = R"({"stage": 0})",
+                    const std::string& extra = "");
 
 }  // namespace zerod::bench

@@ -10,7 +10,7 @@
 //            [--max-shard-size 5GB] [--force]
 //     plan --model gpt2-1.5b|N_PARAMS|JOB.json --world N [--gpu-mem 80GiB] [--cpu-mem B]
 //          [--offload none|cpu|nvme] [--micro-batch B] [--seq T] [--dtype bf16|fp16|fp32]
-//          [--activation-checkpointing] [--ranks-per-node R]
+//          [--activation-checkpointing] [--ranks-per-node R] [--tensor T] [--sequence-parallel]
 //
 // Exit codes: 0 ok, 1 internal error, 2 bad usage, bad input or a request the daemon rejected,
 // 3 the daemon cannot be reached, 4 unauthenticated.
@@ -72,13 +72,17 @@ int run_export(const ExportFlags& f) {
 struct PlanFlags {
   std::string model;
   int world = 1, micro_batch = 1, seq = 1024, ranks_per_node = 8;
+  int tensor = 1;  // parallelism.tensor (a job file's unless --tensor is given)
   std::string gpu_mem, cpu_mem, offload, dtype = "bf16";
   bool act_ckpt = false;
+  bool sequence_parallel = false;  // parallelism.sequence_parallel (likewise)
 };
 
 int run_plan(const PlanFlags& f, CLI::App& cmd) {
   zerod::PlanRequest r;
   r.world = f.world;
+  r.tensor = f.tensor;
+  r.sequence_parallel = f.sequence_parallel;
   r.micro_batch = f.micro_batch;
   r.seq = f.seq;
   r.activation_checkpointing = f.act_ckpt;
@@ -93,8 +97,18 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
     r.spec->seq_len = std::max(r.spec->seq_len, f.seq);
   } else if (f.model.size() > 5 && f.model.substr(f.model.size() - 5) == ".json") {
     zerod::ParsedJob job = zerod::load_job_file(f.model);
+    // The job's parallelism section, unless the command line overrides it: resolving checks that
+    // tensor x context divides the world and sizes the micro-batch for the data-parallel ranks.
+    if (cmd.get_option("--tensor")->count()) job.config.parallelism.tensor = f.tensor;
+    if (cmd.get_option("--sequence-parallel")->count())
+      job.config.parallelism.sequence_parallel = f.sequence_parallel;
     zerod::resolve_job(job.config, f.world);
     const zerod::JobConfig& c = job.config;
+    ZD_CHECK_INPUT(c.parallelism.context == 1,
+                   "{}: parallelism.context {}: the planner does not plan context parallelism yet",
+                   f.model, c.parallelism.context);
+    r.tensor = c.parallelism.tensor;
+    r.sequence_parallel = c.parallelism.sequence_parallel;
     r.spec = zerod::model_spec(c.model);
     if (!cmd.get_option("--micro-batch")->count())
       r.micro_batch = static_cast<int>(c.micro_batch());
@@ -122,9 +136,13 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
   }
   const zerod::Plan plan = zerod::make_plan(r);
   std::printf(
-      "model %s: %.3fB parameters (%.3fB as laid out), world %d, %s, micro-batch %d x %d%s\n",
+      "model %s: %.3fB parameters (%.3fB as laid out%s), world %d = tensor %d x data-parallel "
+      "%d%s, %s, micro-batch %d x %d%s\n",
       source.c_str(), static_cast<double>(plan.parameters) / 1e9,
-      static_cast<double>(plan.padded_parameters) / 1e9, f.world,
+      static_cast<double>(plan.padded_parameters) / 1e9,
+      plan.tensor_parallel > 1 ? " per tensor-parallel rank" : "", f.world, plan.tensor_parallel,
+      plan.data_parallel,
+      r.sequence_parallel && plan.tensor_parallel > 1 ? " (sequence parallel)" : "",
       r.compute_bytes == 4 ? "fp32" : "16-bit weights + fp32 master and Adam", r.micro_batch, r.seq,
       r.activation_checkpointing ? ", activation checkpointing" : "");
   std::printf("per rank: device %s, host %s per node (%d ranks)\n\n",
@@ -233,6 +251,13 @@ int main(int argc, char** argv) {
   plan->add_option("--ranks-per-node", pf.ranks_per_node, "ranks sharing a node's host memory")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  plan->add_option("--tensor", pf.tensor,
+                   "tensor-parallel size T (world = T x data-parallel; default: a job file's "
+                   "parallelism.tensor, else 1)")
+      ->check(CLI::PositiveNumber);
+  plan->add_flag("--sequence-parallel", pf.sequence_parallel,
+                 "with --tensor > 1: the norm and residual activations split T ways too "
+                 "(default: a job file's parallelism.sequence_parallel)");
 
   ExportFlags ef;
   auto* exp = app.add_subcommand(

@@ -3,11 +3,16 @@
 // the single-rank weights, and combine through TensorParallelExchange. The loss and every
 // gradient (each rank's part, rank-0-only tensors dropped elsewhere) must equal the single-rank
 // model's, for GPT-2 and the Llama family (grouped-query attention, biases, untied head, a
-// vocabulary whose last shard is mostly padding), with and without activation checkpointing.
+// vocabulary whose last shard is mostly padding), with and without activation checkpointing,
+// without and with Megatron's sequence parallelism (the sequence split into blocks that cross
+// sequence boundaries; gradients accumulated over two micro-batches as ZeRO stages 0-1 do). The
+// activations of a sequence-parallel rank are what model_activation_bytes says, and smaller.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "../comm/comm_test_util.h"
@@ -101,13 +106,17 @@ struct Reference {
   std::vector<std::vector<float>> grads;  // global layout
 };
 
-Reference single_rank(const ModelSpec& s, const Batch& b, int B, int T, bool ckpt) {
+// Forward and backward of each batch (gradients accumulated), then an evaluation of the last:
+// the loss of the last batch.
+Reference single_rank(const ModelSpec& s, const std::vector<Batch>& batches, int B, int T,
+                      bool ckpt) {
   auto be = make_cpu_backend(DType::kF32);
   auto model = make_model(s, *be, B, T, ckpt, nullptr);
   States st(global_weights(model->layout()));
   Reference r;
-  r.loss = model->forward_backward(b.inputs.data(), b.targets.data(), st, st, 1.0f);
-  r.eval_loss = model->forward(b.inputs.data(), b.targets.data(), st);
+  for (const Batch& b : batches)
+    r.loss = model->forward_backward(b.inputs.data(), b.targets.data(), st, st, 1.0f);
+  r.eval_loss = model->forward(batches.back().inputs.data(), batches.back().targets.data(), st);
   r.grads = st.grads;
   return r;
 }
@@ -128,15 +137,26 @@ struct Case {
   ModelSpec spec;
   int tp;
   bool ckpt;
+  bool sp = false;  // sequence parallelism
+  int B = 2, T = 9;
+  int micro_batches = 1;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << model_arch_name(c.spec.arch) << " T=" << c.tp << (c.sp ? " sequence-parallel" : "")
+      << (c.ckpt ? " checkpointing" : "") << " micro-batch " << c.B << "x" << c.T << " times "
+      << c.micro_batches;
+}
 
 class TensorParallelModel : public testing::TestWithParam<Case> {};
 
 TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
   const Case c = GetParam();
-  const int B = 2, T = 9;
-  const Batch b = random_batch(B, T, c.spec.vocab_size, 3);
-  const Reference ref = single_rank(c.spec, b, B, T, c.ckpt);
+  const int B = c.B, T = c.T;
+  std::vector<Batch> batches;
+  for (int m = 0; m < c.micro_batches; ++m)
+    batches.push_back(random_batch(B, T, c.spec.vocab_size, 3 + static_cast<uint64_t>(m)));
+  const Reference ref = single_rank(c.spec, batches, B, T, c.ckpt);
   const ParamLayout global(c.spec);
   test::World world = test::make_world(c.tp);
   std::vector<float> losses(static_cast<size_t>(c.tp)), evals(static_cast<size_t>(c.tp));
@@ -145,7 +165,7 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
   const auto gw = global_weights(global);
   test::run_ranks(c.tp, [&](int r) {
     auto be = make_cpu_backend(DType::kF32);
-    auto model = make_model(c.spec, *be, B, T, c.ckpt, nullptr, TensorShard{r, c.tp});
+    auto model = make_model(c.spec, *be, B, T, c.ckpt, nullptr, TensorShard{r, c.tp, c.sp});
     const ParamLayout& local = model->layout();
     std::vector<std::vector<float>> w;
     for (int u = 0; u < local.num_units(); ++u) {
@@ -153,12 +173,16 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
       shard_unit(global, local, u, gw[static_cast<size_t>(u)].data(), w.back().data());
     }
     States st(std::move(w));
-    TensorParallelExchange ex(*world.comms[static_cast<size_t>(r)], *be);
-    TensorParallelGrads sink(local, st, *be);
+    Communicator& comm = *world.comms[static_cast<size_t>(r)];
+    TensorParallelExchange ex(comm, *be, c.sp);
+    TensorParallelGrads sink(local, st, *be, &comm);
     model->set_exchange(&ex);
-    losses[static_cast<size_t>(r)] =
-        model->forward_backward(b.inputs.data(), b.targets.data(), st, sink, 1.0f);
-    evals[static_cast<size_t>(r)] = model->forward(b.inputs.data(), b.targets.data(), st);
+    for (const Batch& b : batches) {
+      losses[static_cast<size_t>(r)] =
+          model->forward_backward(b.inputs.data(), b.targets.data(), st, sink, 1.0f);
+    }
+    const Batch& last = batches.back();
+    evals[static_cast<size_t>(r)] = model->forward(last.inputs.data(), last.targets.data(), st);
     grads[static_cast<size_t>(r)] = st.grads;
     layouts[static_cast<size_t>(r)] =
         std::make_unique<ParamLayout>(c.spec, 16, TensorShard{r, c.tp});
@@ -180,8 +204,10 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
 }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
-  return std::string(model_arch_name(info.param.spec.arch)) + "_T" + std::to_string(info.param.tp) +
-         (info.param.ckpt ? "_checkpointing" : "");
+  const Case& c = info.param;
+  return std::string(model_arch_name(c.spec.arch)) + "_T" + std::to_string(c.tp) +
+         (c.sp ? "_sequence" : "") + (c.ckpt ? "_checkpointing" : "") +
+         (c.micro_batches > 1 ? "_accumulated" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelModel,
@@ -192,6 +218,80 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelModel,
                                          Case{tiny_llama(ModelArch::kMistral), 2, false},
                                          Case{tiny_llama(ModelArch::kQwen2), 4, false}),
                          case_name);
+
+// Sequence parallelism: N = B x T rows split into T blocks that cross sequence boundaries (30
+// rows of sequences of 10 in blocks of 15; 20 rows in blocks of 5).
+Case sp(ModelSpec spec, int tp, bool ckpt, int micro_batches = 1) {
+  Case c{std::move(spec), tp, ckpt, true, tp == 2 ? 3 : 2, 10};
+  c.micro_batches = micro_batches;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelModel,
+                         testing::Values(sp(tiny_gpt2(), 2, false), sp(tiny_gpt2(), 4, false),
+                                         sp(tiny_gpt2(), 2, true), sp(tiny_gpt2(), 4, true),
+                                         sp(tiny_gpt2(), 2, false, 2),
+                                         sp(tiny_llama(ModelArch::kLlama), 2, false),
+                                         sp(tiny_llama(ModelArch::kLlama), 4, true),
+                                         sp(tiny_llama(ModelArch::kLlama), 4, false, 2),
+                                         sp(tiny_llama(ModelArch::kMistral), 2, true),
+                                         sp(tiny_llama(ModelArch::kQwen2), 4, false),
+                                         sp(tiny_llama(ModelArch::kQwen2), 2, true)),
+                         case_name);
+
+// The activation bytes a model allocates (its MemoryTracker) are model_activation_bytes', on one
+// rank, tensor-parallel, and sequence-parallel; sequence parallelism divides the norm and
+// residual regions by T (at least the residual stream's L + 1 buffers of B*T x C shrink to
+// B*T/T x C), so its ranks hold less.
+TEST(SequenceParallelModel, ActivationsAreSmallerAndAsPredicted) {
+  const int B = 2, T = 10;
+  for (const ModelSpec& s :
+       {tiny_gpt2(), tiny_llama(ModelArch::kLlama), tiny_llama(ModelArch::kQwen2)}) {
+    for (bool ckpt : {false, true}) {
+      auto be = make_cpu_backend(DType::kF32);
+      auto measured = [&](TensorShard shard) {
+        MemoryTracker tracker;
+        auto model = make_model(s, *be, B, T, ckpt, &tracker, shard);
+        return tracker.current(MemCategory::kActivations);
+      };
+      const std::string what =
+          std::string(model_arch_name(s.arch)) + (ckpt ? " checkpointing" : "");
+      EXPECT_EQ(measured({}), model_activation_bytes(s, B, T, ckpt, 4)) << what;
+      for (int tp : {2, 4}) {
+        const std::string at = what + ", T=" + std::to_string(tp);
+        const int64_t plain = measured({0, tp, false}), seq = measured({tp - 1, tp, true});
+        EXPECT_EQ(plain, model_activation_bytes(s, B, T, ckpt, 4, tp)) << at;
+        EXPECT_EQ(seq, model_activation_bytes(s, B, T, ckpt, 4, tp, true)) << at;
+        const int64_t residual_saved = int64_t{s.n_layer + 1} * (B * T - B * T / tp) * s.n_embd * 4;
+        EXPECT_LE(seq, plain - residual_saved) << at << ": " << seq << " vs " << plain;
+      }
+    }
+  }
+}
+
+// Sequence parallelism needs B x T to split T ways: an InputError naming the numbers.
+TEST(SequenceParallelModel, RefusesPositionsThatDoNotSplit) {
+  auto be = make_cpu_backend(DType::kF32);
+  try {
+    make_model(tiny_gpt2(), *be, 3, 10, false, nullptr, TensorShard{0, 4, true});
+    ADD_FAILURE() << "3 x 10 positions accepted for 4 sequence-parallel ranks";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("30 is not a multiple of 4"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(make_model(tiny_gpt2(), *be, 3, 10, false, nullptr, TensorShard{0, 4, false}));
+  EXPECT_NO_THROW(make_model(tiny_gpt2(), *be, 2, 10, false, nullptr, TensorShard{0, 4, true}));
+}
+
+// The model and its exchange must agree on sequence parallelism.
+TEST(SequenceParallelModel, RefusesAnExchangeThatDisagrees) {
+  auto be = make_cpu_backend(DType::kF32);
+  test::World world = test::make_world(1);
+  auto model = make_model(tiny_gpt2(), *be, 2, 10, false, nullptr, TensorShard{0, 2, true});
+  TensorParallelExchange plain(*world.comms[0], *be, false), seq(*world.comms[0], *be, true);
+  EXPECT_THROW(model->set_exchange(&plain), Error);
+  EXPECT_NO_THROW(model->set_exchange(&seq));
+}
 
 }  // namespace
 }  // namespace zerod

@@ -1,11 +1,12 @@
 // The planner against zerod's own memory accounting: for ZeRO stages 0-3 at world sizes 1, 2
 // and 4, the model-state and activation bytes it predicts are within 10% of what real runs
-// measure; and its choices on known cases.
+// measure; the same for tensor parallelism (T = 2 x DP = 2); and its choices on known cases.
 #include "engine/plan/planner.h"
 
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <vector>
 
 #include "engine/config/model_spec.h"
 #include "train_test_util.h"
@@ -62,6 +63,120 @@ TEST(Planner, MatchesMeasuredMemoryForEveryStageAndWorldSize) {
           << what << ": planned " << row->activations << " measured " << acts;
     }
   }
+}
+
+// Tensor parallelism: T = 2 x DP = 2 (world 4, ranks as threads), GPT-2 and a Llama with
+// grouped-query attention and an untied head, at every stage, without and with sequence
+// parallelism: the per-rank states (ZeRO over DP of the TP-local parameters) and activations
+// (one of T ranks) within 10% of what each rank measures (tensor ranks 0 and 1 lay out the same
+// sizes).
+TEST(Planner, MatchesMeasuredMemoryForTensorTwoTimesDataTwo) {
+  testing::TempCorpus corpus("zerod_plan_tp_corpus");
+  for (const testing::TinyModel& model : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    for (int cell = 0; cell < 8; ++cell) {
+      const int stage = cell % 4;
+      const bool sp = cell >= 4;
+      const JobConfig cfg =
+          testing::tiny_job(corpus, 4, stage, 1, 1,
+                            std::string(R"(, "parallelism": {"tensor": 2, "sequence_parallel": )") +
+                                (sp ? "true" : "false") + "}",
+                            "", 8, "", model);
+      ASSERT_EQ(cfg.data_parallel_size, 2);
+      std::mutex mu;
+      std::vector<ModelStateBytes> measured(4);
+      std::vector<int64_t> acts(4, 0);
+      testing::run_world(4, [&](const RankContext& ctx) {
+        Trainer t(cfg, ctx, testing::quiet_trainer());
+        t.run();
+        std::lock_guard<std::mutex> lock(mu);
+        measured[static_cast<size_t>(ctx.rank)] = t.engine().measured_bytes();
+        acts[static_cast<size_t>(ctx.rank)] = t.memory().peak(MemCategory::kActivations);
+      });
+      PlanRequest r;
+      r.spec = model_spec(cfg.model);
+      r.world = 4;
+      r.tensor = 2;
+      r.sequence_parallel = sp;
+      r.micro_batch = static_cast<int>(cfg.micro_batch());
+      r.seq = cfg.model.seq_len;
+      r.compute_bytes = 4;  // fp32
+      r.offload = "none";
+      const Plan plan = make_plan(r);
+      EXPECT_EQ(plan.tensor_parallel, 2);
+      EXPECT_EQ(plan.data_parallel, 2);
+      const PlanRow* row = nullptr;
+      for (const auto& p : plan.rows)
+        if (p.stage == stage) row = &p;
+      ASSERT_NE(row, nullptr) << "stage " << stage;
+      for (int rank = 0; rank < 4; ++rank) {
+        const ModelStateBytes& m = measured[static_cast<size_t>(rank)];
+        const std::string what = std::string(model.name) + " T=2 x DP=2" + (sp ? " SP" : "") +
+                                 " stage " + std::to_string(stage) + " rank " +
+                                 std::to_string(rank);
+        const double states = static_cast<double>(row->weights + row->gradients + row->optimizer);
+        EXPECT_LT(rel(states, static_cast<double>(m.states())), 0.10)
+            << what << ": planned " << states << " measured " << m.states();
+        EXPECT_LT(rel(static_cast<double>(row->weights), static_cast<double>(m.weights)), 0.10)
+            << what << ": weights planned " << row->weights << " measured " << m.weights;
+        EXPECT_LT(rel(static_cast<double>(row->gradients), static_cast<double>(m.gradients)), 0.10)
+            << what << ": gradients planned " << row->gradients << " measured " << m.gradients;
+        EXPECT_LT(
+            rel(static_cast<double>(row->optimizer), static_cast<double>(m.master + m.moments)),
+            0.10)
+            << what << ": optimizer planned " << row->optimizer << " measured "
+            << m.master + m.moments;
+        const int64_t a = acts[static_cast<size_t>(rank)];
+        EXPECT_LT(rel(static_cast<double>(row->activations), static_cast<double>(a)), 0.10)
+            << what << ": activations planned " << row->activations << " measured " << a;
+      }
+    }
+  }
+}
+
+// The planner's tensor-parallel arithmetic on a published shape: the per-rank parameters are
+// half the model's at T = 2, ZeRO divides them over DP = world / T, and sequence parallelism
+// shrinks the activations further, towards the single-rank activations / T.
+TEST(Planner, TensorParallelSplitsParametersAndActivations) {
+  PlanRequest r;
+  r.spec = model_preset("llama3-8b");
+  r.world = 8;
+  r.micro_batch = 1;
+  r.seq = 4096;
+  r.offload = "none";
+  const Plan dp8 = make_plan(r);
+  r.tensor = 2;
+  const Plan tp2 = make_plan(r);
+  EXPECT_EQ(tp2.tensor_parallel, 2);
+  EXPECT_EQ(tp2.data_parallel, 4);
+  EXPECT_EQ(tp2.parameters, dp8.parameters);
+  EXPECT_NEAR(static_cast<double>(tp2.padded_parameters),
+              static_cast<double>(dp8.padded_parameters) / 2, 0.001 * dp8.padded_parameters);
+  // ZeRO-3 per rank: (psi / 2) over 4 ranks = psi over 8 ranks.
+  const PlanRow& s3_dp8 = dp8.rows[3];
+  const PlanRow& s3_tp2 = tp2.rows[3];
+  ASSERT_EQ(s3_dp8.stage, 3);
+  ASSERT_EQ(s3_tp2.stage, 3);
+  EXPECT_NEAR(static_cast<double>(s3_tp2.weights + s3_tp2.gradients + s3_tp2.optimizer),
+              static_cast<double>(s3_dp8.weights + s3_dp8.gradients + s3_dp8.optimizer),
+              0.001 * static_cast<double>(s3_dp8.optimizer));
+  // Activations: less than half of one rank's are split (the residual stream and norms stay).
+  EXPECT_LT(tp2.rows[0].activations, dp8.rows[0].activations);
+  EXPECT_GT(tp2.rows[0].activations, dp8.rows[0].activations / 2);
+  r.sequence_parallel = true;
+  const Plan sp2 = make_plan(r);
+  EXPECT_LT(sp2.rows[0].activations, tp2.rows[0].activations);
+  EXPECT_NEAR(static_cast<double>(sp2.rows[0].activations),
+              static_cast<double>(dp8.rows[0].activations) / 2,
+              0.01 * static_cast<double>(dp8.rows[0].activations));
+  // T must divide the world and the model's heads.
+  r.tensor = 3;
+  r.world = 9;
+  EXPECT_THROW(make_plan(r), InputError);  // 32 heads
+  r.tensor = 2;
+  r.world = 6;
+  EXPECT_NO_THROW(make_plan(r));
+  r.world = 7;
+  EXPECT_THROW(make_plan(r), InputError);
 }
 
 TEST(Planner, RecommendsTheFastestChoiceThatFits) {

@@ -1,7 +1,9 @@
 // Tensor parallelism through the whole trainer (threads of this process, Gloo over 127.0.0.1):
 // T = 2 and T = 4, and T = 2 x DP = 2 at ZeRO stages 1-3 and with the optimizer offloaded,
 // train the losses and gradient norms of one rank at the same global batch (1e-5 relative over
-// 20 steps), for GPT-2 and for a Llama with grouped-query attention and an untied head.
+// 20 steps), for GPT-2 and for a Llama with grouped-query attention and an untied head; so does
+// T = 2 (and 4) with Megatron's sequence parallelism, also accumulating two micro-batches at
+// stage 1 and as T = 2 x DP = 2 at stage 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +42,8 @@ class TensorParallel : public ::testing::TestWithParam<TinyModel> {
     int tensor = 1;
     int stage = 0;
     std::string zero_extra = "";
+    bool sequence = false;  // parallelism.sequence_parallel
+    int accum = 1;          // gradient_accumulation_steps
   };
   struct Outcome {
     std::vector<double> losses, norms;
@@ -49,10 +53,13 @@ class TensorParallel : public ::testing::TestWithParam<TinyModel> {
   };
 
   Outcome train(const Run& r) const {
-    const std::string extra =
-        r.tensor > 1 ? R"(, "parallelism": {"tensor": )" + std::to_string(r.tensor) + "}" : "";
-    const JobConfig cfg = testing::tiny_job(*corpus_, r.world, r.stage, 1, 20, extra, "", 8,
+    const std::string extra = r.tensor > 1
+                                  ? R"(, "parallelism": {"tensor": )" + std::to_string(r.tensor) +
+                                        (r.sequence ? R"(, "sequence_parallel": true)" : "") + "}"
+                                  : "";
+    const JobConfig cfg = testing::tiny_job(*corpus_, r.world, r.stage, r.accum, 20, extra, "", 8,
                                             r.zero_extra, GetParam());
+    EXPECT_EQ(cfg.parallelism.sequence_parallel, r.sequence);
     Outcome out;
     out.rank_last_loss.resize(static_cast<size_t>(r.world));
     std::mutex mu;
@@ -114,6 +121,30 @@ TEST_P(TensorParallel, TensorTwoTimesDataTwoAtEveryStageAndOffloaded) {
                              .stage = 2,
                              .zero_extra = R"(, "offload_optimizer": {"device": "cpu"})"});
   expect_close(off.losses, single.losses, 1e-5, "T=2 x DP=2 stage 2, optimizer offloaded");
+}
+
+// Sequence parallelism: the norm and residual regions split along the B x T rows (all-gather
+// into and reduce-scatter out of the tensor-parallel regions, the norms' partial gradients summed
+// over the tensor group, also while gradients accumulate).
+TEST_P(TensorParallel, SequenceParallelTrainsTheLossesOfOneRank) {
+  const Outcome single = train({.world = 1});
+  for (int T : {2, 4}) {
+    const Outcome sp = train({.world = T, .tensor = T, .sequence = true});
+    EXPECT_EQ(sp.data_parallel, 1);
+    const std::string what = "T=" + std::to_string(T) + " with SP";
+    expect_close(sp.losses, single.losses, 1e-5, what + " loss");
+    expect_close(sp.norms, single.norms, 1e-5, what + " grad norm");
+    for (double l : sp.rank_last_loss) EXPECT_NEAR(l, sp.losses.back(), 1e-6 * l);
+  }
+  const Outcome dp = train({.world = 4, .tensor = 2, .stage = 2, .sequence = true});
+  EXPECT_EQ(dp.data_parallel, 2);
+  expect_close(dp.losses, single.losses, 1e-5, "T=2 with SP x DP=2 stage 2 loss");
+  expect_close(dp.norms, single.norms, 1e-5, "T=2 with SP x DP=2 stage 2 grad norm");
+  // Two micro-batches accumulated in ZeRO's full gradient buffer (stage 1).
+  const Outcome single2 = train({.world = 1, .accum = 2});
+  const Outcome acc = train({.world = 2, .tensor = 2, .stage = 1, .sequence = true, .accum = 2});
+  expect_close(acc.losses, single2.losses, 1e-5, "T=2 with SP, 2 micro-batches, loss");
+  expect_close(acc.norms, single2.norms, 1e-5, "T=2 with SP, 2 micro-batches, grad norm");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallel, ::testing::Values(tp_gpt2(), tp_llama()),
