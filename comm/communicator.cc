@@ -66,4 +66,33 @@ size_t checked_collective_bytes(const char* op, const void* a, const void* b, in
   return static_cast<size_t>(count) * comm_type_size(type);
 }
 
+void check_disjoint(const char* op, const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  ZD_CHECK(a_bytes == 0 || b_bytes == 0 || x >= y + b_bytes || y >= x + a_bytes,
+           "{}: the buffers overlap ([{}, +{}) and [{}, +{}) bytes)", op, a, a_bytes, b, b_bytes);
+}
+
+size_t checked_send_recv_bytes(const void* send, int dst, const void* recv, int src, int64_t count,
+                               CommType type, int rank, int size) {
+  ZD_CHECK(dst == kNoPeer || (dst >= 0 && dst < size),
+           "send_recv: destination rank {} outside a world of {} ranks", dst, size);
+  ZD_CHECK(src == kNoPeer || (src >= 0 && src < size),
+           "send_recv: source rank {} outside a world of {} ranks", src, size);
+  ZD_CHECK((dst == rank) == (src == rank),
+           "send_recv: rank {} sends to rank {} but receives from rank {} (a rank sends to itself "
+           "exactly when it receives from itself)",
+           rank, dst, src);
+  ZD_CHECK(count >= 0, "send_recv: negative count {}", count);
+  ZD_CHECK(static_cast<uint64_t>(count) <= static_cast<uint64_t>(INT64_MAX) / comm_type_size(type),
+           "send_recv: {} elements of {} overflow", count, comm_type_name(type));
+  ZD_CHECK(count == 0 || dst == kNoPeer || send != nullptr,
+           "send_recv: null send buffer for {} elements to rank {}", count, dst);
+  ZD_CHECK(count == 0 || src == kNoPeer || recv != nullptr,
+           "send_recv: null recv buffer for {} elements from rank {}", count, src);
+  const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
+  if (dst != kNoPeer && src != kNoPeer) check_disjoint("send_recv", send, bytes, recv, bytes);
+  return bytes;
+}
+
 }  // namespace zerod

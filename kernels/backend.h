@@ -61,6 +61,12 @@ class Backend {
   virtual Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) = 0;
   virtual void memset_zero(void* p, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // dst (rows, dst_ld)[:, :cols] = src (rows, src_ld)[:, :cols]: a strided copy of compute-dtype
+  // elements within this backend's memory (e.g. packing the key/value columns of qkv rows into
+  // a kv block and back). rows, cols >= 0, dst_ld and src_ld >= cols; the regions must not
+  // overlap.
+  virtual void copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+                       int64_t cols) = 0;
   // Blocks until all queued work of this backend is done (no-op on the CPU).
   virtual void synchronize() {}
   // True when allocate() returns memory the host must not touch (a GPU's): host code then reads
@@ -156,6 +162,41 @@ class Backend {
   // attention_forward would compute for the whole sequence. pos0 + Tq <= maxT.
   virtual void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
                                   int maxT, const AttentionShape& s) = 0;
+
+  // ---- attention over one key/value block at global positions (ring attention) ---------------
+  // A rank holds Tq = s.T query rows and meets the keys and values of the sequence one block at
+  // a time (its own, then those passed round the ring). Layouts:
+  //   qkv  (B,Tq,(NH+2*KVH)*HS)  the local rows, as attention_forward's; only the query heads are
+  //                              read (and, backward, written: dqkv's key/value columns stay)
+  //   qpos (Tq) int32            the global position of each local row, shared by the batch
+  //   kv   (B,Tk,2*KVH*HS)       per key row the KVH key heads, then the KVH value heads (the
+  //                              key/value columns of qkv rows: copy_2d packs them)
+  //   kpos (Tk) int32            the global position of each key row, shared by the batch
+  //   out, dout (B,Tq,NH*HS); lse (B,NH,Tq) fp32
+  // qpos and kpos live in this backend's memory (device memory on a GPU, like tokens). Query i
+  // may see key j iff kpos[j] <= qpos[i] and, with s.window = W > 0, kpos[j] > qpos[i] - W:
+  // attention_forward's mask on global positions. Positions may come in any order (a
+  // load-balanced causal split gives rank r the chunks r and 2C-1-r of the sequence); a block
+  // may hold no key some query sees.
+  //
+  // out, lse: with first_block, = the attention of the queries over this block (a row that sees
+  // none of its keys: out 0, lse -inf); otherwise merged with what they hold (online softmax):
+  // lse' = log(exp(lse) + exp(lse_b)), out' = out exp(lse - lse') + out_b exp(lse_b - lse').
+  // After every block of the sequence (in any order) out and lse are attention_forward's over
+  // the whole sequence. A 16-bit out is rounded after each block.
+  virtual void attention_block_forward(void* out, float* lse, const void* qkv, const int32_t* qpos,
+                                       const void* kv, const int32_t* kpos, int Tk,
+                                       const AttentionShape& s, bool first_block) = 0;
+  // The gradients of one block from dout and the FINAL out and lse (after every block;
+  // FlashAttention-2's backward: D = rowsum(dout * out), P = exp(S - lse)). dqkv (B,Tq,
+  // (NH+2*KVH)*HS): its query heads += this block's dQ (key/value columns untouched; zero dqkv
+  // before the first block). dkv (B,Tk,2*KVH*HS) = (or += with accumulate_dkv) this block's dK,
+  // dV (summed over the query heads of a key/value head), to be sent home. Summed over the
+  // blocks, dQ and each block's dK, dV are attention_backward's.
+  virtual void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                        const int32_t* qpos, const void* kv, const int32_t* kpos,
+                                        int Tk, const void* out, const float* lse,
+                                        const AttentionShape& s, bool accumulate_dkv) = 0;
 
   // ---- RMSNorm (Llama family) ----------------------------------------------------------------
   // rstd (N) = 1 / sqrt(mean(inp[n,:]^2) + eps) in fp32; out (N,C) = inp * rstd * weight.

@@ -13,6 +13,9 @@
 //            keeps n copies in scratch memory, so it serves small sizes (and 2 ranks) only.
 //  tree_broadcast, barrier (tree.cc): a binomial tree rooted at `root`, segments forwarded
 //            as they arrive; a dissemination barrier (log2(n) rounds of empty messages).
+//  direct_all_to_all, send_recv (point_to_point.cc): one round in which every rank sends each
+//            peer its block and receives each peer's block (the bytes any all-to-all must move,
+//            no scratch memory); one send and one receive posted together.
 //  gloo_*    Gloo's own all-reduce and all-gather through its options API (native.cc), kept
 //            for comparison (GlooAlgorithm::kGloo). Their waits cannot be aborted from another
 //            thread; they time out on Gloo's own clock.
@@ -63,6 +66,8 @@ constexpr int kFinalChannel = 1;      // ring reduce-scatter: contributions to t
 constexpr int kAllGatherChannel = 2;  // ring all-gather (and all-reduce's gather phase)
 constexpr int kDirectChannel = 3;
 constexpr int kBroadcastChannel = 4;
+constexpr int kAllToAllChannel = 5;
+constexpr int kSendRecvChannel = 6;
 constexpr int kBarrierChannel = 8;  // + round (at most 32 rounds)
 
 // Memory reused across the collectives of one communicator (its communication thread only).
@@ -93,6 +98,13 @@ void direct_all_gather(Link& link, const void* send, void* recv, size_t bytes);
 // data (bytes) of `root` copied to every rank.
 void tree_broadcast(Link& link, void* data, size_t bytes, int root, const Tuning& tuning);
 void barrier(Link& link);
+
+// send (size*bytes): block r goes to rank r; recv (size*bytes): block r comes from rank r. The
+// buffers do not overlap.
+void direct_all_to_all(Link& link, const void* send, void* recv, size_t bytes);
+// send (bytes) to rank dst while recv (bytes) comes from rank src; either may be kNoPeer
+// (communicator.h), and both are the rank itself or neither is (then a copy). No overlap.
+void send_recv(Link& link, const void* send, int dst, void* recv, int src, size_t bytes);
 
 // Gloo's collectives; `tag` keeps collectives apart (the low 32 bits of the sequence number).
 void gloo_all_reduce(const std::shared_ptr<gloo::Context>& context, void* data, size_t count,

@@ -84,20 +84,21 @@ int64_t Executor::sequence() const {
 }
 
 WorkPtr Executor::submit(const char* op, const std::string& detail, int64_t bytes,
-                         std::function<void(Link&)> run) {
+                         std::function<void(Link&)> run, const std::string& local) {
+  const std::string full = local.empty() ? detail : detail + "; " + local;
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty()) {
     ZD_THROW_KIND(ErrorKind::kPeerLost,
-                  "{} ({}) not started on {}: the communicator failed earlier: {}", op, detail,
+                  "{} ({}) not started on {}: the communicator failed earlier: {}", op, full,
                   names_.rank(rank_), broken_);
   }
   ZD_CHECK(!stopping_, "{} issued while the communicator is being destroyed", op);
   const int64_t seq = ++seq_;
-  log_.issued(seq, op, detail, bytes);
+  log_.issued(seq, op, full, bytes);
   auto work = std::make_shared<GlooWork>(seq, weak_from_this());
   const auto signature = static_cast<uint16_t>(std::hash<std::string>{}(op + ("|" + detail)));
   queue_.push_back(
-      Task{work, seq, signature, fmt::format("{} #{} ({})", op, seq, detail), std::move(run)});
+      Task{work, seq, signature, fmt::format("{} #{} ({})", op, seq, full), std::move(run)});
   cv_.notify_all();
   return work;
 }

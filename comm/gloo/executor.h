@@ -53,11 +53,13 @@ class Executor : public std::enable_shared_from_this<Executor> {
   ~Executor();
 
   // Numbers the collective and queues it. `op` and `detail` name it in errors ("all_reduce",
-  // "1001 x f32, sum") and, hashed, keep mismatched collectives of different ranks apart.
+  // "1001 x f32, sum") and, hashed, keep mismatched collectives of different ranks apart, so
+  // they must read the same on every rank; `local` (may be empty) adds what differs between
+  // ranks ("to rank 2, from rank 0") to the name, not to the hash.
   // Throws Error(kPeerLost) at once when an earlier collective failed.
   // `bytes`: the operation's size for the collective log (collective_log.h).
   WorkPtr submit(const char* op, const std::string& detail, int64_t bytes,
-                 std::function<void(Link&)> run);
+                 std::function<void(Link&)> run, const std::string& local = {});
   const CollectiveLog& log() const { return log_; }
 
   int64_t sequence() const;

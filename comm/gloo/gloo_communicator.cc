@@ -84,10 +84,9 @@ class GlooCommunicator final : public Communicator {
         algorithm_(options.algorithm) {
     tuning_.segment_bytes = options.segment_bytes;
     context_ = gloo_backend::connect_full_mesh(options);
-    RankNames names{options.group_name, options.global_ranks};
-    const std::string who = names.rank_of(rank_, size_);
-    executor_ =
-        gloo_backend::Executor::start(context_, timeout_, options.monitor, std::move(names));
+    names_ = RankNames{options.group_name, options.global_ranks};
+    const std::string who = names_.rank_of(rank_, size_);
+    executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor, names_);
     log::init();
     spdlog::debug("gloo communicator: {} connected on {} (timeout {} ms)", who,
                   options.bind_address, timeout_.count());
@@ -110,15 +109,21 @@ class GlooCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) override;
   WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) override;
   WorkPtr barrier_async() override;
+  WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, CommType type) override;
+  WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
+                          CommType type) override;
 
  private:
   GlooAlgorithm choose(size_t bytes, size_t direct_max) const;
+  // "rank 5" (its global rank in a sub-group), or "nobody" for kNoPeer.
+  std::string peer_name(int peer) const;
 
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
   const GlooAlgorithm algorithm_;
   gloo_backend::Tuning tuning_;
+  RankNames names_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   gloo_backend::Scratch scratch_;
   std::shared_ptr<gloo_backend::Executor> executor_;
@@ -219,6 +224,33 @@ WorkPtr GlooCommunicator::broadcast_async(void* data, int64_t count, CommType ty
 WorkPtr GlooCommunicator::barrier_async() {
   return executor_->submit("barrier", fmt::format("{} ranks", size_), 0,
                            [](Link& link) { gloo_backend::barrier(link); });
+}
+
+WorkPtr GlooCommunicator::all_to_all_async(const void* send, void* recv, int64_t count,
+                                           CommType type) {
+  const size_t bytes = checked_collective_bytes("all_to_all", send, recv, count, type, size_);
+  check_disjoint("all_to_all", send, bytes * size_, recv, bytes * size_);
+  return executor_->submit("all_to_all",
+                           fmt::format("{} x {} per rank", count, comm_type_name(type)),
+                           static_cast<int64_t>(bytes) * size_, [send, recv, bytes](Link& link) {
+                             gloo_backend::direct_all_to_all(link, send, recv, bytes);
+                           });
+}
+
+std::string GlooCommunicator::peer_name(int peer) const {
+  return peer == kNoPeer ? std::string("nobody") : fmt::format("rank {}", names_.global(peer));
+}
+
+WorkPtr GlooCommunicator::send_recv_async(const void* send, int dst, void* recv, int src,
+                                          int64_t count, CommType type) {
+  const size_t bytes = checked_send_recv_bytes(send, dst, recv, src, count, type, rank_, size_);
+  // The detail (hashed into the message slots) is the same on every rank; the peers are not.
+  return executor_->submit(
+      "send_recv", fmt::format("{} x {}", count, comm_type_name(type)), static_cast<int64_t>(bytes),
+      [send, dst, recv, src, bytes](Link& link) {
+        gloo_backend::send_recv(link, send, dst, recv, src, bytes);
+      },
+      fmt::format("to {}, from {}", peer_name(dst), peer_name(src)));
 }
 
 }  // namespace

@@ -34,8 +34,9 @@
 namespace zerod {
 
 // Which algorithms the Gloo backend uses for all-reduce, reduce-scatter and all-gather
-// (broadcast is always a binomial tree, barrier a dissemination barrier). Measurements and the
-// thresholds of kAuto are in comm/gloo/gloo_communicator.cc.
+// (broadcast is always a binomial tree, barrier a dissemination barrier, all-to-all and
+// send_recv one round of direct sends). Measurements and the thresholds of kAuto are in
+// comm/gloo/gloo_communicator.cc.
 enum class GlooAlgorithm : uint8_t {
   kAuto,    // direct sends for small sizes (up to 4 MB with 2 ranks), the ring above (default)
   kRing,    // always our pipelined ring

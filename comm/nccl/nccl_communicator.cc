@@ -66,6 +66,7 @@ class NcclCommunicator final : public Communicator {
         barrier_(o.device, 16) {
     ncclComm_t comm = nccl_backend::create_nccl_comm(o, Clock::now());
     const RankNames names{o.group_name, o.global_ranks};
+    names_ = names;
     watchdog_ =
         Watchdog::start(comm, Watchdog::Config{rank_, size_, device_, timeout_, o.monitor, names});
     log::init();
@@ -90,9 +91,14 @@ class NcclCommunicator final : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) override;
   WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) override;
   WorkPtr barrier_async() override;
+  WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, CommType type) override;
+  WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
+                          CommType type) override;
 
  private:
   static const NcclOptions& checked(const NcclOptions& o);
+  // "rank 5" (its global rank in a sub-group), or "nobody" for kNoPeer.
+  std::string peer_name(int peer) const;
   // `bytes` at `p` must be device memory of this rank's GPU (or managed memory).
   void check_device_buffer(const char* op, const char* name, const void* p) const;
   // Numbers the collective, orders it after the compute stream, launches it on the
@@ -108,6 +114,7 @@ class NcclCommunicator final : public Communicator {
   CudaStream stream_;      // the communication stream
   CudaEvent ready_;        // recorded on the compute stream at each issue
   DeviceScratch barrier_;  // the barrier's one-element all-reduce
+  RankNames names_;
   std::mutex issue_mu_;
   std::shared_ptr<Watchdog> watchdog_;
 };
@@ -248,6 +255,83 @@ WorkPtr NcclCommunicator::barrier_async() {
   return issue("barrier", fmt::format("{} ranks", size_), 0,
                [flag](ncclComm_t comm, cudaStream_t stream) {
                  return ncclAllReduce(flag, flag, 1, ncclInt32, ncclSum, comm, stream);
+               });
+}
+
+// NCCL's point-to-point calls of one operation, fused by ncclGroupStart / ncclGroupEnd into one
+// launch on the stream (every send and receive of the group progresses at once, so a ring cannot
+// deadlock). `calls` issues them and returns the first failure; the group is closed whatever
+// happens, and the result is the first failure or ncclGroupEnd's (ncclInProgress on the
+// non-blocking communicator: the watchdog polls it).
+template <class Calls>
+ncclResult_t grouped(Calls&& calls) {
+  const ncclResult_t started = ncclGroupStart();
+  if (started != ncclSuccess) return started;
+  const ncclResult_t issued = calls();
+  const ncclResult_t ended = ncclGroupEnd();
+  return issued != ncclSuccess && issued != ncclInProgress ? issued : ended;
+}
+
+// The first failure of two NCCL results (ncclInProgress is not one: a queued call).
+ncclResult_t first_failure(ncclResult_t a, ncclResult_t b) {
+  return a != ncclSuccess && a != ncclInProgress ? a : b;
+}
+
+WorkPtr NcclCommunicator::all_to_all_async(const void* send, void* recv, int64_t count,
+                                           CommType type) {
+  const size_t bytes = checked_collective_bytes("all_to_all", send, recv, count, type, size_);
+  const ncclDataType_t dt = nccl_backend::nccl_type(type);
+  if (count > 0) {
+    check_device_buffer("all_to_all", "send", send);
+    check_device_buffer("all_to_all", "recv", recv);
+    check_disjoint("all_to_all", send, bytes * size_, recv, bytes * size_);
+  }
+  const auto n = static_cast<size_t>(count);
+  const int ranks = size_;
+  const int me = rank_;
+  return issue("all_to_all", fmt::format("{} x {} per rank", count, comm_type_name(type)),
+               static_cast<int64_t>(bytes) * size_, [=](ncclComm_t comm, cudaStream_t stream) {
+                 if (n == 0) return ncclSuccess;
+                 return grouped([&] {
+                   ncclResult_t r = ncclSuccess;
+                   // Peers from rank + 1 on (rank itself included: NCCL copies to itself), so
+                   // that the ranks do not all start with rank 0.
+                   for (int k = 0; k < ranks; ++k) {
+                     const int p = (me + k) % ranks;
+                     const int q = (me - k + ranks) % ranks;
+                     r = first_failure(r, ncclSend(static_cast<const uint8_t*>(send) + p * bytes, n,
+                                                   dt, p, comm, stream));
+                     r = first_failure(r, ncclRecv(static_cast<uint8_t*>(recv) + q * bytes, n, dt,
+                                                   q, comm, stream));
+                   }
+                   return r;
+                 });
+               });
+}
+
+std::string NcclCommunicator::peer_name(int peer) const {
+  return peer == kNoPeer ? std::string("nobody") : fmt::format("rank {}", names_.global(peer));
+}
+
+WorkPtr NcclCommunicator::send_recv_async(const void* send, int dst, void* recv, int src,
+                                          int64_t count, CommType type) {
+  const size_t bytes = checked_send_recv_bytes(send, dst, recv, src, count, type, rank_, size_);
+  const ncclDataType_t dt = nccl_backend::nccl_type(type);
+  if (count > 0 && dst != kNoPeer) check_device_buffer("send_recv", "send", send);
+  if (count > 0 && src != kNoPeer) check_device_buffer("send_recv", "recv", recv);
+  const auto n = static_cast<size_t>(count);
+  return issue("send_recv",
+               fmt::format("{} x {}; to {}, from {}", count, comm_type_name(type), peer_name(dst),
+                           peer_name(src)),
+               static_cast<int64_t>(bytes), [=](ncclComm_t comm, cudaStream_t stream) {
+                 if (n == 0 || (dst == kNoPeer && src == kNoPeer)) return ncclSuccess;
+                 return grouped([&] {
+                   ncclResult_t r = ncclSuccess;
+                   if (dst != kNoPeer) r = ncclSend(send, n, dt, dst, comm, stream);
+                   if (src != kNoPeer)
+                     r = first_failure(r, ncclRecv(recv, n, dt, src, comm, stream));
+                   return r;
+                 });
                });
 }
 

@@ -34,6 +34,10 @@
 // synchronize the ranks of one node in finalize or abort: ranks that are threads of one process
 // should destroy their communicators concurrently, each on its own thread.
 //
+// all_to_all and send_recv are NCCL's point-to-point calls (ncclSend / ncclRecv, a rank's own
+// block included) fused by ncclGroupStart / ncclGroupEnd into one operation on the communication
+// stream, numbered, timed and logged like the collectives.
+//
 // Thread safety: issue collectives of one communicator from one thread at a time (all ranks must
 // issue them in the same order anyway); works may be waited on from any thread.
 #pragma once

@@ -74,4 +74,18 @@ WorkPtr SelfCommunicator::barrier_async() {
   return complete(nullptr, nullptr, 0);
 }
 
+WorkPtr SelfCommunicator::all_to_all_async(const void* send, void* recv, int64_t count,
+                                           CommType type) {
+  const size_t bytes = checked_bytes(send, recv, count, type, "all_to_all");
+  check_disjoint("all_to_all", send, bytes, recv, bytes);
+  return complete(send, recv, bytes);
+}
+
+WorkPtr SelfCommunicator::send_recv_async(const void* send, int dst, void* recv, int src,
+                                          int64_t count, CommType type) {
+  const size_t bytes = checked_send_recv_bytes(send, dst, recv, src, count, type, 0, 1);
+  if (dst == kNoPeer) return complete(nullptr, nullptr, 0);
+  return complete(send, recv, bytes);
+}
+
 }  // namespace zerod

@@ -33,6 +33,11 @@ class SelfCommunicator : public Communicator {
   WorkPtr all_gather_async(const void* send, void* recv, int64_t count, CommType type) override;
   WorkPtr broadcast_async(void* data, int64_t count, CommType type, int root) override;
   WorkPtr barrier_async() override;
+  // recv (count) = send (count): the one block goes to this rank.
+  WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, CommType type) override;
+  // dst and src are both 0 (recv = send) or both kNoPeer (nothing moves).
+  WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
+                          CommType type) override;
 
  private:
   // Numbers the collective, reports it, copies `bytes` from src to dst when they differ, and

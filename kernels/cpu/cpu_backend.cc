@@ -2,8 +2,10 @@
 
 #include <cstring>
 
+#include "core/error.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
@@ -39,6 +41,18 @@ void CpuBackend::memset_zero(void* p, size_t bytes) {
 
 void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+                         int64_t cols) {
+  ZD_CHECK(rows >= 0 && cols >= 0 && dst_ld >= cols && src_ld >= cols,
+           "copy_2d: {} rows of {} columns between row strides {} and {}", rows, cols, dst_ld,
+           src_ld);
+  if (rows == 0 || cols == 0) return;
+  float* d = F(dst);
+  const float* s = F(src);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(d + r * dst_ld, s + r * src_ld, cols * sizeof(float));
 }
 
 void CpuBackend::round_to_compute(void* x, int64_t n) {
@@ -110,6 +124,20 @@ void CpuBackend::attention_backward(void* dqkv, const void* dout, const void* qk
 void CpuBackend::attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache,
                                     int pos0, int maxT, const AttentionShape& s) {
   cpu::attention_kv_cache(F(out), F(qkv), F(kcache), F(vcache), pos0, maxT, s);
+}
+
+void CpuBackend::attention_block_forward(void* out, float* lse, const void* qkv,
+                                         const int32_t* qpos, const void* kv, const int32_t* kpos,
+                                         int Tk, const AttentionShape& s, bool first_block) {
+  cpu::attention_block_forward(F(out), lse, F(qkv), qpos, F(kv), kpos, Tk, s, first_block);
+}
+
+void CpuBackend::attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                          const int32_t* qpos, const void* kv, const int32_t* kpos,
+                                          int Tk, const void* out, const float* lse,
+                                          const AttentionShape& s, bool accumulate_dkv) {
+  cpu::attention_block_backward(F(dqkv), F(dkv), F(dout), F(qkv), qpos, F(kv), kpos, Tk, F(out),
+                                lse, s, accumulate_dkv);
 }
 
 void CpuBackend::rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight,

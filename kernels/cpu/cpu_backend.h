@@ -18,6 +18,8 @@ class CpuBackend final : public Backend {
   Buffer allocate(size_t bytes, MemCategory category, MemoryTracker* tracker) override;
   void memset_zero(void* p, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  void copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+               int64_t cols) override;
 
   void round_to_compute(void* x, int64_t n) override;
   void cast_to_compute(void* out, const float* in, int64_t n) override;
@@ -47,6 +49,13 @@ class CpuBackend final : public Backend {
                           const float* lse, const AttentionShape& s) override;
   void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
                           int maxT, const AttentionShape& s) override;
+  void attention_block_forward(void* out, float* lse, const void* qkv, const int32_t* qpos,
+                               const void* kv, const int32_t* kpos, int Tk, const AttentionShape& s,
+                               bool first_block) override;
+  void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                const int32_t* qpos, const void* kv, const int32_t* kpos, int Tk,
+                                const void* out, const float* lse, const AttentionShape& s,
+                                bool accumulate_dkv) override;
 
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
                        int C, float eps) override;

@@ -11,6 +11,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_block.h"
 #include "kernels/cuda/bias.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/crossentropy.h"
@@ -182,6 +183,21 @@ class CudaBackend final : public Backend {
     if (!on_device(dst, device_) || !on_device(src, device_)) synchronize();
   }
 
+  void copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+               int64_t cols) override {
+    ZD_CHECK(rows >= 0 && cols >= 0 && dst_ld >= cols && src_ld >= cols,
+             "copy_2d: {} rows of {} columns between row strides {} and {}", rows, cols, dst_ld,
+             src_ld);
+    if (rows == 0 || cols == 0) return;
+    activate();
+    const size_t e = compute_elem_size();
+    check(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_ld) * e, src,
+                            static_cast<size_t>(src_ld) * e, static_cast<size_t>(cols) * e,
+                            static_cast<size_t>(rows), cudaMemcpyDefault, stream_),
+          "copy_2d: cudaMemcpy2DAsync");
+    if (!on_device(dst, device_) || !on_device(src, device_)) synchronize();
+  }
+
   void synchronize() override {
     activate();
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -296,6 +312,29 @@ class CudaBackend final : public Backend {
              end - 1, maxT);
     activate();
     cuda::attention_kv_cache(st_, out, qkv, kcache, vcache, pos0, maxT, dims(s), stream_);
+  }
+
+  void attention_block_forward(void* out, float* lse, const void* qkv, const int32_t* qpos,
+                               const void* kv, const int32_t* kpos, int Tk, const AttentionShape& s,
+                               bool first_block) override {
+    check_attention(s);
+    ZD_CHECK(Tk >= 0, "attention_block_forward: negative key count Tk={}", Tk);
+    activate();
+    cuda::attention_block_forward(st_, out, lse, qkv, qpos, kv, kpos, Tk, dims(s), first_block,
+                                  stream_);
+  }
+
+  void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                const int32_t* qpos, const void* kv, const int32_t* kpos, int Tk,
+                                const void* out, const float* lse, const AttentionShape& s,
+                                bool accumulate_dkv) override {
+    check_attention(s);
+    ZD_CHECK(Tk >= 0, "attention_block_backward: negative key count Tk={}", Tk);
+    activate();
+    const AttentionDims d = dims(s);
+    float* D = static_cast<float*>(scratch(attention_block_backward_scratch_bytes(d)));
+    cuda::attention_block_backward(st_, dqkv, dkv, dout, qkv, qpos, kv, kpos, Tk, out, lse, d,
+                                   accumulate_dkv, D, stream_);
   }
 
   // ---- RMSNorm ----------------------------------------------------------------------------------

@@ -48,6 +48,29 @@ TEST(SelfCommunicator, CollectivesCompleteAtOnceAndCopy) {
   EXPECT_EQ(c.sequence(), 7) << "rejected calls take no sequence number";
 }
 
+TEST(SelfCommunicator, AllToAllAndSendRecvToItselfCopy) {
+  auto monitor = std::make_shared<LocalPeerMonitor>(1);
+  SelfCommunicator c(std::chrono::seconds(3), monitor);
+  std::vector<int32_t> send = {4, 5, 6}, recv(3, 0);
+  auto w = c.all_to_all_async(send.data(), recv.data(), 3, CommType::kI32);
+  EXPECT_TRUE(w->done());
+  EXPECT_EQ(w->sequence(), 1);
+  EXPECT_EQ(recv, send);
+  std::vector<float> a = {1.0f, 2.0f}, b(2, 0.0f);
+  c.send_recv(a.data(), 0, b.data(), 0, 2, CommType::kF32);
+  EXPECT_EQ(b, a);
+  c.send_recv(nullptr, kNoPeer, nullptr, kNoPeer, 2, CommType::kF32);  // nothing moves
+  c.all_to_all(nullptr, nullptr, 0, CommType::kF32);
+  EXPECT_EQ(c.sequence(), 4);
+  EXPECT_EQ(monitor->snapshot()[0].completed, 4);
+
+  EXPECT_THROW(c.all_to_all(send.data(), send.data(), 3, CommType::kI32), Error);  // aliasing
+  EXPECT_THROW(c.send_recv(a.data(), 1, b.data(), 0, 2, CommType::kF32), Error);
+  EXPECT_THROW(c.send_recv(a.data(), 0, b.data(), kNoPeer, 2, CommType::kF32), Error);
+  EXPECT_THROW(c.send_recv(a.data(), 0, a.data() + 1, 0, 1, CommType::kF64), Error);
+  EXPECT_EQ(c.sequence(), 4) << "rejected calls take no sequence number";
+}
+
 TEST(SelfCommunicator, MovesBytesThroughTheGivenCopy) {
   std::vector<size_t> copied;
   SelfCommunicator c(std::chrono::seconds(3), nullptr,

@@ -6,6 +6,7 @@
 #include "kernel_test_util.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"
@@ -100,6 +101,36 @@ TEST(ThreadIndependence, Attention) {
   expect_attention_thread_independent({2, 100, 3, 3, 16, 0}, 30);   // GPT-2's MHA
   expect_attention_thread_independent({2, 100, 4, 2, 16, 24}, 32);  // GQA + sliding window
   expect_attention_thread_independent({3, 70, 4, 1, 8, 0}, 34);     // multi-query, odd B
+}
+
+// Ring attention's block ops: rank 0 of the load-balanced split of 140 positions over 2 ranks
+// (70 query rows: more than one query block) meets its own block and rank 1's.
+TEST(ThreadIndependence, AttentionBlock) {
+  for (const AttentionShape whole :
+       {AttentionShape{2, 140, 3, 3, 16, 0}, AttentionShape{2, 140, 4, 2, 16, 24}}) {
+    std::vector<int32_t> mine, theirs;
+    for (int t = 0; t < 140; ++t) ((t < 35 || t >= 105) ? mine : theirs).push_back(t);
+    AttentionShape s = whole;
+    s.T = 70;
+    const int64_t kvw = int64_t{2} * s.KVH * s.HS;
+    const VecF qkv = test::randn(int64_t{s.B} * 70 * s.qkv_row(), 36),
+               kv0 = test::randn(int64_t{s.B} * 70 * kvw, 37),
+               kv1 = test::randn(int64_t{s.B} * 70 * kvw, 38),
+               dout = test::randn(int64_t{s.B} * 70 * s.out_row(), 39);
+    expect_same(test::with_1_and_2_threads([&] {
+      VecF out(int64_t{s.B} * 70 * s.out_row()), lse(int64_t{s.B} * s.NH * 70);
+      attention_block_forward(out.data(), lse.data(), qkv.data(), mine.data(), kv0.data(),
+                              mine.data(), 70, s, true);
+      attention_block_forward(out.data(), lse.data(), qkv.data(), mine.data(), kv1.data(),
+                              theirs.data(), 70, s, false);
+      VecF dqkv(qkv.size(), 0.0f), dkv0(kv0.size()), dkv1 = test::randn(kv1.size(), 40);
+      attention_block_backward(dqkv.data(), dkv0.data(), dout.data(), qkv.data(), mine.data(),
+                               kv0.data(), mine.data(), 70, out.data(), lse.data(), s, false);
+      attention_block_backward(dqkv.data(), dkv1.data(), dout.data(), qkv.data(), mine.data(),
+                               kv1.data(), theirs.data(), 70, out.data(), lse.data(), s, true);
+      return Outputs{out, lse, dqkv, dkv0, dkv1};
+    }));
+  }
 }
 
 TEST(ThreadIndependence, RmsNormRopeSwiGlu) {

@@ -49,6 +49,10 @@ class StrictDeviceBackend final : public Backend {
     ++copies_;
     std::memmove(dst, src, bytes);
   }
+  void copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src_ld, int64_t rows,
+               int64_t cols) override {
+    run([&] { cpu_->copy_2d(dst, dst_ld, src, src_ld, rows, cols); });
+  }
 
   void round_to_compute(void* x, int64_t n) override {
     run([&] { cpu_->round_to_compute(x, n); });
@@ -104,6 +108,20 @@ class StrictDeviceBackend final : public Backend {
   void attention_kv_cache(void* out, const void* qkv, void* kcache, void* vcache, int pos0,
                           int maxT, const AttentionShape& s) override {
     run([&] { cpu_->attention_kv_cache(out, qkv, kcache, vcache, pos0, maxT, s); });
+  }
+  void attention_block_forward(void* out, float* lse, const void* qkv, const int32_t* qpos,
+                               const void* kv, const int32_t* kpos, int Tk, const AttentionShape& s,
+                               bool first_block) override {
+    run([&] { cpu_->attention_block_forward(out, lse, qkv, qpos, kv, kpos, Tk, s, first_block); });
+  }
+  void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv,
+                                const int32_t* qpos, const void* kv, const int32_t* kpos, int Tk,
+                                const void* out, const float* lse, const AttentionShape& s,
+                                bool accumulate_dkv) override {
+    run([&] {
+      cpu_->attention_block_backward(dqkv, dkv, dout, qkv, qpos, kv, kpos, Tk, out, lse, s,
+                                     accumulate_dkv);
+    });
   }
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
                        int C, float eps) override {
