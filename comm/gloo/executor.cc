@@ -61,6 +61,8 @@ std::shared_ptr<Executor> Executor::start(std::shared_ptr<gloo::Context> context
       new Executor(std::move(context), timeout, std::move(monitor), std::move(names)));
   e->thread_ = std::thread([raw = e.get()] { raw->thread_main(); });
   if (e->size_ > 1) e->watcher_ = std::thread([raw = e.get()] { raw->watch_main(); });
+  if (e->size_ > 1 && e->monitor_)
+    e->sentinel_ = std::thread([raw = e.get()] { raw->sentinel_main(); });
   return e;
 }
 
@@ -117,6 +119,7 @@ void Executor::shutdown() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();  // it fails the queued tasks
   if (watcher_.joinable()) watcher_.join();
+  if (sentinel_.joinable()) sentinel_.join();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !running_; });  // a task running inline in a waiting caller
 }
@@ -157,6 +160,43 @@ void Executor::watch_main() {
       aborted = current_;
     }
     cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
+  }
+}
+
+void Executor::sentinel_main() {
+  // A collective younger than kSentinelAfter is left alone (most finish by then); after that the
+  // monitor is asked every kSentinelPeriod (memory reads for the local and world monitors).
+  constexpr auto kSentinelAfter = std::chrono::milliseconds(200);
+  constexpr auto kSentinelPeriod = std::chrono::milliseconds(200);
+  pthread_setname_np(pthread_self(),
+                     fmt::format("zd-sent-{}", names_.global(rank_)).substr(0, 15).c_str());
+  std::unique_lock<std::mutex> lock(mu_);
+  const Link* aborted = nullptr;
+  while (!stopping_) {
+    cv_.wait_for(lock, kSentinelPeriod, [&] { return stopping_; });
+    if (stopping_) break;
+    if (current_ == nullptr || current_ == aborted ||
+        Clock::now() - current_since_ < kSentinelAfter)
+      continue;
+    const Link* link = current_;
+    lock.unlock();  // (never call the monitor under our lock)
+    std::string dead;
+    try {
+      const std::vector<RankProgress> ranks = monitor_->snapshot();
+      for (int r = 0; r < static_cast<int>(ranks.size()) && r < size_; ++r) {
+        if (r == rank_ || ranks[static_cast<size_t>(r)].alive) continue;
+        const std::string& why = ranks[static_cast<size_t>(r)].reason;
+        dead += fmt::format("{}{} is dead{}", dead.empty() ? "" : "; ", names_.rank(r),
+                            why.empty() ? "" : " (" + why + ")");
+      }
+    } catch (const std::exception&) {
+      // The monitor could not answer now: the timeout and the connection watcher still hold.
+    }
+    lock.lock();
+    if (!dead.empty() && current_ == link && !stopping_) {
+      current_->abort(dead);
+      aborted = link;
+    }
   }
 }
 

@@ -87,6 +87,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // aborted with the pair's error. (Not at once: a peer that finished the last collective and
   // closed its connections must not fail ours, which is completing.)
   void watch_main();
+  // The dead-peer sentinel (size > 1, with a monitor): while a collective has run for a while it
+  // asks the monitor every kSentinelPeriod whether a peer of this communicator is dead (a rank
+  // thread that failed, or a node the rendezvous declared dead when its heartbeats stopped, e.g.
+  // a SIGSTOPped or hung process whose connections stay open) and aborts the collective naming
+  // it, so peers exit within the heartbeat timeout instead of the collective timeout.
+  void sentinel_main();
   // Runs `work`'s task in the calling thread if it is next and nothing runs.
   void run_if_next(const GlooWork* work);
   // Runs a task taken off the queue (running_ is set); clears running_ when done.
@@ -113,6 +119,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   CollectiveLog log_;
   std::thread thread_;
   std::thread watcher_;
+  std::thread sentinel_;
 };
 
 }  // namespace zerod::gloo_backend

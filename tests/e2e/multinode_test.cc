@@ -176,6 +176,34 @@ TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
   }
 }
 
+// A hung node (SIGSTOP: its connections stay open, nothing breaks) is declared dead by the
+// rendezvous when its heartbeats stop; the survivor then aborts its collective and exits 3
+// within seconds, not after the 120 s collective timeout.
+TEST_F(MultiNode, HungNodeEndsTheSurvivorWithinTheHeartbeatTimeout) {
+  write_job("hang.json", 1000000, R"(, "collective_timeout": 120, "rendezvous_timeout": 60)");
+  for (int victim : {1, 0}) {  // a worker node, then the master node
+    const int port = free_port();
+    auto n0 = start(node_args("hang.json", 2, 0, port), "h0.log");
+    auto n1 = start(node_args("hang.json", 2, 1, port), "h1.log");
+    Process& hung = victim == 1 ? *n1 : *n0;
+    Process& survivor = victim == 1 ? *n0 : *n1;
+    ASSERT_TRUE(n0->wait_output("3/1000000 | loss", 60s)) << n0->output() << n1->output();
+    ::kill(hung.pid(), SIGSTOP);
+    const auto t0 = std::chrono::steady_clock::now();
+    const int code = survivor.wait_for(30s);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::kill(hung.pid(), SIGCONT);
+    hung.kill9();
+    ASSERT_NE(code, Process::kTimedOut) << "survivor still running 30 s after the hang\n"
+                                        << survivor.output();
+    EXPECT_EQ(code, 3) << survivor.output();
+    EXPECT_LT(seconds, 20.0) << survivor.output();
+    EXPECT_NE(survivor.output().find("rank " + std::to_string(victim)), std::string::npos)
+        << survivor.output();
+  }
+}
+
 TEST_F(MultiNode, NodeThatNeverJoinsFailsTheRendezvousNamingIt) {
   write_job("alone.json", 5, R"(, "rendezvous_timeout": 2)");
   const int port = free_port();

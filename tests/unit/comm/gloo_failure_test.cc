@@ -96,6 +96,37 @@ TEST(GlooFailure, RankThatNeverJoinsACollectiveIsNamed) {
   EXPECT_LT(ms_since(t0), 1000.0) << "destroying broken communicators must not wait";
 }
 
+// A hung peer (SIGSTOP, a livelock) keeps its connections open, so nothing breaks until the
+// collective timeout; once the monitor learns it is dead (the rendezvous stops seeing its
+// heartbeats, or its thread failed), the others abort within moments, naming it.
+TEST(GlooFailure, APeerTheMonitorDeclaresDeadFailsTheOthersLongBeforeTheTimeout) {
+  constexpr int n = 3;
+  const Ms timeout(20000);
+  World w = make_world(n, timeout);
+  std::promise<void> others_done;
+  auto done = others_done.get_future().share();
+  std::atomic<int> finished{0};
+  run_ranks(n, [&](int r) {
+    Communicator& c = *w.comms[r];
+    float x[64] = {};
+    c.all_reduce(x, 64, CommType::kF32, ReduceOp::kSum);  // #1: everyone
+    if (r == 2) {  // hangs with its connections open; the monitor declares it dead
+      std::this_thread::sleep_for(Ms(300));
+      w.monitor->mark_dead(2, "heartbeats stopped 2 s ago");
+      done.wait();
+      return;
+    }
+    const auto t0 = Clock::now();
+    const auto msg =
+        peer_lost_message([&] { c.all_reduce(x, 64, CommType::kF32, ReduceOp::kSum); });
+    EXPECT_LT(ms_since(t0), 2000.0) << msg;  // not the 20 s timeout
+    EXPECT_TRUE(contains(msg, "rank 2 is dead (heartbeats stopped 2 s ago)")) << msg;
+    EXPECT_TRUE(contains(msg, "all_reduce #2")) << msg;
+    if (++finished == 2) others_done.set_value();
+  });
+  w.comms.clear();
+}
+
 TEST(GlooFailure, TimeoutErrorNamesGlooReasonAndMissingRank) {
   // Two ranks; rank 1 never joins collective #1. The error carries Gloo's reason too.
   const Ms timeout(500);
