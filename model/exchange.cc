@@ -1,5 +1,7 @@
 #include "model/exchange.h"
 
+#include "core/error.h"
+
 namespace zerod {
 
 const char* exchange_point_name(ExchangePoint p) {
@@ -23,6 +25,15 @@ const char* exchange_point_name(ExchangePoint p) {
 bool exchange_sums_forward(ExchangePoint p) {
   return p == ExchangePoint::kEmbedding || p == ExchangePoint::kAttentionOut ||
          p == ExchangePoint::kMlpOut;
+}
+
+void Exchange::attention_forward(void*, float*, const void*, const AttentionShape&) {
+  ZD_THROW("context-parallel attention on an exchange without a context group");
+}
+
+void Exchange::attention_backward(void*, const void*, const void*, const void*, const float*,
+                                  const AttentionShape&) {
+  ZD_THROW("context-parallel attention on an exchange without a context group");
 }
 
 }  // namespace zerod

@@ -21,11 +21,19 @@
 //
 // The forward of an "in" point may be called again in backward to rebuild the full input of a
 // column-parallel matmul for its weight gradient (sequence parallelism keeps only the part).
+//
+// Context parallelism (model/shard.h ContextShard, C > 1): a model holds seq/C positions of every
+// sequence and calls its exchange instead of the backend for the causal attention of its rows over
+// the whole sequences (parallel/cp_exchange.h: Ulysses' all-to-all of heads, or ring attention),
+// and for the sum of its loss over the context group. Its other exchange points are the tensor
+// group's, as above, on its N = B x seq/C rows.
 #pragma once
 
 #include <cstdint>
 
 namespace zerod {
+
+struct AttentionShape;
 
 enum class ExchangePoint : uint8_t {
   kEmbedding,     // out of the vocabulary-parallel embedding: forward sums the partial rows
@@ -53,6 +61,22 @@ class Exchange {
   // the maximum, or the sum, over the tensor group.
   virtual void loss_max(float* x, int64_t n) = 0;
   virtual void loss_sum(float* x, int64_t n) = 0;
+
+  // ---- context parallelism (only called when context_size() > 1) ----
+  // The context group's size C (1: the exchange does not split sequences); the model's
+  // ContextShard must agree.
+  virtual int context_size() const { return 1; }
+  // The causal attention of this rank's rows (s.T = seq/C rows per sequence, at the global
+  // positions context_positions gives its context rank) over all positions of their sequences:
+  // out (B,T,NH*HS) = as attention_forward's rows; stats (B*NH*T fp32 words) = what backward
+  // needs (the exchange's own layout). qkv, out as the backend's attention_forward.
+  virtual void attention_forward(void* out, float* stats, const void* qkv, const AttentionShape& s);
+  // dqkv (B,T,(NH+2*KVH)*HS) = the gradient of this rank's rows of qkv, from dout and the
+  // forward's qkv, out and stats (every rank of the group calls it for the same layer).
+  virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                  const float* stats, const AttentionShape& s);
+  // The sum of x over the context group (the loss of a micro-batch's positions; host memory).
+  virtual double context_sum(double x) { return x; }
 };
 
 // One rank: every point is the identity.

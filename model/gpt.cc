@@ -7,14 +7,14 @@
 namespace zerod {
 
 Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-         MemoryTracker* tracker, TensorShard shard)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard) {
+         MemoryTracker* tracker, TensorShard shard, ContextShard context)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(s.n_embd % s.n_head == 0, "n_embd {} % n_head {}", s.n_embd, s.n_head);
   const LocalDims& d = layout_.local();
-  // BT: all rows (matmuls, attention); R: the rows of the norm and residual regions (BT / T
-  // under sequence parallelism).
-  const size_t BT = static_cast<size_t>(B) * T, R = static_cast<size_t>(rows()), C = s.n_embd,
+  // BT: all rows (matmuls, attention; context-parallel: this rank's B x T/C); R: the rows of
+  // the norm and residual regions (BT / T under sequence parallelism).
+  const size_t BT = static_cast<size_t>(B) * T_, R = static_cast<size_t>(rows()), C = s.n_embd,
                NH = d.n_head, A = d.q_dim, F = d.ffn;
   // One allocation per buffer keeps each 64-byte aligned and visible in the memory report.
   auto make_block = [&]() {
@@ -51,12 +51,13 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
 }
 
 int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
-                              bool activation_checkpointing, size_t esz) {
+                              bool activation_checkpointing, size_t esz, int context) {
   // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv (3A), atty (A), fch (F),
   // fch_gelu (F) (BT rows) and the statistics ln1/ln2 mean and rstd (R) and lse (NH/T, BT); then
   // the residual stream (L + 1), lnf, dres (R rows), proj_tmp, d_a (F), d_b (3A), d_c (BT rows),
   // lnf mean/rstd (R) and under sequence parallelism part (R rows); then the base buffers
-  // (logits, losses, tokens, targets).
+  // (logits, losses, tokens, targets). Context-parallel: T/C rows per sequence.
+  T /= context;
   const LocalDims d = local_dims(s, shard);
   const int64_t BT = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
                 L = s.n_layer, A = d.q_dim, F = d.ffn;
@@ -75,10 +76,22 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   // Every position's embedding (under sequence parallelism into proj_tmp_, then this rank's rows).
   void* full = sp_or(proj_tmp_, res_[0]);
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_forward(
-        full, inputs, w,
-        elem_at(w, layout_.wpe_offset() + int64_t{position_offset()} * s.n_embd, esz_), B_, T_,
-        s.n_embd);
+    if (!context_parallel()) {
+      be_.encoder_forward(
+          full, inputs, w,
+          elem_at(w, layout_.wpe_offset() + int64_t{position_offset()} * s.n_embd, esz_), B_, T_,
+          s.n_embd);
+      return;
+    }
+    // This rank's rows are runs of consecutive global positions: one lookup per sequence and run.
+    for (int b = 0; b < B_; ++b) {
+      for (const PositionRun& r : position_runs()) {
+        const int64_t row = int64_t{b} * T_ + r.row;
+        be_.encoder_forward(elem_at(full, row * s.n_embd, esz_), inputs + row, w,
+                            elem_at(w, layout_.wpe_offset() + int64_t{r.pos} * s.n_embd, esz_), 1,
+                            r.len, s.n_embd);
+      }
+    }
   });
   params.release(layout_.embedding_unit());
   round(full, int64_t{B_} * T_ * s.n_embd);
@@ -184,8 +197,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   });
   round(d_c_, N * A);
   timed(timer(), times_.attention_bwd, [&] {
-    be_.attention_backward(d_b_, d_c_, a.qkv, a.atty, a.lse,
-                           AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
+    attend_backward(d_b_, d_c_, a.qkv, a.atty, a.lse,
+                    AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
   });
   round(d_b_, N * 3 * A);
   void* ln1 = sp_or(proj_tmp_, a.ln1);
@@ -294,8 +307,19 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   void* demb = sp_or(proj_tmp_, dres_);
   exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
-                         elem_at(dwe, layout_.wpe_offset(), esz_), demb, tokens_, B_, T_, C);
+    if (!context_parallel()) {
+      be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
+                           elem_at(dwe, layout_.wpe_offset(), esz_), demb, tokens_, B_, T_, C);
+      return;
+    }
+    for (int b = 0; b < B_; ++b) {
+      for (const PositionRun& r : position_runs()) {
+        const int64_t row = int64_t{b} * T_ + r.row;
+        be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
+                             elem_at(dwe, layout_.wpe_offset() + int64_t{r.pos} * C, esz_),
+                             elem_at(demb, row * C, esz_), tokens_ + row, 1, r.len, C);
+      }
+    }
   });
   round(dwe, layout_.unit(layout_.embedding_unit()).numel);
   grads.unit_done(layout_.embedding_unit());

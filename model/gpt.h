@@ -23,12 +23,16 @@ class Gpt final : public ModelBase {
  public:
   // The bytes the constructor allocates for activations (MemCategory::kActivations) for a
   // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on a rank of
-  // `shard` (its local dimensions and, under sequence parallelism, its rows).
+  // `shard` (its local dimensions and, under sequence parallelism, its rows) and of a context
+  // group of `context` ranks (its T/context positions of each sequence).
   static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
-                                  bool activation_checkpointing, size_t esz);
+                                  bool activation_checkpointing, size_t esz, int context = 1);
 
+  // Context-parallel (context.size = C > 1): the T/C positions of each sequence context rank
+  // context.rank holds; the shapes below then have T/C for T, and the position embedding rows
+  // are those of the rows' global positions.
   Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-      MemoryTracker* tracker, TensorShard shard = {});
+      MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {});
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,

@@ -62,14 +62,14 @@ void check_spec(const ModelSpec& s) {
 }  // namespace
 
 Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-             MemoryTracker* tracker, TensorShard shard)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard) {
+             MemoryTracker* tracker, TensorShard shard, ContextShard context)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context) {
   const ModelSpec& s = layout_.spec();
   check_spec(s);
   const LocalDims& d = layout_.local();
-  // N: all rows (matmuls, attention); R: the rows of the norm and residual regions (N / T under
-  // sequence parallelism).
-  const size_t N = static_cast<size_t>(B) * T, R = static_cast<size_t>(rows()), C = s.n_embd,
+  // N: all rows (matmuls, attention; context-parallel: this rank's B x T/C); R: the rows of the
+  // norm and residual regions (N / T under sequence parallelism).
+  const size_t N = static_cast<size_t>(B) * T_, R = static_cast<size_t>(rows()), C = s.n_embd,
                NH = d.n_head, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
   auto make_block = [&]() {
     BlockActs a{};
@@ -101,6 +101,20 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   rope_tables(s, &cos_t, &sin_t);
   be_.copy(rope_cos_, cos_t.data(), table * sizeof(float));
   be_.copy(rope_sin_, sin_t.data(), table * sizeof(float));
+  if (context_parallel()) {
+    // The table rows of this rank's positions, one per row of a sequence.
+    const size_t half = static_cast<size_t>(s.head_size() / 2);
+    std::vector<float> rc, rs;
+    for (int32_t p : positions()) {
+      const size_t k = static_cast<size_t>(p) * half;
+      rc.insert(rc.end(), cos_t.begin() + k, cos_t.begin() + k + half);
+      rs.insert(rs.end(), sin_t.begin() + k, sin_t.begin() + k + half);
+    }
+    rows_cos_ = stat(rc.size());
+    rows_sin_ = stat(rs.size());
+    be_.copy(rows_cos_, rc.data(), rc.size() * sizeof(float));
+    be_.copy(rows_sin_, rs.data(), rs.size() * sizeof(float));
+  }
   dres_ = act(R * C);
   d_a_ = act(N * std::max(2 * I, QKV));
   d_b_ = act(N * std::max(I, Q));
@@ -109,12 +123,13 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
 }
 
 int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
-                                bool activation_checkpointing, size_t esz) {
+                                bool activation_checkpointing, size_t esz, int context) {
   // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv, atty (Q), gu (2I), act (I)
   // (N rows) and the statistics ln1/ln2 rstd (R) and lse (NH, N); then the residual stream
   // (L + 1), lnf, dres (R rows), proj_tmp, d_a, d_b, d_c (N rows); lnf rstd (R); the rope tables;
   // under sequence parallelism part (R rows); then the base buffers (logits, losses, tokens,
-  // targets).
+  // targets). Context-parallel: T/C rows per sequence, and the tables' rows of their positions.
+  T /= context;
   const LocalDims d = local_dims(s, shard);
   const int64_t N = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
                 L = s.n_layer, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
@@ -125,7 +140,7 @@ int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, in
   const int64_t rest =
       (((L + 1) * C + 2 * C) * R + part + (2 * C + std::max(2 * I, QKV) + std::max(I, Q)) * N) * e +
       R * 4;
-  const int64_t tables = 2 * int64_t{s.seq_len} * (s.head_size() / 2) * 4;
+  const int64_t tables = 2 * (int64_t{s.seq_len} + (context > 1 ? T : 0)) * (s.head_size() / 2) * 4;
   return blocks * block + rest + tables + base_activation_bytes(d, shard.size, B, T, esz);
 }
 
@@ -167,6 +182,10 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   });
   round(a.qkv, N * QKV);
   timed(timer(), times_.attention_fwd, [&] {
+    if (context_parallel()) {
+      be_.rope_forward(a.qkv, rows_cos_, rows_sin_, as);
+      return;
+    }
     const int64_t rot = int64_t{position_offset()} * (s.head_size() / 2);
     be_.rope_forward(a.qkv, rope_cos_ + rot, rope_sin_ + rot, as);
   });
@@ -245,9 +264,12 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   });
   round(d_b_, N * Q);
   timed(timer(), times_.attention_bwd,
-        [&] { be_.attention_backward(d_a_, d_b_, a.qkv, a.atty, a.lse, as); });
+        [&] { attend_backward(d_a_, d_b_, a.qkv, a.atty, a.lse, as); });
   round(d_a_, N * QKV);
-  timed(timer(), times_.attention_bwd, [&] { be_.rope_backward(d_a_, rope_cos_, rope_sin_, as); });
+  timed(timer(), times_.attention_bwd, [&] {
+    be_.rope_backward(d_a_, context_parallel() ? rows_cos_ : rope_cos_,
+                      context_parallel() ? rows_sin_ : rope_sin_, as);
+  });
   round(d_a_, N * QKV);
   void* ln1 = sp_or(proj_tmp_, a.ln1);
   exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);

@@ -29,14 +29,17 @@ class Llama final : public ModelBase {
  public:
   // Activation bytes on a rank of `shard` (its local dimensions and, under sequence
   // parallelism, its rows).
+  // Context-parallel: of a context group of `context` ranks (T/context rows per sequence).
   static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
-                                  bool activation_checkpointing, size_t esz);
+                                  bool activation_checkpointing, size_t esz, int context = 1);
 
   // Tensor-parallel (shard.size > 1): this rank's heads, KV heads, MLP width and vocabulary rows
   // (model/shard.h); the shapes below are then the local ones (NH, Q, QKV, I divided by T).
   // Sequence-parallel: the norm and residual buffers hold R = N/T rows (this rank's block).
+  // Context-parallel (context.size = C > 1): the T/C positions of each sequence context rank
+  // context.rank holds (the shapes below have T/C for T), rotated by their global positions.
   Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-        MemoryTracker* tracker, TensorShard shard = {});
+        MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {});
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
@@ -71,10 +74,13 @@ class Llama final : public ModelBase {
   // sequence parallelism also all N rows of the embedding, of a norm's output going into a
   // column-parallel matmul and of the gradient coming out of a row-parallel one.
   void* proj_tmp_;
-  void* lnf_;             // (R,C)
-  float* lnf_rstd_;       // (R)
-  float* rope_cos_;       // (seq_len, HS/2) in the backend's memory
-  float* rope_sin_;       // (seq_len, HS/2)
+  void* lnf_;        // (R,C)
+  float* lnf_rstd_;  // (R)
+  float* rope_cos_;  // (seq_len, HS/2) in the backend's memory
+  float* rope_sin_;  // (seq_len, HS/2)
+  // Context-parallel: the rows of the tables at this rank's positions (T/C, HS/2); else null.
+  float* rows_cos_ = nullptr;
+  float* rows_sin_ = nullptr;
   void* dres_;            // (R,C) gradient of the residual stream
   void* d_a_;             // (N, max(2I, QKV))
   void* d_b_;             // (N, max(I, Q))

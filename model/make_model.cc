@@ -6,19 +6,23 @@ namespace zerod {
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
                                   bool activation_checkpointing, MemoryTracker* tracker,
-                                  TensorShard shard) {
+                                  TensorShard shard, ContextShard context) {
   if (spec.llama_family()) {
-    return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker, shard);
+    return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker, shard,
+                                   context);
   }
-  return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker, shard);
+  return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker, shard,
+                               context);
 }
 
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz, int tensor_parallel, bool sequence_parallel) {
+                               size_t esz, int tensor_parallel, bool sequence_parallel,
+                               int context_parallel) {
   const TensorShard shard{0, tensor_parallel, sequence_parallel};
   if (spec.llama_family())
-    return Llama::activation_bytes(spec, shard, B, T, activation_checkpointing, esz);
-  return Gpt::activation_bytes(spec, shard, B, T, activation_checkpointing, esz);
+    return Llama::activation_bytes(spec, shard, B, T, activation_checkpointing, esz,
+                                   context_parallel);
+  return Gpt::activation_bytes(spec, shard, B, T, activation_checkpointing, esz, context_parallel);
 }
 
 }  // namespace zerod

@@ -3,7 +3,9 @@
 // One implementation per architecture family: Gpt (gpt.h) and Llama (llama.h, also Mistral and
 // Qwen2). make_model() picks by ModelSpec::arch. Models know no peers: parallelism is applied
 // from outside through the seams. A model built for a TensorShard of size T computes its
-// tensor-parallel part (model/shard.h) and combines partial results through its Exchange.
+// tensor-parallel part (model/shard.h) and combines partial results through its Exchange; one
+// built for a ContextShard of size C computes the seq/C positions of each sequence its context
+// rank holds (the load-balanced causal split) and attends over whole sequences through it.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "model/exchange.h"
 #include "model/layout.h"
 #include "model/param_source.h"
+#include "model/shard.h"
 
 namespace zerod {
 
@@ -36,20 +39,27 @@ class Model {
   // This rank's layout (the whole model's unless tensor-parallel).
   virtual const ParamLayout& layout() const = 0;
   const ModelSpec& spec() const { return layout().spec(); }
-  // The collectives of a tensor-parallel model (not owned; must outlive the model; null: the
-  // identity). Required before the first forward when layout().shard().size > 1; unused
-  // otherwise. Its sequence_parallel() must match the shard's (Error otherwise).
+  // The collectives of a tensor- or context-parallel model (not owned; must outlive the model;
+  // null: the identity). Required before the first forward when layout().shard().size > 1 or
+  // context().size > 1; unused otherwise. Its sequence_parallel() and context_size() must match
+  // the shards' (Error otherwise).
   virtual void set_exchange(Exchange* exchange) = 0;
   virtual int batch() const = 0;
+  // Positions per sequence of a micro-batch (all of them, also under context parallelism).
   virtual int seq() const = 0;
+  virtual const ContextShard& context() const = 0;
 
   // Mean cross-entropy over the positions whose target is >= 0 (evaluation; no gradients).
   // inputs, targets (B,T), tokens in [0, V), in host memory (copied to the backend's memory).
+  // Context-parallel: every rank of the group passes the whole micro-batch, computes its
+  // positions' losses, and returns the mean over all of them (the same on every rank).
   virtual float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) = 0;
 
   // Forward and backward of one micro-batch. Returns the mean loss. The gradient of
   // loss_weight * mean_loss is accumulated (+=) into the GradSink's buffers (loss_weight folds
-  // in the loss scale and 1/gradient_accumulation_steps).
+  // in the loss scale and 1/gradient_accumulation_steps). Context-parallel: each rank
+  // accumulates its positions' part (the per-position gradient is loss_weight / the positions
+  // with a target in the whole micro-batch); the sum over the context group is the gradient.
   virtual float forward_backward(const int32_t* inputs, const int32_t* targets, ParamSource& params,
                                  GradSink& grads, float loss_weight) = 0;
 
@@ -64,7 +74,8 @@ class Model {
                              float* last_logits) = 0;
 
   // After forward(): the logits (B,T,Vp) of that call, converted to fp32, into host memory
-  // (out: B*T*Vp floats; tensor-parallel: this rank's Vp/T columns).
+  // (out: B*T*Vp floats; tensor-parallel: this rank's Vp/T columns; context-parallel: this
+  // rank's T/C positions of each sequence).
   virtual void read_logits(float* out) = 0;
 
   virtual void set_timing(bool on) = 0;
@@ -73,17 +84,21 @@ class Model {
 };
 
 // The model of spec.arch for micro-batches of B x T (T <= spec.seq_len); with shard.size > 1
-// the part of tensor-parallel rank shard.rank (shard.sequence_parallel: B x T must be a multiple
-// of shard.size, InputError otherwise).
+// the part of tensor-parallel rank shard.rank (shard.sequence_parallel: B x T/C must be a
+// multiple of shard.size, InputError otherwise); with context.size = C > 1 the T/C positions of
+// each sequence that context rank context.rank holds (T must be a multiple of 2C, InputError
+// otherwise).
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
                                   bool activation_checkpointing, MemoryTracker* tracker,
-                                  TensorShard shard = {});
+                                  TensorShard shard = {}, ContextShard context = {});
 
 // The bytes make_model's model allocates for activations (MemCategory::kActivations) for a
 // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on one of
 // `tensor_parallel` ranks, with or without sequence parallelism (which splits the norm and
-// residual regions' B x T rows tensor_parallel ways).
+// residual regions' B x T rows tensor_parallel ways), on one of `context_parallel` ranks (which
+// holds B x T/C rows; the exchange's workspace is not counted).
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
-                               size_t esz, int tensor_parallel = 1, bool sequence_parallel = false);
+                               size_t esz, int tensor_parallel = 1, bool sequence_parallel = false,
+                               int context_parallel = 1);
 
 }  // namespace zerod

@@ -8,7 +8,8 @@
 namespace zerod {
 
 ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
-                     bool activation_checkpointing, MemoryTracker* tracker, TensorShard shard)
+                     bool activation_checkpointing, MemoryTracker* tracker, TensorShard shard,
+                     ContextShard context)
     : layout_(spec, 16, shard),
       be_(backend),
       B_(B),
@@ -18,15 +19,30 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
                 backend.compute_elem_size() == sizeof(float)),
       esz_(backend.compute_elem_size()),
       tracker_(tracker),
-      exchange_(&identity_) {
+      exchange_(&identity_),
+      context_(context),
+      seq_(T) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(B > 0 && T > 0 && T <= s.seq_len, "micro-batch {}x{} (seq_len {})", B, T, s.seq_len);
-  const size_t N = static_cast<size_t>(B) * T;
+  if (context_parallel()) {
+    positions_ = context_positions(T, context);  // (InputError when T does not split 2C ways)
+    T_ = T / context.size;
+    for (int i = 0; i < T_; ++i) {
+      const int p = positions_[static_cast<size_t>(i)];
+      if (i > 0 && p == positions_[static_cast<size_t>(i) - 1] + 1) {
+        ++position_runs_.back().len;
+      } else {
+        position_runs_.push_back({i, p, 1});
+      }
+    }
+  }
+  const size_t N = static_cast<size_t>(B) * T_;
   ZD_CHECK_INPUT(!sequence_parallel() || N % static_cast<size_t>(shard.size) == 0,
                  "sequence parallelism over {} tensor ranks: the {} x {} = {} positions of a "
-                 "micro-batch (sequences x tokens) do not split into {} equal parts ({} is not a "
+                 "micro-batch (sequences x tokens{}) do not split into {} equal parts ({} is not a "
                  "multiple of {})",
-                 shard.size, B, T, N, shard.size, N, shard.size);
+                 shard.size, B, T_, N, context_parallel() ? " of this context rank" : "",
+                 shard.size, N, shard.size);
   logits_ = act(N * static_cast<size_t>(layout_.local().vocab_rows));
   losses_ = stat(N);
   tokens_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
@@ -55,7 +71,30 @@ void ModelBase::set_exchange(Exchange* exchange) {
            "tensor rank {} built {} sequence parallelism, its exchange {}", layout_.shard().rank,
            sequence_parallel() ? "with" : "without",
            exchange->sequence_parallel() ? "splits the sequence" : "does not split it");
+  ZD_CHECK(exchange->context_size() == context_.size,
+           "context rank {} of {} given an exchange over a context group of {}", context_.rank,
+           context_.size, exchange->context_size());
   exchange_ = exchange;
+}
+
+void ModelBase::select_rows(const int32_t* in, std::vector<int32_t>& out) const {
+  out.resize(static_cast<size_t>(B_) * T_);
+  for (int b = 0; b < B_; ++b)
+    for (int i = 0; i < T_; ++i)
+      out[static_cast<size_t>(b) * T_ + i] =
+          in[static_cast<size_t>(b) * seq_ + positions_[static_cast<size_t>(i)]];
+}
+
+void ModelBase::take_rows(const int32_t*& inputs, const int32_t*& targets) {
+  if (!context_parallel()) return;
+  ZD_CHECK(exchange_->context_size() == context_.size,
+           "context rank {} of {} has no context-parallel exchange", context_.rank, context_.size);
+  global_valid_ = 0;
+  for (int64_t i = 0; i < int64_t{B_} * seq_; ++i) global_valid_ += targets[i] >= 0;
+  select_rows(inputs, cp_inputs_);
+  select_rows(targets, cp_targets_);
+  inputs = cp_inputs_.data();
+  targets = cp_targets_.data();
 }
 
 void* ModelBase::act(size_t elems) {
@@ -109,6 +148,13 @@ void ModelBase::loss_and_dlogits(float dloss) {
 float ModelBase::mean_loss(const int32_t* targets) {
   const int64_t N = int64_t{B_} * T_;
   be_.copy(host_losses_.data(), losses_, static_cast<size_t>(N) * sizeof(float));
+  if (context_parallel()) {
+    double local = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (targets[i] >= 0) local += host_losses_[static_cast<size_t>(i)];
+    const double sum = exchange_->context_sum(local);
+    return global_valid_ > 0 ? static_cast<float>(sum / static_cast<double>(global_valid_)) : 0.0f;
+  }
   double sum = 0;
   int n = 0;
   for (int64_t i = 0; i < N; ++i) {
@@ -120,6 +166,8 @@ float ModelBase::mean_loss(const int32_t* targets) {
 }
 
 float ModelBase::loss_gradient(const int32_t* targets, float loss_weight) const {
+  if (context_parallel())
+    return global_valid_ > 0 ? loss_weight / static_cast<float>(global_valid_) : 0.0f;
   const int64_t N = int64_t{B_} * T_;
   int valid = 0;
   for (int64_t i = 0; i < N; ++i) valid += targets[i] >= 0;
@@ -134,6 +182,10 @@ void ModelBase::forward_phase_done() {
 }
 
 void ModelBase::attend(int l, void* out, float* lse, const void* qkv, const AttentionShape& s) {
+  if (context_parallel()) {
+    exchange_->attention_forward(out, lse, qkv, s);
+    return;
+  }
   if (cache_pos0_ < 0) {
     be_.attention_forward(out, lse, qkv, s);
     return;
@@ -142,10 +194,21 @@ void ModelBase::attend(int l, void* out, float* lse, const void* qkv, const Atte
                          cache_pos0_, cache_len_, s);
 }
 
+void ModelBase::attend_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                const float* lse, const AttentionShape& s) {
+  if (context_parallel()) {
+    exchange_->attention_backward(dqkv, dout, qkv, out, lse, s);
+    return;
+  }
+  be_.attention_backward(dqkv, dout, qkv, out, lse, s);
+}
+
 void ModelBase::start_generation(int max_len) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK_INPUT(!tensor_parallel(), "generation runs on one rank, not tensor-parallel (T = {})",
                  layout_.shard().size);
+  ZD_CHECK_INPUT(!context_parallel(), "generation runs on one rank, not context-parallel (C = {})",
+                 context_.size);
   ZD_CHECK_INPUT(max_len >= 1 && max_len <= s.seq_len,
                  "generation of {} positions: the model has {} (seq_len)", max_len, s.seq_len);
   cache_buffers_.clear();
@@ -192,6 +255,7 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
 float ModelBase::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
   const ModelSpec& s = layout_.spec();
   const int64_t N = int64_t{B_} * T_;
+  take_rows(inputs, targets);
   upload(inputs, targets);
   run_to_logits(params);
   if (!tensor_parallel()) {
@@ -224,6 +288,7 @@ void ModelBase::read_logits(float* out) {
 
 float ModelBase::forward_backward(const int32_t* inputs, const int32_t* targets,
                                   ParamSource& params, GradSink& grads, float loss_weight) {
+  take_rows(inputs, targets);
   if (!timing_) return forward_backward_impl(inputs, targets, params, grads, loss_weight);
   double seam = 0;
   TimedParams timed_params(params, seam);

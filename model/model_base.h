@@ -18,7 +18,8 @@ class ModelBase : public Model {
  public:
   const ParamLayout& layout() const override { return layout_; }
   int batch() const override { return B_; }
-  int seq() const override { return T_; }
+  int seq() const override { return seq_; }
+  const ContextShard& context() const final { return context_; }
   void set_exchange(Exchange* exchange) final;
 
   // Logits through run_to_logits, then the mean loss.
@@ -36,10 +37,11 @@ class ModelBase : public Model {
   void reset_times() final { times_ = OpTimes{}; }
 
  protected:
-  // Checks the micro-batch against the spec (and, under sequence parallelism, that its N = B x T
-  // positions split T ways: InputError) and allocates tokens, targets, losses and logits.
+  // Checks the micro-batch against the spec (under context parallelism, that its sequences split
+  // into 2C chunks; under sequence parallelism, that its N = B x T/C rows split T ways:
+  // InputError) and allocates tokens, targets, losses and logits for this rank's N rows.
   ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-            MemoryTracker* tracker, TensorShard shard);
+            MemoryTracker* tracker, TensorShard shard, ContextShard context);
   // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
   // logits: N x Vp/T compute elements; tensor-parallel: the 3N loss statistics).
   static int64_t base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
@@ -54,10 +56,23 @@ class ModelBase : public Model {
   virtual void run_to_logits(ParamSource& params) = 0;
 
   // Attention of block l: attention_forward, or while generating attention_kv_cache over the
-  // block's cache (lse is then not written).
+  // block's cache (lse is then not written), or context-parallel the exchange's over the whole
+  // sequences (lse: its statistics).
   void attend(int l, void* out, float* lse, const void* qkv, const AttentionShape& s);
-  // The position of row 0 of the micro-batch: 0, or pos0 of the generate_step running.
+  // Its backward: attention_backward, or the exchange's (context parallelism).
+  void attend_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                       const float* lse, const AttentionShape& s);
+  // The position of row 0 of the micro-batch: 0, or pos0 of the generate_step running (not
+  // context-parallel: its rows' positions are positions()).
   int position_offset() const { return cache_pos0_ > 0 ? cache_pos0_ : 0; }
+  // Context parallelism (C > 1): T_ = seq_/C rows per sequence at the global positions
+  // positions() (T_ of them, context_positions' load-balanced split), in runs of consecutive ones.
+  bool context_parallel() const { return context_.size > 1; }
+  const std::vector<int32_t>& positions() const { return positions_; }
+  struct PositionRun {
+    int row, pos, len;  // rows [row, row + len) of a sequence are positions [pos, pos + len)
+  };
+  const std::vector<PositionRun>& position_runs() const { return position_runs_; }
 
   // Activations in the compute dtype / fp32 statistics, one allocation each (64-byte aligned,
   // visible in the memory report).
@@ -89,16 +104,18 @@ class ModelBase : public Model {
   // losses_ and logits_ -> dlogits (in place) for the per-position loss gradient dloss: the
   // fused cross-entropy, or its vocabulary-parallel form over the tensor group.
   void loss_and_dlogits(float dloss);
-  // Mean of the losses of the positions whose target is >= 0 (read back from the backend).
+  // Mean of the losses of the positions whose target is >= 0 (read back from the backend;
+  // context-parallel: over the whole micro-batch, summed over the context group).
   float mean_loss(const int32_t* targets);
-  // The gradient of each position's loss: loss_weight / (positions with a target).
+  // The gradient of each position's loss: loss_weight / (positions with a target; context-
+  // parallel: in the whole micro-batch).
   float loss_gradient(const int32_t* targets, float loss_weight) const;
   // Called once the loss is computed: ends the forward phase of a timed forward_backward.
   void forward_phase_done();
 
   ParamLayout layout_;
   Backend& be_;
-  int B_, T_;
+  int B_, T_;  // T_: the rows of each sequence on this rank (seq_ / C)
   bool checkpointing_;
   bool rounding_;  // compute dtype != fp32 and the backend stores fp32 (emulation)
   size_t esz_;
@@ -118,6 +135,19 @@ class ModelBase : public Model {
   OpTimes times_;
 
  private:
+  // Context parallelism: this rank's rows of (B, seq_) host inputs and targets (B, T_).
+  void select_rows(const int32_t* in, std::vector<int32_t>& out) const;
+  // Context parallelism: points inputs and targets at this rank's rows of them and counts the
+  // positions with a target in the whole micro-batch; nothing otherwise.
+  void take_rows(const int32_t*& inputs, const int32_t*& targets);
+
+  ContextShard context_;
+  int seq_;                                      // positions per sequence of a micro-batch
+  std::vector<int32_t> positions_;               // context-parallel: (T_) global positions
+  std::vector<PositionRun> position_runs_;       // context-parallel: positions_ as runs
+  std::vector<int32_t> cp_inputs_, cp_targets_;  // context-parallel: (B, T_) this rank's rows
+  int64_t global_valid_ = 0;  // context-parallel: positions with a target in the micro-batch
+
   std::vector<Buffer> cache_buffers_;  // per layer: keys, values (B, cache_len_, kv_dim)
   std::vector<void*> kcache_, vcache_;
   int cache_len_ = 0;

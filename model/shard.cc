@@ -43,6 +43,33 @@ std::string tensor_parallel_problem(const ModelSpec& spec, int T) {
   return fmt::format("tensor parallel size {} does not divide the {}", T, joined);
 }
 
+std::string context_parallel_problem(int seq, int C) {
+  if (C < 1) return fmt::format("context parallel size {} must be >= 1", C);
+  if (C == 1 || (seq > 0 && seq % (2 * C) == 0)) return "";
+  return fmt::format(
+      "context parallelism over {} ranks: a sequence of {} positions does not split into 2 x {} "
+      "= {} equal chunks (the load-balanced causal split gives each rank chunks r and {}-r; {} "
+      "is not a multiple of {})",
+      C, seq, C, 2 * C, 2 * C - 1, seq, 2 * C);
+}
+
+std::vector<int32_t> context_positions(int seq, const ContextShard& shard) {
+  const int C = shard.size;
+  ZD_CHECK(0 <= shard.rank && shard.rank < C, "context rank {} of {}", shard.rank, C);
+  const std::string problem = context_parallel_problem(seq, C);
+  if (!problem.empty()) throw InputError(problem);
+  std::vector<int32_t> pos;
+  pos.reserve(static_cast<size_t>(seq / C));
+  if (C == 1) {
+    for (int i = 0; i < seq; ++i) pos.push_back(i);
+    return pos;
+  }
+  const int chunk = seq / (2 * C);
+  for (int c : {shard.rank, 2 * C - 1 - shard.rank})
+    for (int i = 0; i < chunk; ++i) pos.push_back(c * chunk + i);
+  return pos;
+}
+
 LocalDims local_dims(const ModelSpec& spec, const TensorShard& shard) {
   const int T = shard.size;
   ZD_CHECK(0 <= shard.rank && shard.rank < T, "tensor rank {} of {}", shard.rank, T);

@@ -56,6 +56,25 @@ struct LocalDims {
   int vocab_real = 0;   // real (< V) vocabulary rows among them (0 <= vocab_real <= vocab_rows)
 };
 
+// Context parallelism (DESIGN.md section 8): the C ranks of a context group each hold seq/C
+// positions of every sequence of a micro-batch (the parameters do not depend on it). The split is
+// the load-balanced causal one: the sequence is cut into 2C equal chunks and context rank r holds
+// chunks r and 2C-1-r, in that order, so every rank has the same share of the causal attention
+// work (ring attention) and the same rows (Ulysses uses the same split). A model built for a
+// ContextShard of size C computes its rows and meets the other ranks' in its exchange's attention.
+struct ContextShard {
+  int rank = 0;  // index in the context group
+  int size = 1;  // C
+  bool operator==(const ContextShard&) const = default;
+};
+
+// "" when sequences of `seq` positions split C ways as above (seq a multiple of 2C), else what
+// does not divide (naming the numbers).
+std::string context_parallel_problem(int seq, int C);
+// The global positions of the rows of context rank shard.rank in sequences of `seq` positions:
+// seq/C of them, chunk r then chunk 2C-1-r (Error naming the problem when seq does not split).
+std::vector<int32_t> context_positions(int seq, const ContextShard& shard);
+
 // "" when spec can be split T ways, else what does not divide (naming the numbers): heads, KV
 // heads, FFN width, padded vocabulary.
 std::string tensor_parallel_problem(const ModelSpec& spec, int T);

@@ -1,7 +1,8 @@
 // The "parallelism" section and DeepSpeed's aliases for it (tensor_parallel.autotp_size,
 // sequence_parallel_size), and the rules that tie it to the model: tensor parallelism splits
 // heads (GQA: key/value head groups) and the MLP width, Ulysses context parallelism splits
-// heads, and the vocabulary is padded to a multiple of 128 x tensor as Megatron does.
+// heads (per tensor rank), context parallelism splits each sequence in 2C chunks, and the
+// vocabulary is padded to a multiple of 128 x tensor as Megatron does.
 #include <fmt/format.h>
 
 #include "engine/config/sections.h"
@@ -96,7 +97,21 @@ void validate_parallelism(const JobConfig& cfg, Problems& p) {
       p.error(
           "parallelism.context",
           fmt::format("{} (ulysses) does not divide the {} heads per tensor rank", C, heads / T));
+    } else if (T > 1 && kv != heads && kv % T == 0 && (kv / T) % C != 0) {
+      p.error("parallelism.context",
+              fmt::format("{} (ulysses) does not divide the {} key/value heads per tensor rank "
+                          "(use \"context_impl\": \"ring\")",
+                          C, kv / T));
     }
+  }
+  // The load-balanced causal split: each sequence in 2C equal chunks, rank r holding r and
+  // 2C-1-r.
+  if (C > 1 && m.seq_len > 0 && m.seq_len % (2 * C) != 0) {
+    p.error("parallelism.context",
+            fmt::format("{}: a sequence of {} positions (model.seq_len) does not split into 2 x "
+                        "{} = {} equal chunks (each context rank holds chunks r and {}-r); {} is "
+                        "not a multiple of {}",
+                        C, m.seq_len, C, 2 * C, 2 * C - 1, m.seq_len, 2 * C));
   }
 }
 

@@ -24,10 +24,14 @@ const NotBuiltYet kNotBuiltYet[] = {
            "not enabled yet (they have never run on GPUs); tensor parallelism runs on CPU ranks",
            c.parallelism.tensor);
      }},
-    {[](const JobConfig& c) { return c.parallelism.context > 1; },
+    {[](const JobConfig& c) {
+       return c.parallelism.context > 1 && c.train.device == TrainDevice::kCuda;
+     },
      [](const JobConfig& c) {
        return fmt::format(
-           "parallelism.context: {}: context parallelism ({}) is not implemented yet in zerod",
+           "parallelism.context: {} with train.device cuda: context-parallel groups over NCCL "
+           "are not enabled yet (they have never run on GPUs); context parallelism ({}) runs on "
+           "CPU ranks",
            c.parallelism.context, c.parallelism.context_impl);
      }},
     {[](const JobConfig& c) { return c.aio.use_gds; },

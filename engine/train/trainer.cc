@@ -23,6 +23,7 @@
 #include "engine/train/peak_flops.h"
 #include "engine/train/rank_device.h"
 #include "model/shard.h"
+#include "parallel/cp_exchange.h"
 #include "parallel/tp_exchange.h"
 #include "parallel/tp_grads.h"
 #include "zero/loss_scaler.h"
@@ -69,7 +70,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
            ctx_.world_size);
 
   // Data first: bad data files are the most common error and cost nothing to find. Every rank
-  // of a data-parallel replica (its tensor group) reads the same micro-batches.
+  // of a data-parallel replica (its tensor x context group) reads the same micro-batches (a
+  // context-parallel model keeps its positions of them).
   const int dp = cfg_.data_parallel_size, dp_rank = mesh.coord(ctx_.rank).data;
   TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
                                    cfg_.model.vocab_size);
@@ -98,9 +100,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   // the world's communicator, so a job without `parallelism` runs exactly as before).
   if (ctx_.world_size > 1 && mesh.shape().data < ctx_.world_size) {
     ZD_CHECK_INPUT(!device_comm_,
-                   "parallelism.tensor {} on train.device cuda: tensor-parallel "
-                   "groups over NCCL are not enabled yet (CPU ranks only)",
-                   par.tensor);
+                   "parallelism.tensor {} x context {} on train.device cuda: tensor- and "
+                   "context-parallel groups over NCCL are not enabled yet (CPU ranks only)",
+                   par.tensor, par.context);
     GlooOptions world;
     world.rank = ctx_.rank;
     world.size = ctx_.world_size;
@@ -114,24 +116,39 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, nullptr);
   }
   const ProcessGroup& tensor = groups_->tensor();
+  const ProcessGroup& context = groups_->context();
   model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
-                      TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel});
+                      TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel},
+                      ContextShard{context.rank(), context.size()});
   if (tensor.size() > 1) {
     exchange_ =
         std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_, par.sequence_parallel);
+  }
+  if (context.size() > 1) {
+    // Context parallelism: the attention over the context group; the tensor group's points go
+    // to the tensor-parallel exchange.
+    context_exchange_ = std::make_unique<ContextParallelExchange>(
+        context.comm(), *backend_, parse_context_impl(par.context_impl), exchange_.get(), &memory_);
+  }
+  if (context_exchange_) {
+    model_->set_exchange(context_exchange_.get());
+  } else if (exchange_) {
     model_->set_exchange(exchange_.get());
   }
   offload_preflight(cfg_, ctx_, model_->layout(),
                     static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
   zo.stage = cfg_.zero.stage;
-  // ZeRO over the data-parallel group; the gradient norm also over the tensor group.
+  // ZeRO over the data x context group (a context-parallel rank's gradients are partial sums
+  // over its positions, summed there with the data-parallel replicas'); the gradient norm also
+  // over the tensor group. Not over tensor x context: ZeRO's reduction already made the context
+  // ranks' gradients one (stage 0: identical on each, 1-3: disjoint shards summed over data x
+  // context), so summing over context again would count each element C times.
   zo.world_size = groups_->zero().size();
   zo.rank = groups_->zero().rank();
   zo.comm =
       device_comm_ ? device_comm_.get() : (ctx_.world_size > 1 ? &groups_->zero().comm() : nullptr);
-  if (groups_->model_parallel().size() > 1)
-    zo.model_parallel_comm = &groups_->model_parallel().comm();
+  if (tensor.size() > 1) zo.model_parallel_comm = &tensor.comm();
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -241,7 +258,10 @@ StepMetrics Trainer::train_step(int64_t step) {
     phases_.data += sw.seconds();
     sw.restart();
     const double comm_before = engine_->comm_wait_seconds();
-    const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
+    // ZeRO divides the gradients summed over data x context by its size; the context ranks'
+    // partial gradients add up to their replica's (not C of them), so each is weighted C times.
+    const float weight =
+        static_cast<float>(loss_scale * model_->context().size / static_cast<double>(accum));
     GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
     loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
                                          grads, weight);

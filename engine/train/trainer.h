@@ -99,10 +99,11 @@ class Trainer {
   TrainerOptions options_;
   MemoryTracker memory_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> device_comm_;  // NCCL between GPU ranks (engine_ uses it)
-  std::unique_ptr<ProcessGroups> groups_;      // the mesh's groups over ctx_.comm
-  std::unique_ptr<Exchange> exchange_;         // tensor-parallel: the model's collectives
-  std::unique_ptr<GradSink> tp_grads_;         // tensor-parallel: drops rank-0-only gradients
+  std::unique_ptr<Communicator> device_comm_;   // NCCL between GPU ranks (engine_ uses it)
+  std::unique_ptr<ProcessGroups> groups_;       // the mesh's groups over ctx_.comm
+  std::unique_ptr<Exchange> exchange_;          // tensor-parallel: the model's collectives
+  std::unique_ptr<Exchange> context_exchange_;  // context-parallel: around exchange_
+  std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients
   std::unique_ptr<Model> model_;
   int64_t evaluated_tokens_ = 0;
   std::unique_ptr<ZeroEngine> engine_;

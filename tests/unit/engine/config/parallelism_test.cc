@@ -115,6 +115,18 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
   EXPECT_TRUE(problems_of(job_with({{"model", llama},
                                     {"parallelism", {{"context", 4}, {"context_impl", "ring"}}}}))
                   .empty());
+  // Per tensor rank: 8 heads and 2 key/value heads over tensor 2 leave 1 key/value head each.
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"model", llama}, {"parallelism", {{"tensor", 2}, {"context", 2}}}})),
+      "parallelism.context: 2 (ulysses) does not divide the 1 key/value heads per tensor rank"));
+  // Each sequence splits into 2C chunks (context rank r holds chunks r and 2C-1-r).
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"model", {{"seq_len", 1000}}},
+                            {"parallelism", {{"context", 16}, {"context_impl", "ring"}}}})),
+      "parallelism.context: 16: a sequence of 1000 positions (model.seq_len) does not split into "
+      "2 x 16 = 32 equal chunks"));
+  EXPECT_TRUE(
+      problems_of(job_with({{"parallelism", {{"context", 4}, {"context_impl", "ring"}}}})).empty());
   json odd_ffn = llama;
   odd_ffn["intermediate_size"] = 98;
   EXPECT_TRUE(
@@ -124,7 +136,7 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
                        "parallelism.sequence_parallel: true has no effect"));
 }
 
-TEST(Parallelism, TensorAndSequenceRunOnCpuWhileContextAndNcclGroupsAreNotBuiltYet) {
+TEST(Parallelism, TensorSequenceAndContextRunOnCpuWhileNcclGroupsAreNotBuiltYet) {
   ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
   resolve_job(job.config, 2);
   EXPECT_NO_THROW(check_supported(job.config));
@@ -142,8 +154,14 @@ TEST(Parallelism, TensorAndSequenceRunOnCpuWhileContextAndNcclGroupsAreNotBuiltY
       EXPECT_TRUE(contains(e.problems(), what)) << joined(e.problems());
     }
   };
-  refused({{"parallelism", {{"context", 2}}}},
-          "parallelism.context: 2: context parallelism (ulysses) is not implemented");
+  for (const char* impl : {"ulysses", "ring"}) {
+    ParsedJob cp = parse(job_with({{"parallelism", {{"context", 2}, {"context_impl", impl}}}}));
+    resolve_job(cp.config, 4);
+    EXPECT_EQ(cp.config.data_parallel_size, 2);
+    EXPECT_NO_THROW(check_supported(cp.config));
+  }
+  refused({{"parallelism", {{"context", 2}}}, {"train", {{"device", "cuda"}}}},
+          "parallelism.context: 2 with train.device cuda: context-parallel groups over NCCL");
   refused({{"parallelism", {{"tensor", 2}}}, {"train", {{"device", "cuda"}}}},
           "parallelism.tensor: 2 with train.device cuda");
   ParsedJob plain = parse(job_with({{"parallelism", {{"tensor", 1}, {"context", 1}}}}));

@@ -594,5 +594,64 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelCheckpoints,
                                            testing::tiny_llama_split4()),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Context-parallel checkpoints: the parameters do not depend on C (ZeRO shards them over data x
+// context), so a checkpoint of C = 2 x DP = 2 resumes exactly at the same mesh and reshards to
+// one rank, to C = 2 with the other attention and to T = 2 x C = 2.
+class ContextParallelCheckpoints : public Checkpoints,
+                                   public ::testing::WithParamInterface<TinyModel> {
+ protected:
+  static std::string cp(int C, const char* impl, int T = 1) {
+    return R"(, "parallelism": {"context": )" + std::to_string(C) + R"(, "context_impl": ")" +
+           impl + R"(", "tensor": )" + std::to_string(T) + "}";
+  }
+};
+
+TEST_P(ContextParallelCheckpoints, ResumeIsExactAtTheSameMeshAndReshardsAcrossContext) {
+  const TinyModel model = GetParam();
+  run({.world = 4,
+       .stage = 1,
+       .steps = 5,
+       .save_interval = 5,
+       .extra = cp(2, "ring"),
+       .model = model});
+  const std::vector<double> same = run({.world = 4,
+                                        .stage = 1,
+                                        .steps = 10,
+                                        .extra = cp(2, "ring"),
+                                        .resume = "latest",
+                                        .model = model});
+  struct To {
+    int world, stage;
+    std::string extra;
+  };
+  std::vector<std::pair<std::string, std::vector<double>>> resumed;
+  for (const To& to : {To{1, 0, ""}, To{2, 2, cp(2, "ulysses")}, To{4, 3, cp(2, "ulysses", 2)}}) {
+    resumed.push_back({to.extra, run({.world = to.world,
+                                      .stage = to.stage,
+                                      .steps = 10,
+                                      .extra = to.extra,
+                                      .resume = "global_step5",
+                                      .model = model})});
+  }
+  fs::remove_all(ckpt_);
+  const std::vector<double> uninterrupted =
+      run({.world = 4, .stage = 1, .steps = 10, .extra = cp(2, "ring"), .model = model});
+  ASSERT_EQ(same.size(), 5u);
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(same[i], uninterrupted[5 + i]) << "C=2 x DP=2 resumed, step " << 6 + i;
+  for (const auto& [to, losses] : resumed) {
+    ASSERT_EQ(losses.size(), 5u) << to;
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NEAR(losses[i], uninterrupted[5 + i], 1e-5 * uninterrupted[5 + i])
+          << "C=2 x DP=2 stage 1 -> '" << to << "', step " << 6 + i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ContextParallelCheckpoints,
+                         ::testing::Values(testing::tiny_gpt2_split4(),
+                                           testing::tiny_llama_split4()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace zerod
