@@ -28,6 +28,7 @@
 #include "core/log.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/config/parse.h"
+#include "engine/plan/planner.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/local_session.h"
 #include "engine/runtime/signals.h"
@@ -58,7 +59,8 @@ struct TrainFlags {
   std::string resume;
   std::string listen;
   std::string demo_dir = "zerod-demo";
-  int64_t steps = 0;  // > 0: overrides train.steps
+  int64_t steps = 0;         // > 0: overrides train.steps
+  std::string memory_limit;  // "20GiB": overrides train.memory_limit
 };
 
 // --metrics-port: the Prometheus endpoint, or a clear refusal without prometheus-cpp.
@@ -112,6 +114,8 @@ int run_train(const TrainFlags& f) {
       f.job.empty() ? zerod::prepare_demo_job(f.demo_dir) : zerod::load_job_file(f.job);
   print_warnings(job);
   if (f.steps > 0) job.config.train.steps = f.steps;
+  if (!f.memory_limit.empty())
+    job.config.train.memory_limit = zerod::parse_bytes(f.memory_limit, "--memory-limit");
   zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
   if (f.job.empty())
@@ -333,6 +337,8 @@ int main(int argc, char** argv) {
                     "there is one, else start fresh) or a tag");
   train->add_option("--listen", tf.listen, "ADDR:PORT for the control plane");
   train->add_option("--steps", tf.steps, "override train.steps")->check(CLI::PositiveNumber);
+  train->add_option("--memory-limit", tf.memory_limit,
+                    "host memory this process may use (e.g. 20GiB; default: what is available)");
   train
       ->add_option("--metrics-port", tf.metrics_port,
                    "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any port)")

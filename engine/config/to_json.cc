@@ -261,6 +261,7 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"eval_batches", t.eval_batches},
         {"seed", t.seed},
         {"peak_flops", t.peak_flops},
+        {"memory_limit", t.memory_limit},
         {"collective_timeout", t.collective_timeout},
         {"rendezvous_timeout", t.rendezvous_timeout}}},
       {"parallelism",

@@ -68,6 +68,7 @@ void read_train(ObjectReader& top, JobConfig& cfg) {
   r.read_int("eval_batches", t.eval_batches, at_least(1));
   r.read_u64("seed", t.seed);
   r.read_real("peak_flops", t.peak_flops, real_at_least(0.0));
+  r.read_int("memory_limit", t.memory_limit, at_least(0));
   r.read_real("collective_timeout", t.collective_timeout, real_above(0.0));
   r.read_real("rendezvous_timeout", t.rendezvous_timeout, real_above(0.0));
   r.finish();

@@ -19,6 +19,7 @@
 #include "engine/data/train_val.h"
 #include "engine/runtime/signals.h"
 #include "engine/train/lr_schedule.h"
+#include "engine/train/memory_preflight.h"
 #include "engine/train/offload_preflight.h"
 #include "engine/train/peak_flops.h"
 #include "engine/train/rank_device.h"
@@ -95,6 +96,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     RankDevice device = make_rank_device(cfg_, ctx_);
     backend_ = std::move(device.backend);
     device_comm_ = std::move(device.device_comm);
+  }
+  // Host memory: refuse now, with what would fit, rather than meet the OOM killer later.
+  if (!backend_->device_memory()) {
+    host_memory_preflight(cfg_, spec, ctx_.local_world_size,
+                          static_cast<int>(backend_->compute_elem_size()),
+                          host_memory_available(cfg_.train.memory_limit));
   }
   // The mesh's process groups: sub-communicators of the world (a group as large as the world is
   // the world's communicator, so a job without `parallelism` runs exactly as before).
