@@ -223,11 +223,15 @@ std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_la
     }
   }
   if (keep_last <= 0) return removed;
-  const auto all = list_checkpoints(dir);
-  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
-    if (latest && all[i].first == *latest) continue;
-    fs::remove_all(fs::path(dir) / all[i].first, ec);
-    if (!ec) removed.push_back(all[i].first);
+  // Only the job's own (automatic) checkpoints count and go; a checkpoint the user saved with a
+  // tag stays until a command deletes it.
+  int64_t kept = 0;
+  for (const auto& [tag, manifest] : list_checkpoints(dir)) {
+    if (!manifest.automatic) continue;
+    if (kept++ < keep_last) continue;
+    if (latest && tag == *latest) continue;
+    fs::remove_all(fs::path(dir) / tag, ec);
+    if (!ec) removed.push_back(tag);
   }
   return removed;
 }

@@ -39,8 +39,9 @@ std::string prepare_save(const std::string& dir, const std::string& tag);
 // dir/TAG (replacing an older checkpoint of the same tag), and points `latest` at it.
 void commit_save(const std::string& dir, const Manifest& manifest);
 
-// Removes the oldest complete checkpoints beyond the newest keep_last (never the one `latest`
-// names) and stale TAG.tmp directories. Returns the tags removed.
+// Removes the oldest automatic checkpoints (Manifest::automatic: the job's own saves) beyond the
+// newest keep_last automatic ones (never the one `latest` names, never one the user tagged) and
+// stale TAG.tmp directories. Returns the tags removed.
 std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_last);
 
 // The tag `latest` names (nullopt when there is no `latest` file). A `latest` that is not a valid

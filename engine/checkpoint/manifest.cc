@@ -29,6 +29,7 @@ json Manifest::to_json() const {
   }
   const TrainingProgress& p = progress;
   json out = {{"format", kCheckpointFormat},
+              {"automatic", automatic},
               {"format_version", format_version},
               {"tag", tag},
               {"created", created},
@@ -92,6 +93,11 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
   if (m.format_version < 1)
     ZD_THROW_INPUT("{}: format version {} is invalid", where, m.format_version);
   m.tag = field<std::string>(j, "tag", where, "");
+  if (j.contains("automatic")) {
+    m.automatic = field<bool>(j, "automatic", where, "");
+  } else {  // older manifests: the job's own saves were the global_stepN ones
+    m.automatic = m.tag.rfind("global_step", 0) == 0;
+  }
   m.created = j.value("created", "");
   m.zerod_version = j.value("zerod_version", "");
   m.world_size = field<int>(j, "world_size", where, "");

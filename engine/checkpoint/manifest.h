@@ -57,6 +57,10 @@ struct TrainingProgress {
 struct Manifest {
   int format_version = kCheckpointFormatVersion;
   std::string tag;
+  // Saved by the job itself (save_interval, the end of a run, a preemption signal) rather than
+  // asked for by the user with a tag: only these count for (and are removed by) keep_last.
+  // Absent in a manifest: true for a global_stepN tag, false otherwise.
+  bool automatic = true;
   std::string created;  // UTC, ISO 8601
   std::string zerod_version;
   nlohmann::json job;  // the resolved job (job_to_json)

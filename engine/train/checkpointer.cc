@@ -194,7 +194,8 @@ std::vector<ShardData> Checkpointer::my_shards() {
   return out;
 }
 
-SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& progress) {
+SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& progress,
+                              bool automatic) {
   Stopwatch blocked;
   finish();  // the previous background save first
   validate_tag(tag);
@@ -217,6 +218,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   Manifest& m = p->manifest;
   const ModelSpec& spec = engine_.layout().spec();
   m.tag = tag;
+  m.automatic = automatic;
   m.created = utc_now();
   m.zerod_version = "0.1.0";
   m.job = job_to_json(cfg_);

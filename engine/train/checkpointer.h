@@ -47,7 +47,9 @@ class Checkpointer {
                MemoryTracker* tracker);
   ~Checkpointer();
 
-  SaveReport save(const std::string& tag, const TrainingProgress& progress);
+  // automatic: the job's own save (interval, end, preemption), which keep_last may remove later;
+  // false for a tag the user asked for.
+  SaveReport save(const std::string& tag, const TrainingProgress& progress, bool automatic = true);
   // At a step boundary: commits a finished background save (one small all-reduce while one is
   // pending; nothing otherwise). Returns the tag it committed, if any.
   std::optional<std::string> poll();

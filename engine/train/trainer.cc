@@ -421,7 +421,8 @@ void Trainer::resume(const std::string& which) {
 
 SaveReport Trainer::save_checkpoint(const std::string& tag) {
   ZD_CHECK_INPUT(ckpt_ != nullptr, "saving a checkpoint needs train.checkpoint_dir");
-  const SaveReport r = ckpt_->save(tag.empty() ? default_tag(global_step_) : tag, progress());
+  const SaveReport r =
+      ckpt_->save(tag.empty() ? default_tag(global_step_) : tag, progress(), tag.empty());
   ++checkpoints_saved_;
   if (leader() && options_.log_steps) {
     spdlog::info("checkpoint {}{}: {:.1f} MB on rank 0, training blocked {:.3f} s", r.tag,

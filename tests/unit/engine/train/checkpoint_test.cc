@@ -229,6 +229,22 @@ TEST_F(Checkpoints, AsyncSavesAreExactAndCommittedAtAStepBoundary) {
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(rest[i], whole[5 + i]) << "step " << 6 + i;
 }
 
+// keep_last counts and removes only the job's own checkpoints: one the user saved with a tag
+// stays however many automatic saves come after it.
+TEST_F(Checkpoints, RetentionNeverRemovesACheckpointTheUserTagged) {
+  const JobConfig cfg = tiny_job(*corpus_, 1, 0, 1, 8, "", train_extra(2, R"(, "keep_last": 1)"));
+  run_world(1, [&](const RankContext& ctx) {
+    Trainer t(cfg, ctx, quiet_trainer());
+    t.save_checkpoint("before-run");  // the user's, at step 0
+    t.run();
+  });
+  EXPECT_TRUE(fs::exists(ckpt_ / "before-run"));
+  EXPECT_FALSE(read_manifest((ckpt_ / "before-run").string()).automatic);
+  EXPECT_FALSE(fs::exists(ckpt_ / "global_step6"));
+  EXPECT_TRUE(fs::exists(ckpt_ / "global_step8"));
+  EXPECT_TRUE(read_manifest((ckpt_ / "global_step8").string()).automatic);
+}
+
 TEST_F(Checkpoints, RetentionKeepsTheNewestAndTornNewestFallsBack) {
   run({.world = 2,
        .stage = 1,
