@@ -7,6 +7,13 @@
 
 namespace zerod {
 
+// The CPU's fp32 peak from the hardware: threads x clock x FLOP per cycle per core (2 FMA pipes
+// of the widest vector unit: 64 with AVX-512, 32 with AVX2+FMA, 16 otherwise). The clock is
+// cpuinfo_max_freq, else the highest "cpu MHz" of /proc/cpuinfo, else the "@ x.xxGHz" of the
+// model name; 0 when none is known. *source says how it was computed. An upper bound, so MFU
+// against it stays below 100% (a start-up sgemm on a busy machine is not: it was seen at 127%).
+double cpu_hardware_peak_flops(int threads, std::string* source);
+
 // Best of a few 1024^3 sgemm runs on the current OpenMP thread count: the rate the matmul
 // engine actually reaches on this CPU (there is no reliable table of CPU peaks; a user can
 // override it with train.peak_flops). Takes ~50 ms.

@@ -1,5 +1,6 @@
 #include "engine/train/trainer.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -213,8 +214,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     peak_source = peak_flops_ > 0 ? backend_->device_name() + " datasheet"
                                   : "unknown GPU: set train.peak_flops for MFU";
   } else if (peak_flops_ <= 0) {
-    peak_flops_ = measure_cpu_peak_flops();
-    peak_source = "sgemm measured now";
+    // The hardware's peak (an upper bound); a start-up sgemm only where the clock is unknown.
+    peak_flops_ = cpu_hardware_peak_flops(omp_get_max_threads(), &peak_source);
+    if (peak_flops_ <= 0) {
+      peak_flops_ = measure_cpu_peak_flops();
+      peak_source = "sgemm measured now (the CPU clock is unknown; set train.peak_flops)";
+    }
   }
 
   if (options_.log_steps) {
@@ -311,6 +316,20 @@ StepMetrics Trainer::train_step(int64_t step) {
   m.mfu = peak_flops_ > 0 ? model_->spec().flops_per_token(cfg_.model.seq_len) * m.tokens_per_s /
                                 (peak_flops_ * ctx_.world_size)
                           : 0.0;
+  step_seconds_ += m.seconds;
+  ++timed_steps_;
+  if (m.mfu > 1.0) {
+    // Above the peak it was measured against: the peak was too low (a train.peak_flops below the
+    // hardware's, or an unknown clock). Never report more than 100%; say so once.
+    if (!mfu_clamped_ && leader()) {
+      spdlog::warn(
+          "MFU {:.0f}% exceeds the peak it is measured against ({:.1f} GFLOP/s per rank); "
+          "reporting 100%: set train.peak_flops to this machine's peak",
+          100 * m.mfu, peak_flops_ / 1e9);
+    }
+    mfu_clamped_ = true;
+    m.mfu = 1.0;
+  }
   ++breakdown_steps_;
   return m;
 }
@@ -336,13 +355,24 @@ std::optional<double> Trainer::evaluate() {
   return mean_over_ranks(sum / static_cast<double>(batches));
 }
 
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
 void Trainer::log_step(const StepMetrics& m) {
   const int64_t total = cfg_.train.steps;
   const int width = static_cast<int>(std::to_string(total).size());
+  // ETA: the steps left at this run's mean step time so far.
+  const double mean = timed_steps_ > 0 ? step_seconds_ / static_cast<double>(timed_steps_) : 0.0;
   std::string line = fmt::format(
       "step {:>{}}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | scale {:g} | {:.0f} tok/s | MFU "
-      "{:.1f}%",
-      m.step, width, total, m.loss, m.lr, m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu * 100);
+      "{:.1f}% | ETA {}",
+      m.step, width, total, m.loss, m.lr, m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu * 100,
+      format_eta(mean * static_cast<double>(total - m.step)));
   if (m.skipped) line += " | skipped (overflow)";
   if (m.val_loss) line += fmt::format(" | val {:.6f}", *m.val_loss);
   spdlog::info("{}", line);

@@ -52,6 +52,9 @@ struct TrainerOptions {
   std::function<std::unique_ptr<Backend>()> backend;
 };
 
+// "45s", "3m12s", "1h02m" ("?" for a negative or absurd estimate): the step line's ETA.
+std::string format_eta(double seconds);
+
 class Trainer {
  public:
   // cfg must be resolved (resolve_job) for ctx.world_size.
@@ -121,6 +124,9 @@ class Trainer {
   // steps this run has trained so far).
   void log_comms(int64_t steps) const;
   double peak_flops_ = 0;
+  bool mfu_clamped_ = false;
+  double step_seconds_ = 0;  // this run's steps: their time, and how many (the ETA)
+  int64_t timed_steps_ = 0;  // an MFU above 100% was reported as 100% (warned once)
   int64_t steps_taken_ = 0;  // non-skipped optimizer steps (drives the LR schedule)
   int64_t skipped_ = 0;
   // Seconds in each phase over the whole run, and their values at the last breakdown print.

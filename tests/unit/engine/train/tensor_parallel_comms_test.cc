@@ -162,34 +162,6 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelComms,
                          ::testing::Values(testing::tiny_gpt2(), testing::tiny_llama()),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// For the duration of a test, the default logger writes only to a string, at info level.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    log::init();  // (idempotent: the default logger that every rank's thread logs to)
-    auto& logger = *spdlog::default_logger();
-    level_ = logger.level();
-    saved_ = logger.sinks();
-    logger.sinks() = {sink_};
-    logger.set_level(spdlog::level::info);
-  }
-  ~CapturedLog() {
-    auto& logger = *spdlog::default_logger();
-    logger.sinks() = saved_;
-    logger.set_level(level_);
-  }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return out_.str();
-  }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::vector<spdlog::sink_ptr> saved_;
-  spdlog::level::level_enum level_;
-};
-
 // comms_logger at T = 2 x DP = 2: rank 0 prints one block per communicator (tensor, data, world),
 // named by its first group with the groups sharing it, never a one-rank group, each kind with
 // its bytes per step.
@@ -200,7 +172,7 @@ TEST(TensorParallelCommsLogger, PrintsEveryCommunicatorOnceWithBytesPerStep) {
                         R"(, "parallelism": {"tensor": 2}, "comms_logger": {"enabled": true})");
   std::string text;
   {
-    CapturedLog log;
+    testing::CapturedLog log;
     testing::run_world(4, [&](const RankContext& ctx) {
       Trainer t(cfg, ctx);  // log_steps on: the end of the run prints the report
       t.run();

@@ -11,7 +11,13 @@
 #include <ostream>
 #include <string>
 
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <sstream>
+#include <vector>
+
 #include "comm/store.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "engine/config/parse.h"
 #include "engine/data/corpus.h"
@@ -132,6 +138,34 @@ inline void run_world(int world, const std::function<void(const RankContext&)>& 
   o.threads_per_rank = 1;
   run_local_ranks(o, body);
 }
+
+// For the duration of a test, the default logger writes only to a string, at info level.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    log::init();  // (idempotent: the default logger that every rank's thread logs to)
+    auto& logger = *spdlog::default_logger();
+    level_ = logger.level();
+    saved_ = logger.sinks();
+    logger.sinks() = {sink_};
+    logger.set_level(spdlog::level::info);
+  }
+  ~CapturedLog() {
+    auto& logger = *spdlog::default_logger();
+    logger.sinks() = saved_;
+    logger.set_level(level_);
+  }
+  std::string text() {
+    spdlog::default_logger()->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  std::vector<spdlog::sink_ptr> saved_;
+  spdlog::level::level_enum level_;
+};
 
 inline TrainerOptions quiet_trainer() {
   TrainerOptions o;
