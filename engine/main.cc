@@ -123,17 +123,24 @@ int run_train(const TrainFlags& f) {
                  f.demo_dir);
   auto session = start_session(spec, job.config);
   const zerod::NodeInfo& info = session->info();
-  const int threads = std::max(1, zerod::cpu_info().cores / info.nproc_per_node);
+  const int threads = zerod::threads_per_rank(spec, zerod::cpu_info().cores,
+                                              static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
   spdlog::info(
-      "zerod {}: node {} of {}, ranks {}..{} of {} (topology from {}), {} threads per rank, "
+      "zerod {}: node {} of {}, ranks {}..{} of {} (topology from {}{}), {} threads per rank, "
       "matmul engine {}",
       kVersion, info.node_rank, info.nnodes, info.first_rank,
-      info.first_rank + info.nproc_per_node - 1, info.world_size, spec.source, threads,
-      zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+      info.first_rank + info.nproc_per_node - 1, info.world_size, spec.source,
+      spec.local_processes > 1 ? fmt::format(", process {} of {} on this machine",
+                                             spec.local_process, spec.local_processes)
+                               : "",
+      threads, zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
   const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
   zerod::RunJobOptions ro;
   ro.resume = f.resume;
   ro.metrics = metrics.get();
+  ro.threads_per_rank = threads;
+  ro.local_processes = spec.local_processes;
+  ro.local_process = spec.local_process;
   try {
     const zerod::JobOutcome outcome = zerod::run_job(job.config, *session, ro);
     if (outcome.stopped) {

@@ -16,7 +16,9 @@ packages=(
   prometheus-cpp-dev
   gnuplot-nox  # tools/plot
   libaio-dev fio  # offload/aio; fio: the aio benchmark's baseline
-  python3-torch python3-venv  # tests/hf: parity with transformers (in a venv over this torch)
+  python3-torch python3-venv  # tests/hf: parity with transformers (in a venv over this torch);
+                              # torchrun for tests/e2e/launchers_test.cc
+  munge slurmctld slurmd slurm-client  # launchers_test.cc starts a one-node Slurm cluster
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

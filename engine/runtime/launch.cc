@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -26,6 +27,8 @@ struct EnvTopology {
   std::string launcher;  // "torchrun", "openmpi", "slurm"
   Sourced nnodes;
   Sourced node_rank;
+  int local_processes = 1;  // zerods the launcher started on this machine
+  int local_process = 0;    // this one's index among them
   std::optional<std::string> master_host;
   std::optional<int> master_port;
   std::string master_origin;   // e.g. "MASTER_ADDR/MASTER_PORT (torchrun)"
@@ -59,17 +62,53 @@ Sourced env_int(const EnvMap& env, const char* name, const std::string& launcher
   return {v, fmt::format("{}={} ({})", name, v, launcher)};
 }
 
-// One zerod process per node: a launcher that started several per node is refused.
-void require_one_process_per_node(int local_size, int local_rank, const std::string& what,
-                                  const std::string& how) {
-  if (local_size > 1)
-    ZD_THROW_INPUT(
-        "{} says {} processes run on this node, but zerod runs one process per node with its "
-        "local ranks as threads: {}, and pass --nproc-per-node {} to zerod",
-        what, local_size, how, local_size);
-  if (local_rank != 0)
-    ZD_THROW_INPUT("{}: this process has local rank {}, but zerod runs one process per node: {}",
-                   what, local_rank, how);
+// The launcher's count of processes on this machine and this one's index among them.
+void set_local(EnvTopology& t, const Sourced& size, const Sourced& index) {
+  if (size.value < 1)
+    ZD_THROW_INPUT("{}: the number of processes on this node must be at least 1", size.origin);
+  if (t.nnodes.value >= 1 && size.value > t.nnodes.value)
+    ZD_THROW_INPUT("{} processes on this node but {} in all ({}, {})", size.value, t.nnodes.value,
+                   size.origin, t.nnodes.origin);
+  if (index.value < 0 || index.value >= size.value)
+    ZD_THROW_INPUT("local process index out of range: {} is not in [0, {}) ({})", index.origin,
+                   size.value, size.origin);
+  t.local_processes = size.value;
+  t.local_process = index.value;
+}
+
+Sourced env_int_or(const EnvMap& env, const char* name, const std::string& launcher, int value) {
+  if (has(env, name)) return env_int(env, name, launcher);
+  return {value, fmt::format("{} unset ({})", name, launcher)};
+}
+
+// Slurm's tasks-per-node list ("2(x3),1": 2 tasks on each of 3 nodes, then 1) -> the count of
+// node `node_id`. Throws InputError naming `var` on a syntax error or a list too short.
+int slurm_tasks_on_node(const std::string& text, int node_id, const std::string& var) {
+  auto bad = [&](const char* why) {
+    ZD_THROW_INPUT("{}='{}' (slurm): {} (expected e.g. 2(x3),1)", var, text, why);
+  };
+  int node = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t paren = item.find("(x");
+    const std::string count_text = item.substr(0, paren);
+    int repeat = 1;
+    if (paren != std::string::npos) {
+      if (item.back() != ')') bad("unbalanced '('");
+      repeat = parse_int(item.substr(paren + 2, item.size() - paren - 3), var, "set by slurm");
+    }
+    const int count = parse_int(count_text, var, "set by slurm");
+    if (count < 1 || repeat < 1) bad("counts must be at least 1");
+    if (node_id < node + repeat) return count;
+    node += repeat;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  ZD_THROW_INPUT("{}='{}' (slurm) lists {} nodes, but this is node {} (SLURM_NODEID)", var, text,
+                 node, node_id);
 }
 
 void read_master(const EnvMap& env, EnvTopology& t) {
@@ -85,11 +124,8 @@ std::optional<EnvTopology> from_torchrun(const EnvMap& env) {
   t.launcher = "torchrun";
   t.nnodes = env_int(env, "WORLD_SIZE", t.launcher);
   t.node_rank = env_int(env, "RANK", t.launcher);
-  const int local_size =
-      has(env, "LOCAL_WORLD_SIZE") ? env_int(env, "LOCAL_WORLD_SIZE", t.launcher).value : 1;
-  const int local_rank = has(env, "LOCAL_RANK") ? env_int(env, "LOCAL_RANK", t.launcher).value : 0;
-  require_one_process_per_node(local_size, local_rank, "torchrun (LOCAL_WORLD_SIZE/LOCAL_RANK)",
-                               "start zerod with `torchrun --nproc-per-node 1`");
+  set_local(t, env_int_or(env, "LOCAL_WORLD_SIZE", t.launcher, 1),
+            env_int_or(env, "LOCAL_RANK", t.launcher, 0));
   read_master(env, t);
   // torchrun's agent serves its own store on MASTER_PORT and tells workers to use it.
   const auto agent_store = get(env, "TORCHELASTIC_USE_AGENT_STORE");
@@ -116,15 +152,8 @@ std::optional<EnvTopology> from_openmpi(const EnvMap& env) {
     ZD_THROW_INPUT("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not (openmpi)");
   t.nnodes = env_int(env, "OMPI_COMM_WORLD_SIZE", t.launcher);
   t.node_rank = env_int(env, "OMPI_COMM_WORLD_RANK", t.launcher);
-  const int local_size = has(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
-                             ? env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", t.launcher).value
-                             : 1;
-  const int local_rank = has(env, "OMPI_COMM_WORLD_LOCAL_RANK")
-                             ? env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", t.launcher).value
-                             : 0;
-  require_one_process_per_node(local_size, local_rank,
-                               "Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE/LOCAL_RANK)",
-                               "start zerod with `mpirun --npernode 1`");
+  set_local(t, env_int_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", t.launcher, 1),
+            env_int_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", t.launcher, 0));
   read_master(env, t);
   t.missing_master =
       "under Open MPI set MASTER_ADDR (and MASTER_PORT) for every process, e.g. `mpirun -x "
@@ -138,23 +167,19 @@ std::optional<EnvTopology> from_slurm(const EnvMap& env) {
   t.launcher = "slurm";
   t.nnodes = env_int(env, "SLURM_NTASKS", t.launcher);
   t.node_rank = env_int(env, "SLURM_PROCID", t.launcher);
-  const std::string how = "start zerod with `srun --ntasks-per-node 1`";
-  if (has(env, "SLURM_NODEID")) {
-    const Sourced node_id = env_int(env, "SLURM_NODEID", t.launcher);
-    if (node_id.value != t.node_rank.value)
-      ZD_THROW_INPUT(
-          "Slurm runs several zerod tasks per node ({} runs on {}), but zerod runs one process "
-          "per node with its local ranks as threads: {} and pass --nproc-per-node",
-          t.node_rank.origin, node_id.origin, how);
+  // Tasks on this node: this node's entry of the step's (else the job's) tasks-per-node list.
+  const Sourced local_index = env_int_or(env, "SLURM_LOCALID", t.launcher, 0);
+  Sourced local_size{1, "SLURM_STEP_TASKS_PER_NODE unset (slurm)"};
+  const char* list_var =
+      has(env, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  if (auto list = get(env, list_var)) {
+    const int node_id = env_int_or(env, "SLURM_NODEID", t.launcher, 0).value;
+    const int n = slurm_tasks_on_node(*list, node_id, list_var);
+    local_size = {n, fmt::format("{}={} (slurm) on node {}", list_var, *list, node_id)};
+  } else if (local_index.value > 0) {
+    local_size = {local_index.value + 1, local_index.origin};  // at least this many
   }
-  if (has(env, "SLURM_NNODES")) {
-    const Sourced nn = env_int(env, "SLURM_NNODES", t.launcher);
-    if (nn.value != t.nnodes.value)
-      ZD_THROW_INPUT(
-          "Slurm started {} tasks on {} nodes ({}, {}), but zerod runs one process per node: {} "
-          "and pass --nproc-per-node",
-          t.nnodes.value, nn.value, t.nnodes.origin, nn.origin, how);
-  }
+  set_local(t, local_size, local_index);
   read_master(env, t);
   if (!t.master_host) {
     const char* var = has(env, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST" : "SLURM_NODELIST";
@@ -230,6 +255,19 @@ std::pair<std::string, int> parse_host_port(const std::string& text, const std::
   return {host, parse_port(port, fmt::format("{} '{}'", what, text), min_port)};
 }
 
+int threads_per_rank(const LaunchSpec& spec, int cores, int online) {
+  int sharers = spec.nproc_per_node;
+  if (spec.local_processes > 1 && cores >= online) sharers *= spec.local_processes;
+  return std::max(1, cores / std::max(1, sharers));
+}
+
+int local_rank_gpu(int local_process, int local_processes, int nproc_per_node, int local_rank,
+                   int visible) {
+  if (local_processes > 1 && visible >= local_processes * nproc_per_node)
+    return local_process * nproc_per_node + local_rank;
+  return local_rank;
+}
+
 LaunchSpec resolve_launch(const LaunchFlags& flags, const EnvMap& env) {
   LaunchSpec spec;
   const bool any_flag = flags.nnodes || flags.node_rank || flags.nproc_per_node || flags.master;
@@ -271,6 +309,10 @@ LaunchSpec resolve_launch(const LaunchFlags& flags, const EnvMap& env) {
 
   spec.nnodes = nnodes.value;
   spec.node_rank = node_rank.value;
+  if (env_topo) {
+    spec.local_processes = env_topo->local_processes;
+    spec.local_process = env_topo->local_process;
+  }
 
   // The master: --master, else the launcher's, else the default (one node only).
   if (flags.master) {

@@ -76,6 +76,8 @@ void run_local_ranks(const LocalRanksOptions& o,
       ctx.world_size = o.world_size;
       ctx.local_rank = local;
       ctx.local_world_size = o.local_world_size;
+      ctx.local_processes = o.local_processes;
+      ctx.local_process = o.local_process;
       ctx.comm = comm.get();
       ctx.store = store;
       ctx.timeout = o.timeout;

@@ -28,6 +28,8 @@ struct LocalRanksOptions {
   std::shared_ptr<PeerMonitor> monitor;  // may be null (then one for the local ranks is made)
   std::string bind_address = "127.0.0.1";
   std::chrono::milliseconds timeout{300000};  // collective and bootstrap timeout
+  int local_processes = 1;                    // zerod processes on this machine (RankContext)
+  int local_process = 0;                      // this one's index among them
   int threads_per_rank = 0;           // OpenMP threads of each rank; 0: cores / local ranks (>= 1)
   std::string store_prefix = "comm";  // namespace of this run's communicator keys
 };

@@ -16,6 +16,10 @@ struct RankContext {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  // The zerod processes on this machine and this one's index (launch.h): local rank r of
+  // process p uses GPU p x local_world_size + r when the process sees every process's GPUs.
+  int local_processes = 1;
+  int local_process = 0;
   Communicator* comm = nullptr;  // required when world_size > 1
   // For communicators the rank makes itself (NCCL on GPUs): the run's rendezvous store (keys
   // already namespaced for this run), the collective timeout and the peer monitor. The store is

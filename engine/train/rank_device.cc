@@ -1,6 +1,7 @@
 #include "engine/train/rank_device.h"
 
 #include "core/error.h"
+#include "engine/runtime/launch.h"
 
 #if defined(ZEROD_HAVE_CUDA)
 #include "kernels/cuda/cast.h"
@@ -42,7 +43,8 @@ RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
                  "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one "
                  "rank per GPU: --nproc-per-node {} at most)",
                  ctx.local_world_size, gpus, gpus == 1 ? "" : "s", gpus);
-  const int gpu = ctx.local_rank;
+  const int gpu = local_rank_gpu(ctx.local_process, ctx.local_processes, ctx.local_world_size,
+                                 ctx.local_rank, gpus);
   d.backend = make_cuda_backend(cfg.compute_dtype(), gpu);
   if (ctx.world_size > 1) {
 #if !defined(ZEROD_HAVE_NCCL)

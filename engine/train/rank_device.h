@@ -2,8 +2,10 @@
 // ranks, the communicator of its device tensors.
 //
 // cpu:  the CPU backend; every collective goes through the rank's (Gloo) communicator.
-// cuda: local rank r runs on GPU r of this process (CUDA_VISIBLE_DEVICES selects them). With
-//       more than one rank, an NCCL communicator is created for the ZeRO engine's tensors
+// cuda: local rank r runs on GPU r of this process (CUDA_VISIBLE_DEVICES selects them); when a
+//       launcher started several zerods on the machine and each sees all their GPUs, process
+//       p's rank r runs on GPU p x nproc-per-node + r (local_rank_gpu in engine/runtime/launch.h).
+//       With more than one rank, an NCCL communicator is created for the ZeRO engine's tensors
 //       (gradient reductions, weight gathers, on device memory, ordered against the backend's
 //       stream), bootstrapped through the rendezvous store under "nccl/"; the rank's Gloo
 //       communicator keeps the host-side traffic (losses, checkpoints, stop requests).

@@ -27,6 +27,9 @@ JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptio
   o.world_size = info.world_size;
   o.first_rank = info.first_rank;
   o.local_world_size = info.nproc_per_node;
+  o.threads_per_rank = options.threads_per_rank;
+  o.local_processes = options.local_processes;
+  o.local_process = options.local_process;
   o.store = session.store();
   o.monitor = session.monitor();
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.train.collective_timeout * 1000));

@@ -19,6 +19,9 @@ struct RunJobOptions {
   std::string resume;              // "", "latest", "auto" or a checkpoint tag
   JobControl* control = nullptr;   // the daemon's commands and progress (not owned)
   MetricsSink* metrics = nullptr;  // every rank's per-step numbers (not owned)
+  int threads_per_rank = 0;        // OpenMP threads of each rank; 0: cores / local ranks
+  int local_processes = 1;         // zerod processes on this machine (launch.h)
+  int local_process = 0;           // this one's index among them
 };
 
 struct JobOutcome {

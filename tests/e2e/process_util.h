@@ -39,9 +39,18 @@ inline std::string zeroctl_binary() {
 
 class Process {
  public:
-  // Runs `args` (args[0] is the program) in `cwd` with stdout+stderr to `log`.
-  Process(const std::vector<std::string>& args, const std::string& cwd, const std::string& log)
-      : log_(log) {
+  // Runs `args` (args[0] is the program) in `cwd` with stdout+stderr to `log`. With `own_group`
+  // it leads a process group of its own, and killing it kills the whole group: for launchers
+  // (torchrun) whose workers would outlive them.
+  Process(const std::vector<std::string>& args, const std::string& cwd, const std::string& log,
+          bool own_group = false)
+      : log_(log), group_(own_group) {
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    if (own_group) {
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+      posix_spawnattr_setpgroup(&attr, 0);
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -50,10 +59,12 @@ class Process {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    if (posix_spawn(&pid_, argv[0], &fa, &attr, argv.data(), environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
   }
   ~Process() {
+    if (pid_ > 0 && group_) ::kill(-pid_, SIGKILL);  // the group's other members too
     if (pid_ > 0 && !exited_) {
       ::kill(pid_, SIGKILL);
       int status = 0;
@@ -81,7 +92,16 @@ class Process {
     }
     return code_;
   }
-  void kill9() { ::kill(pid_, SIGKILL); }
+  void kill9() { ::kill(group_ ? -pid_ : pid_, SIGKILL); }
+  // Sends `sig` and waits up to `grace` for the exit, then SIGKILL; returns the exit code.
+  int stop(int sig, std::chrono::milliseconds grace) {
+    if (pid_ <= 0) return kTimedOut;
+    if (!exited_) ::kill(pid_, sig);
+    const int code = wait_for(grace);
+    if (code != kTimedOut) return code;
+    kill9();
+    return wait_for(std::chrono::seconds(10));
+  }
   std::string output() const {
     std::ifstream in(log_);
     std::stringstream ss;
@@ -109,6 +129,7 @@ class Process {
  private:
   pid_t pid_ = -1;
   std::string log_;
+  bool group_ = false;
   bool exited_ = false;
   int code_ = 0;
 };

@@ -155,13 +155,50 @@ TEST(Launch, TorchrunAgentStorePortIsLeftToTorchrun) {
   EXPECT_EQ(resolve_launch({}, env).master_port, 1234);
 }
 
-TEST(Launch, TorchrunWithSeveralProcessesPerNodeIsRefused) {
+// `torchrun --nproc-per-node 2 zerod train job.json`: every process is a node of one rank (or
+// of --nproc-per-node ranks), and the rendezvous sits next to torchrun's store.
+TEST(Launch, TorchrunSeveralProcessesPerNodeAreNodesOfOneRankEach) {
+  EnvMap env = torchrun_env(2, 1);
+  env["LOCAL_WORLD_SIZE"] = "2";
+  env["LOCAL_RANK"] = "1";
+  env["MASTER_ADDR"] = "127.0.0.1";
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  LaunchSpec s = resolve_launch({}, env);
+  EXPECT_EQ(s.nnodes, 2);
+  EXPECT_EQ(s.node_rank, 1);
+  EXPECT_EQ(s.nproc_per_node, 1);
+  EXPECT_EQ(s.world_size(), 2);
+  EXPECT_EQ(s.master_address(), "127.0.0.1:1235");  // MASTER_PORT + 1
+  EXPECT_EQ(s.local_processes, 2);
+  EXPECT_EQ(s.local_process, 1);
+  EXPECT_EQ(s.source, "torchrun");
+  // Each process may run several ranks as threads too: 2 processes x 2 ranks.
+  LaunchFlags f;
+  f.nproc_per_node = 2;
+  s = resolve_launch(f, env);
+  EXPECT_EQ(s.nnodes, 2);
+  EXPECT_EQ(s.world_size(), 4);
+  // Flags must still agree with the launcher.
+  LaunchFlags three;
+  three.nnodes = 3;
+  expect_refused(three, env, {"--nnodes 3", "WORLD_SIZE=2 (torchrun)"});
+  LaunchFlags rank;
+  rank.node_rank = 0;
+  expect_refused(rank, env, {"--node-rank 0", "RANK=1 (torchrun)"});
+}
+
+TEST(Launch, TorchrunLocalValuesAreChecked) {
   EnvMap env = torchrun_env(8, 3);
   env["LOCAL_WORLD_SIZE"] = "4";
-  env["LOCAL_RANK"] = "3";
-  expect_refused({}, env, {"4 processes", "--nproc-per-node 1", "--nproc-per-node 4"});
-  env["LOCAL_WORLD_SIZE"] = "1";
-  expect_refused({}, env, {"local rank 3"});
+  env["LOCAL_RANK"] = "4";
+  expect_refused({}, env, {"LOCAL_RANK=4 (torchrun)", "[0, 4)"});
+  env["LOCAL_WORLD_SIZE"] = "9";
+  env["LOCAL_RANK"] = "1";
+  expect_refused({}, env, {"9 processes on this node but 8 in all", "LOCAL_WORLD_SIZE=9"});
+  env["LOCAL_WORLD_SIZE"] = "0";
+  expect_refused({}, env, {"LOCAL_WORLD_SIZE=0", "at least 1"});
+  env["LOCAL_WORLD_SIZE"] = "two";
+  expect_refused({}, env, {"LOCAL_WORLD_SIZE='two'", "not an integer"});
 }
 
 TEST(Launch, TorchrunBadValues) {
@@ -217,13 +254,61 @@ TEST(Launch, SlurmOneTaskPerNode) {
   EXPECT_EQ(resolve_launch({}, env).master_address(), "head:4000");
 }
 
-TEST(Launch, SlurmWithSeveralTasksPerNodeIsRefused) {
-  EnvMap env = slurm_env(4, 3);
+// `srun -N1 -n2 zerod train job.json`: two tasks on one node are two nodes of one rank each.
+TEST(Launch, SlurmSeveralTasksPerNodeAreNodesOfOneRankEach) {
+  EnvMap env = {{"SLURM_NTASKS", "2"},         {"SLURM_PROCID", "1"},
+                {"SLURM_NODEID", "0"},         {"SLURM_NNODES", "1"},
+                {"SLURM_LOCALID", "1"},        {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost"}};
+  LaunchSpec s = resolve_launch({}, env);
+  EXPECT_EQ(s.nnodes, 2);
+  EXPECT_EQ(s.node_rank, 1);
+  EXPECT_EQ(s.nproc_per_node, 1);
+  EXPECT_EQ(s.master_address(), "localhost:29500");
+  EXPECT_EQ(s.local_processes, 2);
+  EXPECT_EQ(s.local_process, 1);
+  EXPECT_EQ(s.source, "slurm");
+  LaunchFlags f;
+  f.nnodes = 4;
+  expect_refused(f, env, {"--nnodes 4", "SLURM_NTASKS=2 (slurm)"});
+
+  // 5 tasks as 2, 2, 1 over three nodes: this node's entry of the step's list counts.
+  env = {{"SLURM_NTASKS", "5"},
+         {"SLURM_PROCID", "4"},
+         {"SLURM_NODEID", "2"},
+         {"SLURM_NNODES", "3"},
+         {"SLURM_LOCALID", "0"},
+         {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+         {"SLURM_TASKS_PER_NODE", "8(x3)"},  // the job's, not the step's
+         {"SLURM_JOB_NODELIST", "n[1-3]"}};
+  s = resolve_launch({}, env);
+  EXPECT_EQ(s.nnodes, 5);
+  EXPECT_EQ(s.node_rank, 4);
+  EXPECT_EQ(s.local_processes, 1);
+  EXPECT_EQ(s.master_host, "n1");
   env["SLURM_NODEID"] = "1";
-  expect_refused({}, env, {"SLURM_PROCID=3", "SLURM_NODEID=1", "--ntasks-per-node 1"});
-  env = slurm_env(4, 0);
-  env["SLURM_NNODES"] = "2";
-  expect_refused({}, env, {"4 tasks on 2 nodes", "--ntasks-per-node 1"});
+  env["SLURM_PROCID"] = "3";
+  env["SLURM_LOCALID"] = "1";
+  s = resolve_launch({}, env);
+  EXPECT_EQ(s.local_processes, 2);
+  EXPECT_EQ(s.local_process, 1);
+  env.erase("SLURM_STEP_TASKS_PER_NODE");  // without the step's list: the job's
+  expect_refused({}, env, {"8 processes on this node but 5 in all", "SLURM_TASKS_PER_NODE=8(x3)"});
+  env["SLURM_TASKS_PER_NODE"] = "2(x2),1";
+  EXPECT_EQ(resolve_launch({}, env).local_processes, 2);
+}
+
+TEST(Launch, SlurmTaskListsAreChecked) {
+  EnvMap env = slurm_env(4, 1);
+  env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2";
+  expect_refused({}, env, {"SLURM_STEP_TASKS_PER_NODE='2(x2'", "unbalanced"});
+  env["SLURM_STEP_TASKS_PER_NODE"] = "1";
+  expect_refused({}, env, {"lists 1 nodes", "this is node 1"});
+  env["SLURM_STEP_TASKS_PER_NODE"] = "0(x4)";
+  expect_refused({}, env, {"at least 1"});
+  env["SLURM_STEP_TASKS_PER_NODE"] = "1(x4)";
+  env["SLURM_LOCALID"] = "1";
+  expect_refused({}, env, {"SLURM_LOCALID=1 (slurm)", "[0, 1)"});
 }
 
 TEST(Launch, SlurmWithoutAMasterOrWithABadNodeList) {
@@ -249,9 +334,16 @@ TEST(Launch, OpenMpiNeedsMasterAddrAndOneProcessPerNode) {
   EnvMap env = openmpi_env(2, 0);
   env.erase("MASTER_ADDR");
   expect_refused({}, env, {"OMPI_COMM_WORLD_SIZE=2", "MASTER_ADDR"});
+  // Several processes per node: each is a node of --nproc-per-node ranks.
   env = openmpi_env(4, 1);
   env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
-  expect_refused({}, env, {"2 processes", "--npernode 1"});
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "1";
+  const LaunchSpec s = resolve_launch({}, env);
+  EXPECT_EQ(s.nnodes, 4);
+  EXPECT_EQ(s.local_processes, 2);
+  EXPECT_EQ(s.local_process, 1);
+  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "2";
+  expect_refused({}, env, {"OMPI_COMM_WORLD_LOCAL_RANK=2", "[0, 2)"});
   env = openmpi_env(4, 1);
   env.erase("OMPI_COMM_WORLD_RANK");
   expect_refused({}, env, {"OMPI_COMM_WORLD_RANK"});
@@ -259,6 +351,26 @@ TEST(Launch, OpenMpiNeedsMasterAddrAndOneProcessPerNode) {
   env = openmpi_env(1, 0);
   env.erase("MASTER_ADDR");
   EXPECT_EQ(resolve_launch({}, env).nnodes, 1);
+}
+
+// Several zerods on one machine share its cores unless the launcher bound them to their own.
+TEST(Launch, ThreadsPerRankShareTheCores) {
+  LaunchSpec s;
+  s.nproc_per_node = 2;
+  EXPECT_EQ(threads_per_rank(s, 16, 16), 8);
+  s.local_processes = 2;
+  EXPECT_EQ(threads_per_rank(s, 16, 16), 4);  // 2 processes x 2 ranks on 16 cores
+  EXPECT_EQ(threads_per_rank(s, 8, 16), 4);   // bound to 8 cores: already its share
+  s.local_processes = 64;
+  EXPECT_EQ(threads_per_rank(s, 16, 16), 1);  // never 0
+}
+
+// Local rank r of process p of several on one machine: GPU p x nproc + r when it sees them all.
+TEST(Launch, LocalRanksOfSeveralProcessesTakeTheirOwnGpus) {
+  EXPECT_EQ(local_rank_gpu(0, 1, 4, 3, 8), 3);  // one process per machine
+  EXPECT_EQ(local_rank_gpu(1, 2, 4, 3, 8), 7);  // second of two, four ranks each
+  EXPECT_EQ(local_rank_gpu(5, 8, 1, 0, 8), 5);  // torchrun --nproc-per-node 8
+  EXPECT_EQ(local_rank_gpu(5, 8, 1, 0, 1), 0);  // CUDA_VISIBLE_DEVICES gave it its own
 }
 
 TEST(Launch, TheInnermostLauncherWins) {
