@@ -90,14 +90,15 @@ Plan make_plan(const PlanRequest& r) {
   ZD_CHECK_INPUT(r.world >= 1, "--world {}: must be at least 1", r.world);
   ZD_CHECK_INPUT(r.compute_bytes == 2 || r.compute_bytes == 4, "compute element size {}",
                  r.compute_bytes);
-  ZD_CHECK_INPUT(r.tensor >= 1 && r.world % r.tensor == 0,
-                 "parallelism.tensor {} must divide the world size {} (world = tensor x "
-                 "data-parallel)",
-                 r.tensor, r.world);
+  ZD_CHECK_INPUT(r.tensor >= 1 && r.context >= 1 && r.world % (r.tensor * r.context) == 0,
+                 "parallelism.tensor {} x parallelism.context {} must divide the world size {} "
+                 "(world = tensor x context x data-parallel)",
+                 r.tensor, r.context, r.world);
   Plan plan;
   plan.tensor_parallel = r.tensor;
-  plan.data_parallel = r.world / r.tensor;
-  const int T = r.tensor, dp = plan.data_parallel;
+  plan.data_parallel = r.world / (r.tensor * r.context);
+  // ZeRO partitions over data x context (the context ranks hold the same parameters).
+  const int T = r.tensor, dp = plan.data_parallel * r.context;
   double psi = static_cast<double>(r.params) / T;
   int64_t largest_unit = 0, activations = 0;
   if (r.spec) {
@@ -117,7 +118,19 @@ Plan make_plan(const PlanRequest& r) {
     // The model's own allocation formula for one of T ranks (sequence parallelism: the norm
     // and residual regions hold N / T of the micro-batch's N positions).
     activations = model_activation_bytes(*r.spec, r.micro_batch, seq, r.activation_checkpointing,
-                                         esz, T, r.sequence_parallel && T > 1);
+                                         esz, T, r.sequence_parallel && T > 1, r.context);
+    if (r.context > 1) {
+      // The context exchange's workspaces (parallel/cp_exchange.cc): the positions of the
+      // sequence, and per attention call Ulysses' six (q/k/v or output sized) buffers or the
+      // ring's two travelling key/value blocks with their gradients.
+      const LocalDims d = local_dims(*r.spec, TensorShard{0, T});
+      const int64_t rows = int64_t{r.micro_batch} * (seq / r.context);
+      const int64_t qkv = int64_t{d.n_head + 2 * d.n_kv_head} * d.head_size;
+      const int64_t out = int64_t{d.n_head} * d.head_size;
+      const int64_t elems = r.context_impl == "ring" ? 4 * rows * 2 * d.n_kv_head * d.head_size
+                                                     : rows * (4 * qkv + 2 * out);
+      activations += elems * static_cast<int64_t>(esz) + int64_t{seq} * 4;
+    }
   } else {
     ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
     plan.parameters = r.params;

@@ -28,9 +28,11 @@ struct PlanRequest {
   int world = 1;                  // all ranks: tensor x data-parallel
   int tensor = 1;  // parallelism.tensor T (must divide world; and the heads, MLP width, vocabulary)
   bool sequence_parallel = false;  // parallelism.sequence_parallel (with tensor > 1)
-  int micro_batch = 1;             // sequences per rank per forward/backward
-  int seq = 1024;                  // tokens per sequence (spec->seq_len by default)
-  int compute_bytes = 2;           // 2: bf16/fp16 weights and gradients, 4: fp32
+  int context = 1;  // parallelism.context C: each rank holds seq / C positions; ZeRO over DP x C
+  std::string context_impl = "ulysses";  // "ulysses" or "ring": the exchange's workspaces
+  int micro_batch = 1;    // sequences per rank per forward/backward
+  int seq = 1024;         // tokens per sequence (spec->seq_len by default)
+  int compute_bytes = 2;  // 2: bf16/fp16 weights and gradients, 4: fp32
   bool activation_checkpointing = false;
   int64_t device_bytes = 0;  // per rank; 0: no limit checked
   int64_t host_bytes = 0;    // per node (all its ranks); 0: not checked

@@ -72,6 +72,8 @@ void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int loca
   req.world = cfg.world_size;
   req.tensor = cfg.parallelism.tensor;
   req.sequence_parallel = cfg.parallelism.sequence_parallel;
+  req.context = cfg.parallelism.context;
+  req.context_impl = cfg.parallelism.context_impl;
   req.micro_batch = static_cast<int>(cfg.micro_batch());
   req.seq = spec.seq_len;
   req.compute_bytes = elem_bytes;

@@ -104,9 +104,8 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
       job.config.parallelism.sequence_parallel = f.sequence_parallel;
     zerod::resolve_job(job.config, f.world);
     const zerod::JobConfig& c = job.config;
-    ZD_CHECK_INPUT(c.parallelism.context == 1,
-                   "{}: parallelism.context {}: the planner does not plan context parallelism yet",
-                   f.model, c.parallelism.context);
+    r.context = c.parallelism.context;
+    r.context_impl = c.parallelism.context_impl;
     r.tensor = c.parallelism.tensor;
     r.sequence_parallel = c.parallelism.sequence_parallel;
     r.spec = zerod::model_spec(c.model);
@@ -136,11 +135,12 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
   }
   const zerod::Plan plan = zerod::make_plan(r);
   std::printf(
-      "model %s: %.3fB parameters (%.3fB as laid out%s), world %d = tensor %d x data-parallel "
+      "model %s: %.3fB parameters (%.3fB as laid out%s), world %d = tensor %d x %sdata-parallel "
       "%d%s, %s, micro-batch %d x %d%s\n",
       source.c_str(), static_cast<double>(plan.parameters) / 1e9,
       static_cast<double>(plan.padded_parameters) / 1e9,
       plan.tensor_parallel > 1 ? " per tensor-parallel rank" : "", f.world, plan.tensor_parallel,
+      r.context > 1 ? fmt::format("context {} ({}) x ", r.context, r.context_impl).c_str() : "",
       plan.data_parallel,
       r.sequence_parallel && plan.tensor_parallel > 1 ? " (sequence parallel)" : "",
       r.compute_bytes == 4 ? "fp32" : "16-bit weights + fp32 master and Adam", r.micro_batch, r.seq,

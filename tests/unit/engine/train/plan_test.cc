@@ -70,6 +70,56 @@ TEST(Planner, MatchesMeasuredMemoryForEveryStageAndWorldSize) {
 // parallelism: the per-rank states (ZeRO over DP of the TP-local parameters) and activations
 // (one of T ranks) within 10% of what each rank measures (tensor ranks 0 and 1 lay out the same
 // sizes).
+// Context parallelism: each rank holds seq / C positions and ZeRO partitions over data x
+// context; the plan of C=2 x DP=2 matches what the ranks measure.
+TEST(Planner, MatchesMeasuredMemoryForContextTwoTimesDataTwo) {
+  testing::TempCorpus corpus("zerod_plan_cp_corpus");
+  for (const testing::TinyModel& model : {testing::tiny_gpt2(), testing::tiny_llama()}) {
+    for (int stage = 0; stage < 4; ++stage) {
+      const JobConfig cfg = testing::tiny_job(
+          corpus, 4, stage, 1, 1, R"(, "parallelism": {"context": 2, "context_impl": "ring"})", "",
+          8, "", model);
+      ASSERT_EQ(cfg.data_parallel_size, 2);
+      std::mutex mu;
+      std::vector<ModelStateBytes> measured(4);
+      std::vector<int64_t> acts(4, 0);
+      testing::run_world(4, [&](const RankContext& ctx) {
+        Trainer t(cfg, ctx, testing::quiet_trainer());
+        t.run();
+        std::lock_guard<std::mutex> lock(mu);
+        measured[static_cast<size_t>(ctx.rank)] = t.engine().measured_bytes();
+        acts[static_cast<size_t>(ctx.rank)] = t.memory().peak(MemCategory::kActivations);
+      });
+      PlanRequest r;
+      r.spec = model_spec(cfg.model);
+      r.world = 4;
+      r.context = 2;
+      r.context_impl = "ring";
+      r.micro_batch = static_cast<int>(cfg.micro_batch());
+      r.seq = cfg.model.seq_len;
+      r.compute_bytes = 4;
+      r.offload = "none";
+      const Plan plan = make_plan(r);
+      EXPECT_EQ(plan.data_parallel, 2);
+      const PlanRow* row = nullptr;
+      for (const auto& p : plan.rows)
+        if (p.stage == stage) row = &p;
+      ASSERT_NE(row, nullptr) << "stage " << stage;
+      for (int rank = 0; rank < 4; ++rank) {
+        const ModelStateBytes& m = measured[static_cast<size_t>(rank)];
+        const std::string what = std::string(model.name) + " C=2 x DP=2 stage " +
+                                 std::to_string(stage) + " rank " + std::to_string(rank);
+        const double states = static_cast<double>(row->weights + row->gradients + row->optimizer);
+        EXPECT_LT(rel(states, static_cast<double>(m.states())), 0.10)
+            << what << ": planned " << states << " measured " << m.states();
+        const int64_t a = acts[static_cast<size_t>(rank)];
+        EXPECT_LT(rel(static_cast<double>(row->activations), static_cast<double>(a)), 0.10)
+            << what << ": activations planned " << row->activations << " measured " << a;
+      }
+    }
+  }
+}
+
 TEST(Planner, MatchesMeasuredMemoryForTensorTwoTimesDataTwo) {
   testing::TempCorpus corpus("zerod_plan_tp_corpus");
   for (const testing::TinyModel& model : {testing::tiny_gpt2(), testing::tiny_llama()}) {
