@@ -127,8 +127,11 @@ void ContextParallelExchange::gather_heads(const void* recv, int64_t row_width,
   }
 }
 
-// recv [rank s][B][T_ rows of s][width] -> seqs (B, seq, width), row = global position.
-void ContextParallelExchange::to_global_order(const void* recv, int64_t width, void* seqs) {
+// Calls fn(packed, global, len) for each run of consecutive global positions: rows
+// [packed, packed + len) of the rank-major packing [rank s][B][T_ rows of s] are rows
+// [global, global + len) of (B, seq) in global position order.
+void ContextParallelExchange::for_each_position_run(
+    const std::function<void(int64_t packed, int64_t global, int64_t len)>& fn) const {
   const int C = comm_.size();
   for (int s = 0; s < C; ++s) {
     const int32_t* pos = host_positions_.data() + int64_t{s} * T_;
@@ -136,30 +139,26 @@ void ContextParallelExchange::to_global_order(const void* recv, int64_t width, v
       for (int i = 0; i < T_;) {
         int len = 1;
         while (i + len < T_ && pos[i + len] == pos[i] + len) ++len;
-        const int64_t from = (int64_t{s} * B_ + b) * T_ + i, to = int64_t{b} * seq_ + pos[i];
-        be_.copy(elem_at(seqs, to * width, esz_), elem_at(recv, from * width, esz_),
-                 static_cast<size_t>(len * width) * esz_);
+        fn((int64_t{s} * B_ + b) * T_ + i, int64_t{b} * seq_ + pos[i], len);
         i += len;
       }
     }
   }
 }
 
+// recv [rank s][B][T_ rows of s][width] -> seqs (B, seq, width), row = global position.
+void ContextParallelExchange::to_global_order(const void* recv, int64_t width, void* seqs) {
+  for_each_position_run([&](int64_t packed, int64_t global, int64_t len) {
+    be_.copy(elem_at(seqs, global * width, esz_), elem_at(recv, packed * width, esz_),
+             static_cast<size_t>(len * width) * esz_);
+  });
+}
+
 void ContextParallelExchange::from_global_order(const void* seqs, int64_t width, void* send) {
-  const int C = comm_.size();
-  for (int s = 0; s < C; ++s) {
-    const int32_t* pos = host_positions_.data() + int64_t{s} * T_;
-    for (int b = 0; b < B_; ++b) {
-      for (int i = 0; i < T_;) {
-        int len = 1;
-        while (i + len < T_ && pos[i + len] == pos[i] + len) ++len;
-        const int64_t to = (int64_t{s} * B_ + b) * T_ + i, from = int64_t{b} * seq_ + pos[i];
-        be_.copy(elem_at(send, to * width, esz_), elem_at(seqs, from * width, esz_),
-                 static_cast<size_t>(len * width) * esz_);
-        i += len;
-      }
-    }
-  }
+  for_each_position_run([&](int64_t packed, int64_t global, int64_t len) {
+    be_.copy(elem_at(send, packed * width, esz_), elem_at(seqs, global * width, esz_),
+             static_cast<size_t>(len * width) * esz_);
+  });
 }
 
 void ContextParallelExchange::heads_forward(const void* rows, int64_t row_width,

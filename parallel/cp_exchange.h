@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,8 @@ class ContextParallelExchange final : public Exchange {
                      void* send);
   void gather_heads(const void* recv, int64_t row_width, const std::vector<Section>& sections,
                     void* rows);
+  void for_each_position_run(
+      const std::function<void(int64_t packed, int64_t global, int64_t len)>& fn) const;
   void to_global_order(const void* recv, int64_t width, void* seqs);
   void from_global_order(const void* seqs, int64_t width, void* send);
   // rows (B,T_,row_width) -> (B, seq, head columns of this rank) in position order.
