@@ -7,7 +7,8 @@
 //   zerod eval JOB.json [--from CKPT_DIR|HF_DIR] [--tokens N]
 //   zerod generate --from CKPT_DIR|HF_DIR --prompt-tokens 1,2,3 [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-token ID]
-//   zerod serve [--listen ADDR:PORT] [--token-file F] [--tls-cert C --tls-key K]
+//   zerod serve [--listen unix:PATH|ADDR:PORT] [--token-file F | --insecure-loopback]
+//               [--tls-cert C --tls-key K] [--state-dir DIR] [--max-watchers N]
 //               [--nproc-per-node N] [--nnodes M [--node-rank R --master ADDR:PORT]
 //               [--rendezvous-port P]]
 //
@@ -44,6 +45,7 @@
 #include "engine/control/grpc/control_server.h"
 #include "engine/control/grpc/follower.h"
 #include "engine/runtime/grpc/auth.h"
+#include "engine/runtime/grpc/endpoint.h"
 #include "engine/runtime/grpc/node_session_grpc.h"
 #endif
 #include "kernels/cpu/gemm.h"
@@ -163,11 +165,14 @@ int run_train(const TrainFlags& f) {
 }
 
 struct ServeFlags {
-  std::string listen = "127.0.0.1:50051";
+  std::string listen;  // empty: the private Unix socket (engine/runtime/grpc/endpoint.h)
+  bool insecure_loopback = false;
+  std::string state_dir;  // empty: $XDG_STATE_HOME/zerod or ~/.local/state/zerod
   std::string token_file, tls_cert, tls_key, tls_ca;
   int nproc_per_node = 1, nnodes = 1, node_rank = 0, rendezvous_port = 29500;
   std::string master;  // node daemons: the master daemon's --listen
   int metrics_port = -1;
+  int max_watchers = 256;  // ControlService::kDefaultMaxWatchers
 };
 
 int run_serve(const ServeFlags& f) {
@@ -185,22 +190,58 @@ int run_serve(const ServeFlags& f) {
     ZD_THROW_INPUT("--node-rank {}: a node daemon needs --master (the master daemon's --listen)",
                    f.node_rank);
   }
+  std::string listen = f.listen;
+  if (listen.empty()) {
+    if (f.nnodes > 1 && f.node_rank == 0) {
+      ZD_THROW_INPUT(
+          "--nnodes {}: node daemons reach the master over TCP: give the master --listen "
+          "HOST:PORT and --token-file (or, all on one machine, --listen 127.0.0.1:PORT "
+          "--insecure-loopback)",
+          f.nnodes);
+    }
+    listen = zerod::default_control_address();
+  } else if (f.nnodes > 1 && f.node_rank == 0 && zerod::is_unix_address(listen)) {
+    ZD_THROW_INPUT(
+        "--listen {}: the master of --nnodes {} must listen on TCP (HOST:PORT), where "
+        "node daemons can reach it",
+        listen, f.nnodes);
+  }
   zerod::ControlServerOptions so;
-  so.listen = f.listen;
+  so.listen = listen;
+  so.max_watchers = f.max_watchers;
   so.security.tls_cert = f.tls_cert;
   so.security.tls_key = f.tls_key;
+  so.security.insecure_loopback = f.insecure_loopback;
   if (!f.token_file.empty()) so.security.token = zerod::read_token_file(f.token_file);
+  // The address's policy before anything is made (the server checks it again when it binds).
+  zerod::check_listen_policy(listen,
+                             zerod::is_unix_address(listen)
+                                 ? ""
+                                 : zerod::parse_host_port(listen, "--listen", /*min_port=*/0).first,
+                             so.security);
+  if (so.security.insecure_loopback && so.security.token.empty()) {
+    spdlog::warn(
+        "--insecure-loopback: any local user can drive this daemon on {} without a token, and "
+        "its jobs read and write files as this user",
+        listen);
+  }
+  if (f.listen.empty()) {
+    zerod::ensure_private_dir(zerod::default_socket_dir(), "the control socket's directory");
+  }
   zerod::set_client_token(so.security.token);
   zerod::DaemonOptions dopt;
   dopt.spec = spec;
   dopt.master_control = f.master;
-  if (f.nnodes > 1) {
+  if (f.nnodes > 1 && f.node_rank == 0) {
     dopt.rendezvous = zerod::join_host_port(
-        zerod::parse_host_port(f.listen, "--listen", /*min_port=*/0).first, f.rendezvous_port);
+        zerod::parse_host_port(listen, "--listen", /*min_port=*/0).first, f.rendezvous_port);
   }
   dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& cfg) {
     return start_session(s, cfg);
   };
+  // The journal: one daemon per state directory; a job it ran before a kill is interrupted now.
+  zerod::StateDir state(f.state_dir.empty() ? zerod::default_state_dir() : f.state_dir);
+  dopt.state = &state;
   const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
   dopt.metrics = metrics.get();
   zerod::Daemon daemon(dopt);
@@ -213,11 +254,14 @@ int run_serve(const ServeFlags& f) {
     follower = std::make_unique<zerod::Follower>(daemon, f.master, cs, f.node_rank, f.nnodes,
                                                  f.nproc_per_node);
   }
-  spdlog::info("zerod {} serve: control plane listening on {} ({}{}), {} local rank{} per job",
-               kVersion, server.address(),
-               so.security.token.empty() ? "no token" : "token required",
-               so.security.tls_cert.empty() ? "" : ", TLS", spec.nproc_per_node,
-               spec.nproc_per_node == 1 ? "" : "s");
+  spdlog::info(
+      "zerod {} serve: control plane listening on {} ({}{}), {} local rank{} per job, state in {}",
+      kVersion, server.address(),
+      !so.security.token.empty()       ? "token required"
+      : zerod::is_unix_address(listen) ? "this user only"
+                                       : "no token: any local user",
+      so.security.tls_cert.empty() ? "" : ", TLS", spec.nproc_per_node,
+      spec.nproc_per_node == 1 ? "" : "s", state.dir());
   while (!zerod::stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   // The running job sees the same request at its next step boundary: it checkpoints (when it
   // has a checkpoint dir) and stops.
@@ -397,10 +441,21 @@ int main(int argc, char** argv) {
   ServeFlags sf;
   auto* serve = app.add_subcommand(
       "serve", "Run the daemon: jobs are submitted and controlled over gRPC (zeroctl)");
-  serve->add_option("--listen", sf.listen, "ADDR:PORT of the control plane")->capture_default_str();
+  serve->add_option(
+      "--listen", sf.listen,
+      "unix:PATH or ADDR:PORT of the control plane (default: the private Unix "
+      "socket $XDG_RUNTIME_DIR/zerod/zerod.sock, else /run/user/UID/zerod/zerod.sock, "
+      "else ~/.cache/zerod/zerod.sock; a TCP address needs --token-file)");
   serve->add_option("--token-file", sf.token_file,
                     "file whose first line is the bearer token every RPC must carry (required "
-                    "to listen on a non-loopback address)");
+                    "to listen on TCP)");
+  serve->add_flag("--insecure-loopback", sf.insecure_loopback,
+                  "allow --listen 127.0.0.1:PORT without a token: any local user can then drive "
+                  "the daemon (logged as a warning)");
+  serve->add_option("--state-dir", sf.state_dir,
+                    "where the daemon keeps its journal (the current job, the job count); one "
+                    "daemon per directory (default $XDG_STATE_HOME/zerod, else "
+                    "~/.local/state/zerod)");
   serve->add_option("--tls-cert", sf.tls_cert, "PEM certificate (serve TLS)");
   serve->add_option("--tls-key", sf.tls_key, "PEM private key of --tls-cert");
   serve->add_option("--tls-ca", sf.tls_ca, "node daemons: PEM certificate the master serves");
@@ -420,6 +475,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   serve->add_option("--master", sf.master, "node daemons: the master daemon's --listen address");
+  serve
+      ->add_option("--max-watchers", sf.max_watchers,
+                   "WatchStatus streams (zeroctl status --watch) open at once; one more is "
+                   "refused with RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   serve
       ->add_option("--rendezvous-port", sf.rendezvous_port,
                    "master of several nodes: the port (on its --listen host) of each job's "

@@ -187,7 +187,7 @@ Manifest read_manifest(const std::string& dir) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    ZD_THROW_INPUT("{}: not valid JSON ({})", path, e.what());
+    ZD_THROW_INPUT("{}: not valid JSON ({})", path, config::json_error_without_input(e.what()));
   }
   return Manifest::from_json(j, path);
 }

@@ -341,13 +341,17 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     pread_all(0, 8, len.data(), "the header length");
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(len[i]) << (8 * i);
+    // The length read is not quoted: those 8 bytes may be any file's content (input_limits.h).
     if (n > kMaxHeaderBytes)
       ZD_THROW_INPUT(
-          "{}: not a safetensors file: header length {} exceeds the format's limit of {} bytes",
-          path_, n, kMaxHeaderBytes);
+          "{}: not a safetensors file: its header length (the first 8 bytes) exceeds the format's "
+          "limit of {} bytes",
+          path_, kMaxHeaderBytes);
     if (8 + n > file_bytes_)
-      ZD_THROW_INPUT("{}: header length {} runs past the end of the {}-byte file (truncated?)",
-                     path_, n, file_bytes_);
+      ZD_THROW_INPUT(
+          "{}: not a safetensors file, or a truncated one: its header length (the first 8 bytes) "
+          "runs past the end of the {}-byte file",
+          path_, file_bytes_);
     std::string json(n, '\0');
     pread_all(8, n, json.data(), "the header");
     data_start_ = 8 + n;
@@ -370,7 +374,8 @@ void SafetensorsReader::parse_header(const std::string& text) {
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    ZD_THROW_INPUT("{}: the header is not valid JSON: {}", path_, e.what());
+    ZD_THROW_INPUT("{}: the header is not valid JSON: {}", path_,
+                   config::json_error_without_input(e.what()));
   }
   if (!header.is_object())
     ZD_THROW_INPUT("{}: the header is JSON {}, expected an object", path_, header.type_name());

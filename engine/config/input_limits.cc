@@ -68,4 +68,19 @@ std::string clip_input(std::string_view text, size_t max) {
   return fmt::format("{}... ({} bytes)", text.substr(0, cut), text.size());
 }
 
+std::string json_error_without_input(std::string_view what) {
+  std::string m(what);
+  if (m.rfind("[json.exception.", 0) == 0) {
+    const size_t close = m.find("] ");
+    if (close != std::string::npos) m.erase(0, close + 2);
+  }
+  const std::string kLastRead = "; last read: '";
+  const size_t at = m.find(kLastRead);
+  if (at == std::string::npos) return m;
+  // The token may hold anything, quotes included: what follows it is "; expected ..." or nothing.
+  const size_t expected = m.rfind("'; expected ");
+  return m.substr(0, at) +
+         (expected != std::string::npos && expected > at ? m.substr(expected + 1) : "");
+}
+
 }  // namespace zerod::config

@@ -7,6 +7,11 @@
 //   (a 10 KB tag echoed into a gRPC status exceeds the client's metadata limit, and the client
 //   then sees RESOURCE_EXHAUSTED instead of the INVALID_ARGUMENT that names the problem).
 //
+// - What a message quotes from a file the daemon reads for a job (data, weights, manifests):
+//   nothing. The daemon may run as a user who can read what the client cannot (data.train:
+//   /etc/shadow), and a job's errors go back to the client: they say what was expected and where,
+//   never what was found (json_error_without_input drops nlohmann's "last read: '...'").
+//
 //   if (!config::json_depth_ok(text, file, problems)) return;  // "file: JSON nests ... levels"
 //   ZD_THROW_INPUT("tag \"{}\" is invalid", config::clip_input(tag));
 #pragma once
@@ -48,5 +53,10 @@ void check_json_depth(std::string_view text, const std::string& source, int limi
 // first `max` bytes (never half a UTF-8 character), "..." and the total length:
 //   clip_input(std::string(10240, 'a')) == "aaa...aaa... (10240 bytes)"
 std::string clip_input(std::string_view text, size_t max = kMaxQuotedBytes);
+
+// An nlohmann::json exception's message without the input it quotes ("; last read: 'TOKEN'"),
+// and without the "[json.exception.parse_error.101] " prefix:
+//   "parse error at line 1, column 1: syntax error while parsing value - invalid literal"
+std::string json_error_without_input(std::string_view what);
 
 }  // namespace zerod::config

@@ -29,12 +29,115 @@ const char* job_state_name(JobState s) {
       return "finished";
     case JobState::kFailed:
       return "failed";
+    case JobState::kInterrupted:
+      return "interrupted";
   }
   return "?";
 }
 
+namespace {
+
+std::string current_dir() {
+  std::error_code ec;
+  const auto p = std::filesystem::current_path(ec);
+  return ec ? std::string() : p.string();
+}
+
+}  // namespace
+
 Daemon::Daemon(DaemonOptions options) : opt_(std::move(options)) {
   ZD_CHECK(opt_.start_session != nullptr, "Daemon without a session factory");
+  if (opt_.state != nullptr) recover();
+}
+
+void Daemon::recover() {
+  const std::optional<Journal> journal = opt_.state->read();
+  if (!journal) return;
+  jobs_ = static_cast<int>(journal->jobs_started);
+  if (!journal->job) return;
+  const JournalJob& j = *journal->job;
+  job_id_ = j.id;
+  last_text_ = j.text;
+  last_name_ = j.name;
+  last_resume_ = j.resume;
+  last_cwd_ = j.cwd;
+  stopped_ = j.stopped;
+  reason_ = j.reason;
+  state_ = j.state == "finished" ? JobState::kFinished
+           : j.state == "failed" ? JobState::kFailed
+                                 : JobState::kInterrupted;
+  if (!j.cwd.empty() && j.cwd != current_dir()) {
+    spdlog::warn(
+        "{} was submitted while the daemon ran in {}; it runs in {} now, where the job's relative "
+        "paths resolve",
+        j.id, j.cwd, current_dir());
+  }
+  try {
+    ParsedJob job = parse_job_text(j.text, j.name.empty() ? j.id : config::clip_input(j.name));
+    resolve_job(job.config, opt_.spec.world_size());
+    check_supported(job.config);
+    last_job_ = std::move(job.config);
+  } catch (const std::exception& e) {
+    recover_error_ = e.what();
+    spdlog::warn("{} from the journal cannot run again: {}", j.id, recover_error_);
+  }
+  std::string from;
+  if (last_job_) {
+    recovered_.total_steps = last_job_->train.steps;
+    recovered_.world_size = opt_.spec.world_size();
+    const std::string& dir = last_job_->train.checkpoint_dir;
+    std::error_code ec;
+    if (!dir.empty() && std::filesystem::is_directory(dir, ec)) {
+      try {
+        FindOptions fo;
+        fo.checksums = false;
+        const FoundCheckpoint found = find_checkpoint(dir, "latest", fo);
+        recovered_.step = found.manifest.progress.global_step;
+        recovered_.last_checkpoint = found.tag;
+        from = fmt::format("checkpoint {} (step {})", found.tag, recovered_.step);
+      } catch (const std::exception&) {
+        // no complete checkpoint
+      }
+    }
+  }
+  if (state_ == JobState::kInterrupted) {
+    reason_ = fmt::format("the daemon running it ended without ending it (killed or crashed); {}",
+                          !recover_error_.empty() ? "it cannot run again: " + recover_error_
+                          : !from.empty()         ? "zeroctl resume continues it from " + from
+                          : last_job_ && last_job_->train.checkpoint_dir.empty()
+                              ? std::string("it has no train.checkpoint_dir: submit it again")
+                              : std::string("it saved no checkpoint: submit it again"));
+    stopped_ = false;
+    spdlog::warn("{}: interrupted: {}", job_id_, reason_);
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      write_journal_locked(jobs_);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
+  } else {
+    spdlog::info("{} ({}) from the journal: {}", job_id_, last_name_, job_state_name(state_));
+  }
+}
+
+void Daemon::write_journal_locked(int64_t jobs_started) const {
+  if (opt_.state == nullptr) return;
+  Journal j;
+  j.jobs_started = jobs_started;
+  if (!job_id_.empty()) {
+    JournalJob o;
+    o.id = job_id_;
+    o.state = job_state_name(state_);
+    o.reason = reason_;
+    o.stopped = stopped_;
+    o.name = last_name_;
+    o.text = last_text_;
+    o.resume = last_resume_;
+    o.checkpoint_dir = last_job_ ? last_job_->train.checkpoint_dir : "";
+    o.cwd = last_cwd_;
+    j.job = std::move(o);
+  }
+  opt_.state->write(j);
 }
 
 Daemon::~Daemon() {
@@ -71,11 +174,11 @@ std::string Daemon::submit(const std::string& job_text, const std::string& name,
           fmt::format("resume '{}': the job has no train.checkpoint_dir", resume));
     }
   }
-  start(std::move(job.config), resume, opt_.spec);
+  start(std::move(job.config), resume, opt_.spec, job_text, name.empty() ? "submitted job" : name);
   return status().job_id;
 }
 
-void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
+void Daemon::check_followers_locked() const {
   std::vector<std::string> missing;
   for (int r = 1; r < opt_.spec.nnodes; ++r)
     if (!followers_.count(r)) missing.push_back(std::to_string(r));
@@ -86,6 +189,9 @@ void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
                     missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), opt_.spec.nnodes,
                     opt_.spec.nnodes));
   }
+}
+
+void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
   assignment_.seq += 1;
   assignment_.job_id = fmt::format("job-{}", jobs_ + 1);  // the id start() gives it next
   assignment_.job_json = job_to_json(cfg).dump();
@@ -94,12 +200,24 @@ void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
 }
 
 std::string Daemon::resume(const std::string& tag) {
+  if (multi_node() && !is_master()) {
+    throw PreconditionError(
+        fmt::format("this daemon is node {} of {}: resume jobs on the master daemon at {}",
+                    opt_.spec.node_rank, opt_.spec.nnodes, opt_.master_control));
+  }
   const std::string which = tag.empty() ? "latest" : tag;
   JobConfig cfg;
+  std::string text, name;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!last_job_ && !recover_error_.empty()) {
+      throw PreconditionError(
+          fmt::format("resume: {} from the journal cannot run again: {}", job_id_, recover_error_));
+    }
     if (!last_job_) throw PreconditionError("resume: no job has been submitted to this daemon");
     cfg = *last_job_;
+    text = last_text_;
+    name = last_name_;
   }
   if (which != "latest") validate_tag(which);
   if (cfg.train.checkpoint_dir.empty()) {
@@ -108,28 +226,48 @@ std::string Daemon::resume(const std::string& tag) {
   FindOptions fo;
   fo.checksums = false;  // sizes here; the load checks the checksums
   find_checkpoint(cfg.train.checkpoint_dir, which, fo);  // InputError: no such checkpoint
-  start(std::move(cfg), which, opt_.spec);
+  start(std::move(cfg), which, opt_.spec, text, name);
   return status().job_id;
 }
 
 void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
-                   const std::string& job_id) {
+                   const std::string& text, const std::string& name, const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_) {
     throw PreconditionError(fmt::format("job {} is {}: one job at a time (stop it first)", job_id_,
                                         job_state_name(state_)));
   }
   if (thread_.joinable()) thread_.join();  // the previous job's thread has ended
-  if (multi_node() && is_master()) assign_locked(cfg, resume);  // may refuse
+  // A master refuses while a node daemon is not following.
+  if (multi_node() && is_master()) check_followers_locked();
+  // The journal first: a job it does not record never starts (and its id is never reused).
+  {
+    const auto saved = std::make_tuple(job_id_, state_, reason_, stopped_, last_job_, last_text_,
+                                       last_name_, last_resume_, last_cwd_);
+    job_id_ = job_id.empty() ? fmt::format("job-{}", jobs_ + 1) : job_id;
+    state_ = JobState::kRendezvous;
+    reason_.clear();
+    stopped_ = false;
+    last_job_ = cfg;
+    last_text_ = text;
+    last_name_ = name;
+    last_resume_ = resume;
+    last_cwd_ = current_dir();
+    try {
+      write_journal_locked(jobs_ + 1);
+    } catch (...) {
+      std::tie(job_id_, state_, reason_, stopped_, last_job_, last_text_, last_name_, last_resume_,
+               last_cwd_) = saved;
+      throw;
+    }
+  }
+  if (multi_node() && is_master()) assign_locked(cfg, resume);
   ++jobs_;
-  job_id_ = job_id.empty() ? fmt::format("job-{}", jobs_) : job_id;
-  reason_.clear();
-  stopped_ = false;
+  recover_error_.clear();
+  recovered_ = JobProgress();
   running_ = true;
-  state_ = JobState::kRendezvous;
   started_ = std::chrono::steady_clock::now();
   elapsed_ = 0;
-  last_job_ = cfg;
   control_ = std::make_shared<JobControl>();
   control_->set_listener([this] {
     std::lock_guard<std::mutex> l(mu_);
@@ -151,6 +289,11 @@ void Daemon::set_state(JobState s, const std::string& reason, bool stopped) {
   if (s == JobState::kFinished || s == JobState::kFailed) {
     running_ = false;
     elapsed_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    try {
+      write_journal_locked(jobs_);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}: {}", job_id_, e.what());
+    }
   }
   changed();
 }
@@ -295,12 +438,13 @@ std::optional<JobAssignment> Daemon::wait_assignment(uint64_t seen,
 
 void Daemon::run_assignment(const JobAssignment& a) {
   wait_idle(std::chrono::minutes(10));  // the previous job's last steps and leave
-  ParsedJob job = parse_job_text(a.job_json, "job " + a.job_id + " from the master");
+  const std::string name = "job " + a.job_id + " from the master";
+  ParsedJob job = parse_job_text(a.job_json, name);
   resolve_job(job.config, opt_.spec.world_size());
   LaunchSpec spec = opt_.spec;
   std::tie(spec.master_host, spec.master_port) =
       parse_host_port(a.rendezvous, "the rendezvous address of " + a.job_id);
-  start(std::move(job.config), a.resume, spec, a.job_id);
+  start(std::move(job.config), a.resume, spec, a.job_json, name, a.job_id);
 }
 
 DaemonStatus Daemon::status() const {
@@ -317,6 +461,7 @@ DaemonStatus Daemon::status() const {
             ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()
             : elapsed_;
     control = control_;
+    if (!control) s.progress = recovered_;
   }
   if (control) {
     s.progress = control->progress();

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "engine/checkpoint/manifest.h"
 #include "engine/config/job_config.h"
+#include "engine/control/journal.h"
 #include "engine/metrics/metrics_sink.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/node_session.h"
@@ -30,7 +31,18 @@
 
 namespace zerod {
 
-enum class JobState { kIdle, kRendezvous, kRunning, kCheckpointing, kStopping, kFinished, kFailed };
+// kInterrupted: a job that was running when the daemon ended without ending it (killed, crashed),
+// found in the daemon's journal at its restart; `zeroctl resume` continues it.
+enum class JobState {
+  kIdle,
+  kRendezvous,
+  kRunning,
+  kCheckpointing,
+  kStopping,
+  kFinished,
+  kFailed,
+  kInterrupted
+};
 const char* job_state_name(JobState s);  // "idle", "rendezvous", ...
 
 // A command that does not fit the daemon's state (FAILED_PRECONDITION; exit code 2).
@@ -71,12 +83,17 @@ struct DaemonOptions {
   std::string master_control;
   MetricsSink* metrics = nullptr;  // every job's per-step numbers (not owned)
   bool log_steps = true;
+  // The journal of the current job (not owned; null: none). At construction the daemon reads
+  // it: a job that was running is reported interrupted and Resume continues it; job ids go on
+  // from the count it keeps.
+  StateDir* state = nullptr;
   // Starts the node session of a job (local for one node, the gRPC rendezvous for several).
   std::function<std::unique_ptr<NodeSession>(const LaunchSpec&, const JobConfig&)> start_session;
 };
 
 class Daemon {
  public:
+  // InputError when the state directory's journal cannot be read.
   explicit Daemon(DaemonOptions options);
   ~Daemon();  // stops a running job (no checkpoint) and waits for it
   Daemon(const Daemon&) = delete;
@@ -120,10 +137,17 @@ class Daemon {
  private:
   bool multi_node() const { return opt_.spec.nnodes > 1; }
   bool is_master() const { return opt_.spec.node_rank == 0; }
-  // Master, under mu_: refuses when a node daemon is not following; publishes the assignment.
+  // Master, under mu_: refuses when a node daemon is not following.
+  void check_followers_locked() const;
+  // Master, under mu_: publishes the assignment of job `jobs_ + 1`.
   void assign_locked(const JobConfig& cfg, const std::string& resume);
-  void start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
-             const std::string& job_id = "");
+  // text, name: the job file as submitted (journal; parsed again by a restarted daemon).
+  void start(JobConfig cfg, const std::string& resume, LaunchSpec spec, const std::string& text,
+             const std::string& name, const std::string& job_id = "");
+  // At construction: the journal's job (interrupted when it was running).
+  void recover();
+  // Under mu_: the journal of the current job (InputError when it cannot be written).
+  void write_journal_locked(int64_t jobs_started) const;
   void run(JobConfig cfg, std::string resume, LaunchSpec spec, std::shared_ptr<JobControl> control);
   void set_state(JobState s, const std::string& reason = "", bool stopped = false);
   void changed();
@@ -140,6 +164,9 @@ class Daemon {
   std::chrono::steady_clock::time_point started_;
   double elapsed_ = 0;
   std::optional<JobConfig> last_job_;
+  std::string last_text_, last_name_, last_resume_, last_cwd_;  // the journal's
+  std::string recover_error_;  // the journal's job no longer parses: why
+  JobProgress recovered_;      // the progress of a job found in the journal
   std::shared_ptr<JobControl> control_;
   std::thread thread_;
   std::set<int> followers_;

@@ -6,13 +6,17 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/data/corpus.h"
 #include "process_util.h"
+#include "watch_util.h"
 #include "zerod.grpc.pb.h"
 
 namespace zerod {
@@ -44,21 +48,27 @@ class Serve : public ::testing::Test {
                                << R"(, "checkpoint_dir": "ckpt"})" << extra << "}";
   }
 
-  // Starts `zerod serve` on a free port; returns its address.
+  // Starts `zerod serve` with a state directory of its own and, unless `extra` gives --listen,
+  // a Unix socket of its own in the test's directory; returns the address it listens on.
   std::string start_daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {zerod_binary(), "serve", "--listen", "127.0.0.1:0"};
-    if (std::find(extra.begin(), extra.end(), "--nproc-per-node") == extra.end()) {
-      argv.insert(argv.end(), {"--nproc-per-node", "2"});
-    }
+    const std::string n = std::to_string(daemons_.size());
+    const auto given = [&](const char* flag) {
+      return std::find(extra.begin(), extra.end(), flag) != extra.end();
+    };
+    std::vector<std::string> argv = {zerod_binary(), "serve"};
+    if (!given("--listen"))
+      argv.insert(argv.end(), {"--listen", "unix:" + (dir_ / ("d" + n + ".sock")).string()});
+    if (!given("--state-dir"))
+      argv.insert(argv.end(), {"--state-dir", (dir_ / ("state" + n)).string()});
+    if (!given("--nproc-per-node")) argv.insert(argv.end(), {"--nproc-per-node", "2"});
     argv.insert(argv.end(), extra.begin(), extra.end());
-    const std::string log = "daemon" + std::to_string(daemons_.size()) + ".log";
+    const std::string log = "daemon" + n + ".log";
     daemons_.push_back(std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string()));
     Process& p = *daemons_.back();
     EXPECT_TRUE(p.wait_output("listening on ", 30s)) << p.output();
     std::smatch m;
     const std::string out = p.output();
-    EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on (127\\.0\\.0\\.1:[0-9]+)")))
-        << out;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex("listening on (\\S+) \\("))) << out;
     return m.size() > 1 ? m[1].str() : "";
   }
 
@@ -173,6 +183,29 @@ class Serve : public ::testing::Test {
     return out;
   }
 
+  // GetStatus over a channel of this process (no zeroctl process: tests that time training
+  // must not spawn processes while they measure); the call's status and the job's step.
+  static std::pair<grpc::Status, v1::JobStatus> get_status(const std::string& addr) {
+    auto stub = v1::Control::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    v1::JobStatus s;
+    const grpc::Status st = stub->GetStatus(&ctx, {}, &s);
+    return {st, s};
+  }
+  // Polls GetStatus every 200 ms until the job's step reaches `step` (or 60 s pass); the step.
+  static int64_t wait_step(const std::string& addr, int64_t step) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    int64_t now = -1;
+    while (std::chrono::steady_clock::now() < deadline) {
+      now = get_status(addr).second.step();
+      if (now >= step) return now;
+      std::this_thread::sleep_for(200ms);
+    }
+    ADD_FAILURE() << "step " << step << " not reached in 60 s (at " << now << ")";
+    return now;
+  }
+
   fs::path dir_;
   std::vector<std::unique_ptr<Process>> daemons_;
   int calls_ = 0;
@@ -186,8 +219,11 @@ TEST_F(Serve, SubmitWatchCheckpointStopResume) {
 // following it; the job runs on both.
 TEST_F(Serve, TwoDaemonsRunEveryJobTogether) {
   const std::string rdzv = std::to_string(testing::free_port());
+  // The master listens on TCP (node daemons reach it there): on one machine, loopback without a
+  // token; the node daemon keeps its own Unix socket.
   const std::string master =
-      start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--rendezvous-port", rdzv});
+      start_daemon({"--listen", "127.0.0.1:0", "--insecure-loopback", "--nproc-per-node", "1",
+                    "--nnodes", "2", "--rendezvous-port", rdzv});
   write_job("short.json", 30);
   // The node daemon is not there yet: refused.
   Result r = ctl(master, {"submit", "short.json"});
@@ -212,8 +248,8 @@ TEST_F(Serve, TwoDaemonsWithATokenGuardTheRendezvousToo) {
   fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
   const int rdzv = testing::free_port();
   const std::string master =
-      start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--rendezvous-port",
-                    std::to_string(rdzv), "--token-file", "token"});
+      start_daemon({"--listen", "127.0.0.1:0", "--nproc-per-node", "1", "--nnodes", "2",
+                    "--rendezvous-port", std::to_string(rdzv), "--token-file", "token"});
   // A node daemon without the token is refused; with it, it follows.
   start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master});
   ASSERT_TRUE(daemons_[1]->wait_output("refused this node", 30s)) << daemons_[1]->output();
@@ -333,7 +369,8 @@ TEST_F(Serve, TokensAndAddresses) {
   std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
   std::ofstream(dir_ / "wrong") << "0123456789abcdef9999\n";
   fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
-  const std::string addr = start_daemon({"--token-file", "token"});
+  const std::string addr = start_daemon({"--listen", "127.0.0.1:0", "--token-file", "token"});
+  EXPECT_EQ(addr.rfind("127.0.0.1:", 0), 0u) << addr;
   Result r = ctl(addr, {"status"});
   EXPECT_EQ(r.rc, 4) << r.out;
   EXPECT_NE(r.out.find("UNAUTHENTICATED"), std::string::npos) << r.out;
@@ -346,11 +383,33 @@ TEST_F(Serve, TokensAndAddresses) {
   const auto [st, bytes] = health_check(addr, "0123456789abcdef0123");
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
-  // Any address but loopback needs a token file: refused at start, exit 2.
-  Process p({zerod_binary(), "serve", "--listen", "0.0.0.0:0"}, dir_.string(),
-            (dir_ / "open.log").string());
-  EXPECT_EQ(p.wait_for(30s), 2) << p.output();
-  EXPECT_NE(p.output().find("--token-file"), std::string::npos) << p.output();
+  // A token on the Unix socket is required there too.
+  const std::string sock = start_daemon({"--token-file", "token"});
+  EXPECT_EQ(ctl(sock, {"status"}).rc, 4);
+  EXPECT_EQ(ctl(sock, {"--token-file", "token", "status"}).rc, 0);
+  // TCP needs a token file, loopback included (any local user can connect to a loopback port):
+  // refused at start, exit 2, naming the ways out; anything but loopback has no way around it.
+  const std::string state = "--state-dir=" + (dir_ / "refused-state").string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--listen", "127.0.0.1:0"}, "or pass --insecure-loopback"},
+      {{"--listen", "0.0.0.0:0"}, "needs --token-file"},
+      {{"--listen", "0.0.0.0:0", "--insecure-loopback"}, "not a loopback address"},
+      {{"--listen", "unix:" + (dir_ / "x.sock").string(), "--insecure-loopback"}, "Unix socket"}};
+  for (const auto& [args, says] : refused) {
+    std::vector<std::string> argv = {zerod_binary(), "serve", state};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, dir_.string(), (dir_ / "open.log").string());
+    EXPECT_EQ(p.wait_for(30s), 2) << args[1] << ": " << p.output();
+    EXPECT_NE(p.output().find(says), std::string::npos) << p.output();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "refused-state"));  // refused before anything was made
+  // --insecure-loopback: accepted with a warning; then any local user can drive it.
+  const std::string open = start_daemon({"--listen", "127.0.0.1:0", "--insecure-loopback"});
+  EXPECT_NE(daemons_.back()->output().find("any local user can drive this daemon"),
+            std::string::npos)
+      << daemons_.back()->output();
+  r = ctl(open, {"status"});
+  EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 TEST_F(Serve, TlsWithAToken) {
@@ -362,8 +421,8 @@ TEST_F(Serve, TlsWithAToken) {
   ASSERT_EQ(std::system(mk.c_str()), 0) << "openssl (tools/deps.sh installs it)";
   std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
   fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
-  const std::string addr =
-      start_daemon({"--token-file", "token", "--tls-cert", "cert.pem", "--tls-key", "key.pem"});
+  const std::string addr = start_daemon({"--listen", "127.0.0.1:0", "--token-file", "token",
+                                         "--tls-cert", "cert.pem", "--tls-key", "key.pem"});
   Result r = ctl(addr, {"--tls-ca", "cert.pem", "--token-file", "token", "status"});
   EXPECT_EQ(r.rc, 0) << r.out;
   r = ctl(addr, {"--tls-ca", "cert.pem", "status"});  // TLS, no token: every service refuses
@@ -371,7 +430,8 @@ TEST_F(Serve, TlsWithAToken) {
   r = ctl(addr, {"--token-file", "token", "--timeout", "3", "status"});  // plaintext to a TLS port
   EXPECT_EQ(r.rc, 3) << r.out;
   // Half a TLS pair is refused at start.
-  Process p({zerod_binary(), "serve", "--listen", "127.0.0.1:0", "--tls-cert", "cert.pem"},
+  Process p({zerod_binary(), "serve", "--listen", "127.0.0.1:0", "--tls-cert", "cert.pem",
+             "--state-dir", (dir_ / "half-state").string()},
             dir_.string(), (dir_ / "half.log").string());
   EXPECT_EQ(p.wait_for(30s), 2) << p.output();
 }
@@ -390,6 +450,317 @@ TEST_F(Serve, SigtermAndSigintCheckpointTheRunningJobAndExit0) {
     ASSERT_TRUE(latest.has_value()) << daemons_.back()->output();
     EXPECT_GE(read_manifest((dir_ / "ckpt" / *latest).string()).progress.global_step, 3);
   }
+}
+
+// Without --listen the daemon listens on a Unix socket in a directory only its user can open
+// ($XDG_RUNTIME_DIR/zerod/zerod.sock here), and zeroctl without --addr finds it there. A second
+// daemon on the same socket is refused (gRPC would silently take the path over), and a socket
+// directory that others could open is made 0700.
+TEST_F(Serve, DefaultsToAPrivateUnixSocketThatZeroctlFinds) {
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run / "zerod");
+  fs::permissions(run / "zerod", fs::perms::owner_all | fs::perms::group_read |
+                                     fs::perms::group_exec | fs::perms::others_read |
+                                     fs::perms::others_exec);  // 0755: made 0700
+  const std::string env = "XDG_RUNTIME_DIR=" + run.string();
+  auto d = testing::start_in(
+      dir_, {"serve", "--nproc-per-node", "1", "--state-dir", (dir_ / "state").string()},
+      "default.log", env);
+  const fs::path sock = run / "zerod" / "zerod.sock";
+  ASSERT_TRUE(d->wait_output("listening on unix:" + sock.string() + " (this user only)", 30s))
+      << d->output();
+  struct stat st {};
+  ASSERT_EQ(::stat((run / "zerod").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  ASSERT_EQ(::stat(sock.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  EXPECT_NE(d->output().find("made it 0700"), std::string::npos) << d->output();
+  // zeroctl with no --addr: the same socket.
+  auto c = testing::start_in(dir_, {"status"}, "ctl-default.log", env, zeroctl_binary());
+  EXPECT_EQ(c->wait_for(30s), 0) << c->output();
+  EXPECT_NE(c->output().find("idle: no job submitted"), std::string::npos) << c->output();
+  // Elsewhere (another runtime directory) nothing listens: exit 3, naming where it looked.
+  const std::string other = "XDG_RUNTIME_DIR=" + (dir_ / "elsewhere").string();
+  c = testing::start_in(dir_, {"--timeout", "3", "status"}, "ctl-elsewhere.log", other,
+                        zeroctl_binary());
+  EXPECT_EQ(c->wait_for(30s), 3) << c->output();
+  EXPECT_NE(c->output().find((dir_ / "elsewhere" / "zerod" / "zerod.sock").string()),
+            std::string::npos)
+      << c->output();
+  EXPECT_NE(c->output().find("is `zerod serve` running?"), std::string::npos) << c->output();
+  // A second daemon on the same default socket: refused, exit 2; the first one still answers.
+  auto second = testing::start_in(
+      dir_, {"serve", "--nproc-per-node", "1", "--state-dir", (dir_ / "state2").string()},
+      "second.log", env);
+  EXPECT_EQ(second->wait_for(30s), 2) << second->output();
+  EXPECT_NE(second->output().find("another zerod serve is listening there"), std::string::npos)
+      << second->output();
+  c = testing::start_in(dir_, {"status"}, "ctl-again.log", env, zeroctl_binary());
+  EXPECT_EQ(c->wait_for(30s), 0) << c->output();
+}
+
+// A job's errors go back to the client; they never quote the files the daemon read for it (the
+// daemon may read what the client cannot: data.train or model.init_from naming /etc/shadow).
+TEST_F(Serve, JobErrorsNeverQuoteTheFilesTheDaemonRead) {
+  const std::string addr = start_daemon({"--nproc-per-node", "1"});
+  const std::string secret = "root:$6$Zq8/hashedsecret:19000:0:99999:7:::\n";
+  std::string text;
+  while (text.size() < 4096) text += secret;
+  std::ofstream(dir_ / "shadow") << text;
+  std::ofstream(dir_ / "shadow.safetensors") << text;
+  const std::string model = R"("n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256,
+      "seq_len": 32)";
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      {R"("model": {)" + model + R"(}, "data": {"train": "shadow"})", "wrong magic"},
+      {R"("model": {)" + model + R"(, "init_from": "shadow.safetensors"},
+          "data": {"train": "data/c_train_*.bin"})",
+       "not a safetensors file"}};
+  int n = 0;
+  for (const auto& [sections, says] : jobs) {
+    const std::string name = "peek" + std::to_string(n++) + ".json";
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2,
+        "train": {"steps": 2}, )"
+                               << sections << "}";
+    Result r = ctl(addr, {"submit", name});
+    std::string out = r.out;
+    if (r.rc == 0) out += ctl(addr, {"status", "--watch"}).out;
+    EXPECT_NE(out.find(says), std::string::npos) << out;
+    for (const char* piece : {"root", "$6$", "hashedsecret", "1953460082", "746f6f72"}) {
+      EXPECT_EQ(out.find(piece), std::string::npos) << piece << " in: " << out;
+    }
+  }
+}
+
+// The journal (--state-dir): after kill -9 of the daemon and a restart with the same state
+// directory, the job it ran is reported interrupted (status says so, checkpoint list works),
+// `zeroctl resume` continues it from its newest checkpoint to the end, and job ids go on (never
+// reused) across restarts. One daemon per state directory.
+TEST_F(Serve, ARestartedDaemonReportsItsJobInterruptedAndResumesIt) {
+  const std::string state = (dir_ / "state").string();
+  const std::string sock = "unix:" + (dir_ / "j.sock").string();
+  std::ofstream(dir_ / "saving.json") << R"({"train_batch_size": 8,
+      "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 2}, "steps_per_print": 1000,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
+      "data": {"train": "data/c_train_*.bin"},
+      "train": {"steps": 1000, "checkpoint_dir": "ckpt", "save_interval": 50}})";
+  std::string addr = start_daemon({"--listen", sock, "--state-dir", state});
+  ASSERT_EQ(ctl(addr, {"submit", "saving.json"}).rc, 0);
+  // Killed as soon as a save is committed (the job saves every 50 steps).
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!read_latest((dir_ / "ckpt").string()) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  daemons_.back()->kill9();
+  daemons_.back()->wait_for(30s);
+  const auto newest = read_latest((dir_ / "ckpt").string());
+  ASSERT_TRUE(newest.has_value());
+  const int64_t newest_step =
+      read_manifest((dir_ / "ckpt" / *newest).string()).progress.global_step;
+  ASSERT_LT(newest_step, 1000);
+
+  // Restarted: the job is interrupted, and says how to continue.
+  addr = start_daemon({"--listen", sock, "--state-dir", state});
+  Result r = ctl(addr, {"status"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-1 interrupted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step " + std::to_string(newest_step) + "/1000"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("zeroctl resume continues it from checkpoint " + *newest), std::string::npos)
+      << r.out;
+  r = ctl(addr, {"status", "--json"});
+  EXPECT_NE(r.out.find("JOB_STATE_INTERRUPTED"), std::string::npos) << r.out;
+  r = ctl(addr, {"checkpoint", "list"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find(*newest + " "), std::string::npos) << r.out;
+  // One daemon per state directory.
+  Process twin({zerod_binary(), "serve", "--listen", "unix:" + (dir_ / "twin.sock").string(),
+                "--state-dir", state},
+               dir_.string(), (dir_ / "twin.log").string());
+  EXPECT_EQ(twin.wait_for(30s), 2) << twin.output();
+  EXPECT_NE(twin.output().find("uses this state directory"), std::string::npos) << twin.output();
+
+  // Resume: from the newest checkpoint to the end, as job-2.
+  r = ctl(addr, {"resume"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-2"), std::string::npos) << r.out;
+  r = ctl(addr, {"status", "--watch"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-2 finished | step 1000/1000"), std::string::npos) << r.out;
+  EXPECT_NE(daemons_.back()->output().find("resumed from ckpt/" + *newest + " (step " +
+                                           std::to_string(newest_step)),
+            std::string::npos)
+      << daemons_.back()->output();
+  EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step1000");
+
+  // Killed again and restarted: the finished job is remembered, the next id is job-3.
+  daemons_.back()->kill9();
+  daemons_.back()->wait_for(30s);
+  addr = start_daemon({"--listen", sock, "--state-dir", state});
+  r = ctl(addr, {"status"});
+  EXPECT_NE(r.out.find("job-2 finished | step 1000/1000"), std::string::npos) << r.out;
+  write_job("short.json", 5);
+  r = ctl(addr, {"submit", "short.json"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-3"), std::string::npos) << r.out;
+  r = ctl(addr, {"status", "--watch"});
+  EXPECT_NE(r.out.find("job-3 finished"), std::string::npos) << r.out;
+}
+
+// WatchStatus streams are reactors of gRPC's callback API, not a thread each: 256 streams (the
+// default --max-watchers) leave the daemon's thread count where it was, GetStatus stays fast,
+// stream 257 is refused with RESOURCE_EXHAUSTED naming the cap and the flag, a closed stream frees
+// its place, and every stream ends with the job's final status.
+TEST_F(Serve, WatchStreamsNeedNoThreadEachAndAreCapped) {
+  const std::string addr = start_daemon();
+  const pid_t pid = daemons_.back()->pid();
+  write_job("long.json", 100000000);
+  ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
+  wait_step(addr, 3);
+  const int before = testing::threads_of(pid);
+  ASSERT_GT(before, 0);
+  {
+    testing::Watchers w(addr, 256);
+    ASSERT_TRUE(w.wait_with_message(256, 30s)) << w.with_message() << " of 256 streams answered";
+    const int with = testing::threads_of(pid);
+    std::printf("[ daemon  ] threads: %d with no stream, %d with 256 WatchStatus streams\n", before,
+                with);
+    EXPECT_LE(with, before + 8) << "threads grow with the streams";
+    // GetStatus is not slowed down by the streams.
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto [st, s] = get_status(addr);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_LT(ms, 1000) << "GetStatus took " << ms << " ms with 256 streams open";
+    // Stream 257 is refused, naming the cap and the flag (zeroctl: exit 2).
+    Result r = ctl(addr, {"status", "--watch"}, 30s);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the cap is 256"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--max-watchers"), std::string::npos) << r.out;
+    // A stream that closes frees its place.
+    w.cancel(0);
+    ASSERT_TRUE(w.wait_ended(1, 10s));
+    std::this_thread::sleep_for(200ms);  // the server sees the cancellation
+    testing::Watchers one(addr, 1, 1);
+    EXPECT_TRUE(one.wait_with_message(1, 10s)) << one.status(0).error_message();
+    EXPECT_FALSE(one.has_ended(0)) << one.status(0).error_message();
+    // Stop: every stream gets the final status and ends OK.
+    ASSERT_EQ(ctl(addr, {"stop"}).rc, 0);
+    EXPECT_TRUE(w.wait_ended(256, 30s)) << w.ended() << " of 256 streams ended";
+    for (int i = 1; i < 256; ++i) {
+      ASSERT_TRUE(w.status(i).ok()) << i << ": " << w.status(i).error_message();
+    }
+  }
+}
+
+// 1,000 streams (the cap raised to allow them: the scale the issue asks for; they open in about a
+// second on two cores, read by one thread of this process) while a job trains: its median step
+// time stays within 10% of the same job's steps with no stream open. One job (about 0.25 s a
+// step on two cores: short enough that the streams' share would show, long enough for stable
+// medians) in five phases of kPhase steps: no streams, 1,000 streams, none, 1,000, none (about
+// 15 s in all). Alternating cancels the drift that other load on the machine causes; each side's
+// median is over its phases together. Step times come from the job's metrics.csv, the step in
+// progress at a phase change left out. The test polls GetStatus in-process (no zeroctl processes
+// while it measures). With a thread per stream (before) the daemon had 1,028 threads here.
+TEST_F(Serve, AThousandWatchStreamsDoNotSlowTraining) {
+  constexpr int kStreams = 1000;
+  constexpr int kPhases = 5;
+  constexpr int kPhase = 10;
+  const std::string addr = start_daemon({"--max-watchers", std::to_string(kStreams)});
+  const pid_t pid = daemons_.back()->pid();
+  std::ofstream(dir_ / "watched.json")
+      << R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "steps_per_print": 1000,
+      "model": {"n_layer": 3, "n_head": 4, "n_embd": 192, "vocab_size": 256, "seq_len": 128},
+      "data": {"train": "data/c_train_*.bin"},
+      "csv_monitor": {"enabled": true, "output_path": "metrics", "job_name": "watched"},
+      "train": {"steps": 100000000}})";
+  ASSERT_EQ(ctl(addr, {"submit", "watched.json"}).rc, 0);
+  wait_step(addr, 3);  // warm-up
+  const int before = testing::threads_of(pid);
+  struct Phase {
+    bool watched;
+    int64_t first, last;  // steps (first, last]
+    double seconds, daemon_cpu;
+    int threads;
+    int64_t messages;
+  };
+  std::vector<Phase> phases;
+  for (int p = 0; p < kPhases; ++p) {
+    Phase ph{p % 2 == 1, 0, 0, 0, 0, 0, 0};
+    std::unique_ptr<testing::Watchers> w;
+    if (ph.watched) {
+      w = std::make_unique<testing::Watchers>(addr, kStreams);
+      ASSERT_TRUE(w->wait_with_message(kStreams, 60s)) << w->with_message() << " streams answered";
+    }
+    ph.first = get_status(addr).second.step() + 1;
+    const double cpu0 = testing::cpu_seconds_of(pid);
+    const int64_t m0 = w ? w->messages() : 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    ph.last = wait_step(addr, ph.first + kPhase);
+    ph.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ph.daemon_cpu = testing::cpu_seconds_of(pid) - cpu0;
+    ph.threads = testing::threads_of(pid);
+    if (w) {
+      ph.messages = w->messages() - m0;
+      EXPECT_EQ(w->ended(), 0);
+    }
+    phases.push_back(ph);
+  }
+  ASSERT_EQ(ctl(addr, {"stop"}).rc, 0);
+
+  // Step times (1 / tokens per second: every step has the same tokens) by phase.
+  std::map<int64_t, double> step_s;
+  std::ifstream csv(dir_ / "metrics" / "watched" / "metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (f.size() >= 6) step_s[std::stoll(f[0])] = 16.0 * 128 / std::stod(f[5]);
+  }
+  std::vector<double> base, watched;
+  double cpu[2] = {0, 0};
+  int64_t steps[2] = {0, 0};
+  for (const Phase& ph : phases) {
+    cpu[ph.watched] += ph.daemon_cpu;
+    steps[ph.watched] += ph.last - ph.first + 1;
+    std::vector<double>& into = ph.watched ? watched : base;
+    for (int64_t s = ph.first + 1; s <= ph.last; ++s)
+      if (step_s.count(s)) into.push_back(step_s[s]);
+    std::printf(
+        "[ daemon  ] %-12s steps %lld..%lld: %.1f s, daemon %.2f CPU s, %d threads, %lld status "
+        "messages\n",
+        ph.watched ? "1000 streams" : "no stream", static_cast<long long>(ph.first + 1),
+        static_cast<long long>(ph.last), ph.seconds, ph.daemon_cpu, ph.threads,
+        static_cast<long long>(ph.messages));
+    if (ph.watched) {
+      EXPECT_LE(ph.threads, before + 8) << "threads grow with the streams";
+    }
+  }
+  ASSERT_GE(base.size(), 3u * (kPhase - 1));
+  ASSERT_GE(watched.size(), 2u * (kPhase - 1));
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double base_s = median(base), watched_s = median(watched);
+  const double cpu_base = cpu[0] / static_cast<double>(steps[0]),
+               cpu_watched = cpu[1] / static_cast<double>(steps[1]);
+  std::printf(
+      "[ daemon  ] median step %.3f s with no stream (%zu steps), %.3f s with %d streams (%zu "
+      "steps): x%.3f; daemon CPU per step %.3f s and %.3f s (x%.3f); threads %d with none\n",
+      base_s, base.size(), watched_s, kStreams, watched.size(), watched_s / base_s, cpu_base,
+      cpu_watched, cpu_watched / cpu_base, before);
+  EXPECT_LE(watched_s, 1.10 * base_s);
+  // The daemon's CPU time per step (training plus serving the streams) is a steadier measure
+  // than wall time on a shared machine: a thread per stream took 65-75% more here.
+  EXPECT_LE(cpu_watched, 1.25 * cpu_base);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "engine/runtime/grpc/auth.h"
+#include "engine/runtime/grpc/endpoint.h"
 #include "zerod.grpc.pb.h"
 
 namespace zeroctl {
@@ -62,11 +63,18 @@ const char* code_name(grpc::StatusCode c) {
   }
 }
 
+std::string address_of(const Connection& c) {
+  return c.addr.empty() ? zerod::default_control_address() : c.addr;
+}
+
 int fail(const Connection& c, const grpc::Status& st) {
   const int code = exit_code_of(st);
   if (code == 3) {
-    std::fprintf(stderr, "zeroctl: cannot reach zerod at %s: %s: %s\n", c.addr.c_str(),
-                 code_name(st.error_code()), st.error_message().c_str());
+    std::fprintf(stderr, "zeroctl: cannot reach zerod at %s: %s: %s%s\n", address_of(c).c_str(),
+                 code_name(st.error_code()), st.error_message().c_str(),
+                 c.addr.empty() ? " (is `zerod serve` running? without --listen it listens there; "
+                                  "else pass its address with --addr)"
+                                : "");
   } else {
     std::fprintf(stderr, "zeroctl: %s: %s\n", code_name(st.error_code()),
                  st.error_message().c_str());
@@ -81,7 +89,7 @@ struct Client {
     sec.tls_ca = c.tls_ca;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(4 << 20);
-    channel = grpc::CreateCustomChannel(c.addr, zerod::client_credentials(sec), args);
+    channel = grpc::CreateCustomChannel(address_of(c), zerod::client_credentials(sec), args);
     stub = Control::NewStub(channel);
   }
   void prepare(grpc::ClientContext& ctx, bool deadline = true) const {
@@ -136,7 +144,7 @@ std::string status_line(const zerod::v1::JobStatus& s) {
   o << s.job_id() << " " << state_name(s.state());
   if (s.stopped()) o << " (stopped)";
   o << " | step " << s.step() << "/" << s.total_steps();
-  if (s.step() > 0) {
+  if (s.step() > 0 && s.tokens_per_s() > 0) {  // (an interrupted job has no recent step)
     char buf[128];
     std::snprintf(buf, sizeof(buf), " | loss %.4f | lr %.3e | %.0f tok/s | MFU %.1f%%", s.loss(),
                   s.lr(), s.tokens_per_s(), 100 * s.mfu());

@@ -10,7 +10,7 @@
 namespace zeroctl {
 
 struct Connection {
-  std::string addr = "127.0.0.1:50051";
+  std::string addr;  // unix:PATH or HOST:PORT; empty: the daemon's default Unix socket
   std::string token_file;
   std::string tls_ca;
   double timeout_s = 30;  // per call (not for watch)

@@ -1,6 +1,6 @@
 // zeroctl: the zerod command-line client.
 //
-//   zeroctl [--addr HOST:PORT] [--token-file F] [--tls-ca F] COMMAND
+//   zeroctl [--addr unix:PATH|HOST:PORT] [--token-file F] [--tls-ca F] COMMAND
 //     submit JOB.json [--resume latest|TAG]
 //     status [--watch] [--json]
 //     checkpoint save [--tag T] | checkpoint list [--json]
@@ -190,11 +190,14 @@ int main(int argc, char** argv) {
   zeroctl::Connection conn;
 #else
   struct {
-    std::string addr = "127.0.0.1:50051", token_file, tls_ca;
+    std::string addr, token_file, tls_ca;
     double timeout_s = 30;
   } conn;
 #endif
-  app.add_option("--addr", conn.addr, "HOST:PORT of the zerod daemon")->capture_default_str();
+  app.add_option("--addr", conn.addr,
+                 "unix:PATH or HOST:PORT of the zerod daemon (default: the Unix socket `zerod "
+                 "serve` listens on without --listen: $XDG_RUNTIME_DIR/zerod/zerod.sock, else "
+                 "/run/user/UID/zerod/zerod.sock, else ~/.cache/zerod/zerod.sock)");
   app.add_option("--token-file", conn.token_file, "file whose first line is the bearer token");
   app.add_option("--tls-ca", conn.tls_ca, "PEM certificate to trust (the daemon serves TLS)");
   app.add_option("--timeout", conn.timeout_s, "seconds per call (not for status --watch)")

@@ -3,15 +3,22 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <sys/stat.h>
+
 #include "core/error.h"
+#include "engine/runtime/grpc/endpoint.h"
 #include "engine/runtime/launch.h"
 
 namespace zerod {
 
 ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options)
-    : service_(daemon, options.security.token) {
-  const std::string host = parse_host_port(options.listen, "--listen", /*min_port=*/0).first;
-  check_listen_policy(host, options.security);
+    : service_(daemon, options.security.token, options.max_watchers) {
+  const bool unix_socket = is_unix_address(options.listen);
+  const std::string host =
+      unix_socket ? "" : parse_host_port(options.listen, "--listen", /*min_port=*/0).first;
+  check_listen_policy(options.listen, host, options.security);
+  // gRPC replaces whatever socket is at the path: refuse when a daemon answers there.
+  if (unix_socket) check_unix_socket_free(unix_socket_path(options.listen), "--listen");
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -27,12 +34,20 @@ ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options
     builder.experimental().SetInterceptorCreators(std::move(f));
   }
   server_ = builder.BuildAndStart();
-  if (!server_ || bound == 0) {
-    ZD_THROW_INPUT("--listen {}: cannot listen there (in use, or not an address of this machine)",
-                   options.listen);
+  if (!server_ || (!unix_socket && bound == 0)) {
+    server_.reset();
+    ZD_THROW_INPUT("--listen {}: cannot listen there ({})", options.listen,
+                   unix_socket ? "the directory does not exist or is not writable"
+                               : "in use, or not an address of this machine");
+  }
+  if (unix_socket) {
+    // Only this user may connect (the default socket's directory is 0700 too).
+    ::chmod(unix_socket_path(options.listen).c_str(), 0600);
+    address_ = options.listen;
+  } else {
+    address_ = join_host_port(host, bound);
   }
   server_->GetHealthCheckService()->SetServingStatus(true);
-  address_ = join_host_port(host, bound);
 }
 
 ControlServer::~ControlServer() {

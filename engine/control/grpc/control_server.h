@@ -14,19 +14,21 @@
 namespace zerod {
 
 struct ControlServerOptions {
-  std::string listen = "127.0.0.1:50051";  // HOST:PORT (port 0: any free port)
+  std::string listen;  // unix:PATH, or HOST:PORT (port 0: any free port)
   ServerSecurity security;
-  int max_message_bytes = 4 << 20;  // larger requests get RESOURCE_EXHAUSTED
+  int max_message_bytes = 4 << 20;                         // larger requests get RESOURCE_EXHAUSTED
+  int max_watchers = ControlService::kDefaultMaxWatchers;  // open WatchStatus streams at most
 };
 
 class ControlServer {
  public:
-  // Checks the listen policy (InputError: non-loopback without a token) and binds.
+  // Checks the listen policy (InputError: TCP without a token, unless --insecure-loopback on
+  // loopback; a Unix socket another daemon answers on) and binds (a Unix socket: mode 0600).
   // InputError naming the address when it cannot be bound.
   ControlServer(Daemon& daemon, const ControlServerOptions& options);
   ~ControlServer();
   void shutdown();                                         // ends streams and calls (idempotent)
-  const std::string& address() const { return address_; }  // HOST:PORT actually bound
+  const std::string& address() const { return address_; }  // HOST:PORT bound, or unix:PATH
 
  private:
   ControlService service_;

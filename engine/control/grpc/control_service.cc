@@ -67,12 +67,14 @@ v1::JobState to_proto(JobState s) {
       return v1::JOB_STATE_FINISHED;
     case JobState::kFailed:
       return v1::JOB_STATE_FAILED;
+    case JobState::kInterrupted:
+      return v1::JOB_STATE_INTERRUPTED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
 }
 
 bool ended(JobState s) {
-  return s == JobState::kFinished || s == JobState::kFailed;
+  return s == JobState::kFinished || s == JobState::kFailed || s == JobState::kInterrupted;
 }
 
 }  // namespace
@@ -107,6 +109,7 @@ void fill_status(const DaemonStatus& s, v1::JobStatus* out) {
 
 void ControlService::shutdown() {
   shutting_down_ = true;
+  watchers_.shutdown();
 }
 
 grpc::Status ControlService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
@@ -121,33 +124,9 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
   return guarded(ctx, token_, [&] { fill_status(daemon_.status(), resp); });
 }
 
-grpc::Status ControlService::WatchStatus(grpc::ServerContext* ctx,
-                                         const v1::WatchStatusRequest* req,
-                                         grpc::ServerWriter<v1::JobStatus>* writer) {
-  if (grpc::Status st = check_token(*ctx, token_); !st.ok()) return st;
-  const auto interval = std::chrono::milliseconds(
-      req->max_interval_ms() > 0 ? std::min<int64_t>(req->max_interval_ms(), 60000) : 1000);
-  uint64_t seen = daemon_.version();
-  // Waits are sliced so that a client going away or a shutdown ends the stream promptly.
-  constexpr auto kSlice = std::chrono::milliseconds(100);
-  for (;;) {
-    const DaemonStatus s = daemon_.status();
-    v1::JobStatus msg;
-    fill_status(s, &msg);
-    if (!writer->Write(msg)) return grpc::Status::OK;  // the client went away
-    if (ended(s.state) || s.state == JobState::kIdle) return grpc::Status::OK;
-    const auto until = std::chrono::steady_clock::now() + interval;
-    while (std::chrono::steady_clock::now() < until) {
-      if (ctx->IsCancelled() || shutting_down_) {
-        return {grpc::StatusCode::UNAVAILABLE, "the daemon is shutting down"};
-      }
-      const uint64_t v = daemon_.wait_change(seen, kSlice);
-      if (v != seen) {
-        seen = v;
-        break;
-      }
-    }
-  }
+grpc::ServerWriteReactor<v1::JobStatus>* ControlService::WatchStatus(
+    grpc::CallbackServerContext* ctx, const v1::WatchStatusRequest* req) {
+  return watchers_.open(ctx, req, check_token(*ctx, token_));
 }
 
 grpc::Status ControlService::SaveCheckpoint(grpc::ServerContext* ctx,

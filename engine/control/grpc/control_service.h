@@ -1,27 +1,34 @@
 // The Control service of proto/zerod.proto over a Daemon: errors become status codes
 // (ConfigError/InputError -> INVALID_ARGUMENT with the messages `zerod check` prints,
 // PreconditionError -> FAILED_PRECONDITION, a save that does not finish in time ->
-// DEADLINE_EXCEEDED).
+// DEADLINE_EXCEEDED). WatchStatus is served with gRPC's callback API (status_watchers.h: no
+// thread per stream, at most max_watchers streams); the other methods are synchronous.
 #pragma once
 
+#include <atomic>
+
 #include "engine/control/daemon.h"
+#include "engine/control/grpc/status_watchers.h"
 #include "zerod.grpc.pb.h"
 
 namespace zerod {
 
-class ControlService final : public v1::Control::Service {
+class ControlService final
+    : public v1::Control::WithCallbackMethod_WatchStatus<v1::Control::Service> {
  public:
+  static constexpr int kDefaultMaxWatchers = 256;
   // token: every call must carry "authorization: Bearer <token>" (empty: no check).
-  ControlService(Daemon& daemon, std::string token) : daemon_(daemon), token_(std::move(token)) {}
-  // Ends every WatchStatus stream (server shutdown).
+  ControlService(Daemon& daemon, std::string token, int max_watchers = kDefaultMaxWatchers)
+      : daemon_(daemon), token_(std::move(token)), watchers_(daemon, max_watchers) {}
+  // Ends every WatchStatus and FollowJobs stream (server shutdown).
   void shutdown();
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*,
                          v1::SubmitJobResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::JobStatus*) override;
-  grpc::Status WatchStatus(grpc::ServerContext*, const v1::WatchStatusRequest*,
-                           grpc::ServerWriter<v1::JobStatus>*) override;
+  grpc::ServerWriteReactor<v1::JobStatus>* WatchStatus(grpc::CallbackServerContext*,
+                                                       const v1::WatchStatusRequest*) override;
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const v1::SaveCheckpointRequest*,
                               v1::SaveCheckpointResponse*) override;
   grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
@@ -35,6 +42,7 @@ class ControlService final : public v1::Control::Service {
   Daemon& daemon_;
   std::string token_;
   std::atomic<bool> shutting_down_{false};
+  StatusWatchers watchers_;
 };
 
 // The daemon's status as the proto message.

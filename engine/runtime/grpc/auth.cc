@@ -87,15 +87,41 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
-void check_listen_policy(const std::string& host, const ServerSecurity& sec) {
-  if (!is_loopback_host(host) && sec.token.empty()) {
-    ZD_THROW_INPUT(
-        "--listen {}: listening on an address other than loopback needs --token-file (every "
-        "RPC must then carry the token)",
-        host);
-  }
+void check_listen_policy(const std::string& listen, const std::string& host,
+                         const ServerSecurity& sec) {
   if (sec.tls_cert.empty() != sec.tls_key.empty()) {
     ZD_THROW_INPUT("--tls-cert and --tls-key go together");
+  }
+  if (listen.rfind("unix:", 0) == 0) {
+    if (sec.insecure_loopback) {
+      ZD_THROW_INPUT(
+          "--insecure-loopback goes with a TCP loopback --listen (127.0.0.1:PORT); --listen {} "
+          "is a Unix socket, private to this user already",
+          listen);
+    }
+    return;
+  }
+  if (!is_loopback_host(host)) {
+    if (sec.insecure_loopback) {
+      ZD_THROW_INPUT(
+          "--insecure-loopback: --listen {} is not a loopback address; anything but loopback "
+          "needs --token-file",
+          listen);
+    }
+    if (sec.token.empty()) {
+      ZD_THROW_INPUT(
+          "--listen {}: listening on an address other than loopback needs --token-file (every "
+          "RPC must then carry the token)",
+          listen);
+    }
+    return;
+  }
+  if (sec.token.empty() && !sec.insecure_loopback) {
+    ZD_THROW_INPUT(
+        "--listen {}: a TCP port, even on loopback, lets every local user drive this daemon (and "
+        "run jobs as this user): give --token-file, or leave --listen out to listen on the "
+        "private Unix socket, or pass --insecure-loopback to accept that",
+        listen);
   }
 }
 

@@ -1,6 +1,8 @@
 // Security of zerod's gRPC endpoints (DESIGN.md section 6): bearer tokens and TLS.
 //
-// A daemon listening anywhere but loopback must have a token file; every RPC then needs
+// The daemon listens on a private Unix socket by default (endpoint.h). A TCP address needs a
+// token file, loopback included (any local user can connect to a loopback port), unless
+// --insecure-loopback says any local user may drive it; every RPC then needs
 // "authorization: Bearer <token>" metadata, compared in constant time (the Rendezvous service
 // of multi-node daemon jobs checks it in its handlers, UNAUTHENTICATED). With TLS the check is
 // gRPC's auth-metadata processor (UNAUTHENTICATED for every service). In plaintext gRPC offers
@@ -22,6 +24,7 @@ struct ServerSecurity {
   std::string token;     // empty: no token check
   std::string tls_cert;  // PEM file paths; both or neither
   std::string tls_key;
+  bool insecure_loopback = false;  // a TCP loopback address without a token (any local user)
 };
 
 struct ClientSecurity {
@@ -36,8 +39,11 @@ std::string read_token_file(const std::string& path);
 // 127.0.0.0/8, ::1, localhost.
 bool is_loopback_host(const std::string& host);
 
-// Refuses (InputError) a non-loopback host without a token, and half a TLS pair.
-void check_listen_policy(const std::string& host, const ServerSecurity& sec);
+// Refuses (InputError) a TCP host without a token (loopback: unless sec.insecure_loopback),
+// --insecure-loopback elsewhere, and half a TLS pair. `listen` is the address as
+// given (a "unix:PATH" one is private: only the TLS pair is checked).
+void check_listen_policy(const std::string& listen, const std::string& host,
+                         const ServerSecurity& sec);
 
 // Server credentials: TLS (with the token processor when sec.token is set) or plaintext.
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const ServerSecurity& sec);

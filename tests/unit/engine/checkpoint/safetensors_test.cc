@@ -321,5 +321,37 @@ TEST_F(Safetensors, EveryBadFileGivesAClearError) {
   EXPECT_NO_THROW(SafetensorsReader{path("good.safetensors")});
 }
 
+// A file that is not safetensors (model.init_from: /etc/shadow, read by a daemon running as root
+// for a client who could not read it): the message names the file and what was expected, never
+// its bytes, not even as the header length they make.
+TEST_F(Safetensors, ErrorsNeverQuoteTheFilesContent) {
+  const std::string secret = "root:$6$Xy7/secret.hash:19000:0:99999:7:::\n";
+  uint64_t as_length = 0;
+  std::memcpy(&as_length, secret.data(), 8);
+  const std::vector<std::pair<const char*, std::string>> files = {
+      {"text", secret + secret},
+      {"a header length that fits, then not JSON", std::string("\x20\0\0\0\0\0\0\0", 8) +
+                                                       "{\"a\": secretvalue-not-json, \"b\": 1}" +
+                                                       std::string(8, ' ')},
+  };
+  for (const auto& [what, bytes] : files) {
+    SCOPED_TRACE(what);
+    const std::string file = path("s.safetensors");
+    write_file(file, bytes);
+    try {
+      SafetensorsReader r(file);
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      std::string m = e.what();
+      m.erase(0, m.find(file) == 0 ? file.size() : 0);
+      for (const std::string& piece :
+           {std::string("root"), std::string("$6$"), std::string("secret"),
+            std::to_string(as_length), std::to_string(as_length & 0xFFFFFFFF)}) {
+        EXPECT_EQ(m.find(piece), std::string::npos) << piece << " in: " << m;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerod
