@@ -3,6 +3,7 @@
 #include "engine/checkpoint/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault_points.h"
 #include "core/log.h"
 #include "engine/config/input_limits.h"
 
@@ -23,28 +25,79 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A failed I/O of a save: a full disk or quota is the environment (exit 2, with the bytes free
+// there), EIO the machine (exit 1, not reported as a bug), anything else a bug.
+[[noreturn]] void save_io_error(const std::string& path, const std::string& what, int err) {
+  if (err == ENOSPC || err == EDQUOT) {
+    struct statvfs st {};
+    const std::string dir = fs::path(path).parent_path().string();
+    const bool known = ::statvfs(dir.empty() ? "." : dir.c_str(), &st) == 0;
+    ZD_THROW_INPUT("{}: {} failed: {}{}", path, what, std::strerror(err),
+                   known ? fmt::format(" ({} bytes are free on that file system)",
+                                       static_cast<uint64_t>(st.f_bavail) * st.f_frsize)
+                         : std::string());
+  }
+  if (err == EIO)
+    ZD_THROW_KIND(ErrorKind::kSystem, "{}: {} failed: {}", path, what, std::strerror(err));
+  ZD_THROW("{}: {} failed: {}", path, what, std::strerror(err));
+}
+
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd < 0) ZD_THROW("fsync {}: cannot open: {}", path, std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
+  const int injected = fault_point("save.fsync");
+  const int rc = injected != 0 ? -1 : ::fsync(fd);
+  const int err = injected != 0 ? injected : errno;
   ::close(fd);
-  if (rc != 0) ZD_THROW("fsync {}: {}", path, std::strerror(err));
+  if (rc != 0) save_io_error(path, "fsync", err);
+}
+
+// Writes `text` to `path` (created or truncated) and fsyncs it.
+void write_synced(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) save_io_error(path, "creating the file", errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    const int injected = fault_point("save.write");
+    const ssize_t w = injected != 0 ? -1 : ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && injected == 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = injected != 0 ? injected : (w < 0 ? errno : EIO);
+      ::close(fd);
+      save_io_error(path, fmt::format("write of {} bytes at offset {}", text.size() - done, done),
+                    err);
+    }
+    done += static_cast<size_t>(w);
+  }
+  const int injected = fault_point("save.fsync");
+  if (injected != 0 || ::fsync(fd) != 0) {
+    const int err = injected != 0 ? injected : errno;
+    ::close(fd);
+    save_io_error(path, "fsync", err);
+  }
+  if (::close(fd) != 0) save_io_error(path, "close", errno);
+}
+
+// The renames that publish a save.
+void rename_path(const fs::path& from, const fs::path& to) {
+  if (const int injected = fault_point("save.rename")) {
+    save_io_error(from.string(), "rename to " + to.string(), injected);
+  }
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) save_io_error(from.string(), "rename to " + to.string(), ec.value());
 }
 
 // Writes text to path via path.tmp + fsync + rename + fsync of the directory.
 void write_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) ZD_THROW("cannot write {}: {}", tmp, std::strerror(errno));
+  try {
+    write_synced(tmp, text);
+    rename_path(tmp, path);
+  } catch (const Error&) {
+    ::unlink(tmp.c_str());  // (path itself is untouched)
+    throw;
   }
-  fsync_path(tmp, false);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) ZD_THROW("cannot rename {} to {}: {}", tmp, path, ec.message());
   fsync_path(fs::path(path).parent_path().string(), true);
 }
 
@@ -148,25 +201,14 @@ void commit_save(const std::string& dir, const Manifest& manifest) {
   const fs::path tmp = root / (manifest.tag + ".tmp");
   const fs::path final_dir = root / manifest.tag;
   const fs::path aside = root / (manifest.tag + ".old");
-  {
-    const std::string path = (tmp / "manifest.json").string();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << manifest.to_json().dump(2) << "\n";
-    out.flush();
-    if (!out) ZD_THROW("cannot write {}: {}", path, std::strerror(errno));
-  }
-  fsync_path((tmp / "manifest.json").string(), false);
+  write_synced((tmp / "manifest.json").string(), manifest.to_json().dump(2) + "\n");
   fsync_path(tmp.string(), true);
   std::error_code ec;
   // Saving a tag again: move the old one aside first (a crash in between leaves `latest` on a
   // missing tag, and loading falls back to the newest complete checkpoint).
   fs::remove_all(aside, ec);
-  if (fs::exists(final_dir)) {
-    fs::rename(final_dir, aside, ec);
-    if (ec) ZD_THROW("cannot move {} aside: {}", final_dir.string(), ec.message());
-  }
-  fs::rename(tmp, final_dir, ec);
-  if (ec) ZD_THROW("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message());
+  if (fs::exists(final_dir)) rename_path(final_dir, aside);
+  rename_path(tmp, final_dir);
   fsync_path(root.string(), true);
   write_atomic((root / "latest").string(), manifest.tag + "\n");
   fs::remove_all(aside, ec);

@@ -16,6 +16,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/fault_points.h"
 #include "engine/config/input_limits.h"
 
 namespace zerod {
@@ -265,13 +266,17 @@ void SafetensorsWriter::fail_io(const std::string& what, int err) const {
                                        static_cast<uint64_t>(st.f_bavail) * st.f_frsize)
                          : std::string());
   }
+  if (err == EIO)
+    ZD_THROW_KIND(ErrorKind::kSystem, "{}: {} failed: {}", path_, what, errno_string(err));
   ZD_THROW("{}: {} failed: {}", path_, what, errno_string(err));
 }
 
 void SafetensorsWriter::write_all(const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    const ssize_t w = ::write(fd_, p, std::min(bytes, size_t{1} << 30));
+    const int injected = fault_point("save.write");  // tests: core/fault_points.h
+    const ssize_t w = injected != 0 ? -1 : ::write(fd_, p, std::min(bytes, size_t{1} << 30));
+    if (injected != 0) errno = injected;
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && errno == EINVAL && direct_) {
       // The file system took O_DIRECT at open but refuses the write: go on buffered.
@@ -310,8 +315,9 @@ void SafetensorsWriter::finish() {
     fd_ = -1;
     ZD_THROW("{}: truncating to {} bytes failed: {}", path_, total_, errno_string(err));
   }
-  if (::fsync(fd_) != 0) {
-    const int err = errno;
+  const int injected = fault_point("save.fsync");
+  if (injected != 0 || ::fsync(fd_) != 0) {
+    const int err = injected != 0 ? injected : errno;
     ::close(fd_);
     fd_ = -1;
     fail_io(fmt::format("fsync after {} bytes", on_disk_), err);

@@ -11,6 +11,7 @@
 
 #include "comm/strings.h"
 #include "core/error.h"
+#include "core/fault_points.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
@@ -28,11 +29,16 @@ using nlohmann::json;
 
 namespace {
 
-// How a rank's failed write travels to the others in the gathered file list: "!E" + message for
-// an environment error (InputError: a full disk, quota, an unwritable directory), "!!" + message
-// for anything else.
+// How a rank's failed write travels to the others in the gathered file list: '!' + a kind +
+// the message. Kinds: 'E' an environment error (InputError: a full disk, quota, an unwritable
+// directory), 'S' the machine failing (EIO), '!' anything else (a bug).
+char failure_kind(const Error& e) {
+  if (dynamic_cast<const InputError*>(&e) != nullptr) return 'E';
+  return e.kind() == ErrorKind::kSystem ? 'S' : '!';
+}
+
 std::string failure_record(const Error& e) {
-  return std::string(dynamic_cast<const InputError*>(&e) != nullptr ? "!E" : "!!") + e.what();
+  return std::string("!") + failure_kind(e) + e.what();
 }
 
 std::string utc_now() {
@@ -61,13 +67,6 @@ CheckpointFile file_from_json(const json& j) {
   for (const auto& s : j.at("slices"))
     f.slices.push_back({s[0].get<int>(), s[1].get<int64_t>(), s[2].get<int64_t>()});
   return f;
-}
-
-// Test hook: ZEROD_TEST_KILL_DURING_SAVE=TAG kills the process (SIGKILL, as a crash or an OOM
-// kill would) after this rank wrote its file of checkpoint TAG, before the commit.
-void crash_hook(const std::string& tag) {
-  const char* at = std::getenv("ZEROD_TEST_KILL_DURING_SAVE");
-  if (at != nullptr && tag == at) std::raise(SIGKILL);
 }
 
 }  // namespace
@@ -275,7 +274,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
     } catch (const Error& e) {
       werr = failure_record(e);
     }
-    crash_hook(tag);
+    (void)fault_point("save.rank_file");  // tests: a crash between the files and the commit
     f.tensor_rank = engine_.layout().shard().rank;
     std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : werr);
     commit(*p, files);
@@ -302,10 +301,14 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
 
 void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json) {
   std::string failures;
-  bool any_bug = false;  // a failure that is not the environment's (full disk, bad directory)
+  // The worst kind any rank reported: a bug ('!') over the machine ('S') over the environment.
+  char kind = 'E';
+  const auto worse = [&kind](char k) {
+    if (k == '!' || (k == 'S' && kind == 'E')) kind = k;
+  };
   for (size_t r = 0; r < files_json.size(); ++r) {
     if (!files_json[r].empty() && files_json[r][0] == '!') {
-      if (files_json[r].size() < 2 || files_json[r][1] != 'E') any_bug = true;
+      worse(files_json[r].size() < 2 ? '!' : files_json[r][1]);
       failures +=
           fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, files_json[r].substr(2));
       continue;
@@ -314,8 +317,6 @@ void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json
     if (!f.name.empty()) p.manifest.files.push_back(std::move(f));
   }
   std::string err = failures.empty() ? "" : "writing the rank files failed: " + failures;
-  // 'E': an environment error (InputError: full disk, unwritable directory), else a bug.
-  char kind = any_bug ? '!' : 'E';
   if (err.empty() && ctx_.rank == 0) {
     try {
       commit_save(dir(), p.manifest);
@@ -323,7 +324,7 @@ void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json
       for (const auto& tag : removed) spdlog::info("checkpoint retention: removed {}", tag);
     } catch (const Error& e) {
       err = e.what();
-      kind = dynamic_cast<const InputError*>(&e) != nullptr ? 'E' : '!';
+      kind = failure_kind(e);
     }
   }
   if (ctx_.world_size > 1) {
@@ -343,6 +344,10 @@ void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json
     previous = fmt::format("the previous checkpoint {} is intact", *latest);
   if (kind == 'E') {
     ZD_THROW_INPUT("checkpoint {} was not saved: {}; {}", p.manifest.tag, err, previous);
+  }
+  if (kind == 'S') {
+    ZD_THROW_KIND(ErrorKind::kSystem, "checkpoint {} was not saved: {}; {}", p.manifest.tag, err,
+                  previous);
   }
   ZD_THROW("checkpoint {} was not saved: {}; {}", p.manifest.tag, err, previous);
 }

@@ -59,7 +59,7 @@ TEST_F(CheckpointCli, SaveKilledHalfWayLeavesLatestOnThePreviousCheckpoint) {
   write_job(8, 3);
   // Two ranks; the process dies (SIGKILL) after writing a rank file of global_step6.
   auto p = start({"train", "job.json", "--nproc-per-node", "2"}, "killed.log",
-                 "ZEROD_TEST_KILL_DURING_SAVE=global_step6");
+                 "ZEROD_FAULTS=save.rank_file@3=kill");  // 2 ranks a save: global_step6
   EXPECT_EQ(p->wait_for(120s), -9) << p->output();
   EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step3");
   EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "global_step6.tmp"));

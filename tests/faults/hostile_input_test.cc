@@ -9,9 +9,9 @@
 #include <fstream>
 #include <regex>
 
+#include "../e2e/process_util.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/checkpoint/manifest.h"
-#include "process_util.h"
 
 namespace zerod {
 namespace {
