@@ -3,7 +3,7 @@
 //   zerod train [JOB.json] [--steps N] [--demo-dir DIR] [--nproc-per-node N]
 //               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
 //               [--listen ADDR:PORT]
-//   zerod check JOB.json [--world-size N]
+//   zerod check JOB.json [--world-size N] [--config-only]
 //   zerod eval JOB.json [--from CKPT_DIR|HF_DIR] [--tokens N]
 //   zerod generate --from CKPT_DIR|HF_DIR --prompt-tokens 1,2,3 [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-token ID]
@@ -27,7 +27,6 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/config/parse.h"
 #include "engine/plan/planner.h"
 #include "engine/runtime/launch.h"
@@ -36,6 +35,7 @@
 #include "engine/train/demo.h"
 #include "engine/train/eval_job.h"
 #include "engine/train/generate.h"
+#include "engine/train/job_environment.h"
 #include "engine/train/run_job.h"
 #ifdef ZEROD_HAVE_PROMETHEUS
 #include "engine/metrics/prometheus_exporter.h"
@@ -120,6 +120,9 @@ int run_train(const TrainFlags& f) {
     job.config.train.memory_limit = zerod::parse_bytes(f.memory_limit, "--memory-limit");
   zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
+  // What the job needs from this machine (data, init_from, GPU, nvme_path, checkpoint_dir),
+  // before the rendezvous makes other nodes wait for it.
+  zerod::check_job_environment(job.config, {.local_ranks = spec.nproc_per_node});
   if (f.job.empty())
     spdlog::info("no job file: training the built-in demo job (data and metrics in ./{}/)",
                  f.demo_dir);
@@ -284,18 +287,14 @@ int run_serve(const ServeFlags& f) {
 #endif
 }
 
-int run_check(const std::string& path, int world_size) {
+int run_check(const std::string& path, int world_size, bool config_only) {
   zerod::ParsedJob job = zerod::load_job_file(path);
   for (const auto& w : job.warnings)
     std::fprintf(stderr, "zerod: warning: %s: %s\n", path.c_str(), w.c_str());
   zerod::resolve_job(job.config, world_size);
   zerod::check_supported(job.config);
-  if (!job.config.train.checkpoint_dir.empty()) {
-    // Where checkpoints would go must be writable (probed where the directory would be created;
-    // nothing is created).
-    zerod::probe_checkpoint_dir(job.config.train.checkpoint_dir, "train.checkpoint_dir",
-                                /*create=*/false, std::to_string(::getpid()));
-  }
+  // What `zerod train` checks at the start on this machine (nothing is created).
+  if (!config_only) zerod::check_job_environment(job.config);
   std::cout << zerod::job_to_json(job.config).dump(2) << std::endl;
   return 0;
 }
@@ -404,6 +403,10 @@ int main(int argc, char** argv) {
   check->add_option("--world-size", world_size, "ranks to resolve the batch sizes for")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  bool config_only = false;
+  check->add_flag("--config-only", config_only,
+                  "check the file alone, not this machine (data files, init_from, GPU, "
+                  "nvme_path, checkpoint_dir)");
 
   std::string eval_path;
   zerod::EvalOptions eo;
@@ -523,7 +526,7 @@ int main(int argc, char** argv) {
   try {
     zerod::log::set_level(log_level);
     if (*train) return run_train(tf);
-    if (*check) return run_check(check_path, world_size);
+    if (*check) return run_check(check_path, world_size, config_only);
     if (*eval) return run_eval(eval_path, eo);
     if (*gen) return run_generate(gf);
     if (*serve) return run_serve(sf);

@@ -61,6 +61,9 @@ json Manifest::to_json() const {
               {"files", files_j},
               {"job", job}};
   if (tensor_parallel > 1) out["tensor_parallel"] = tensor_parallel;
+  if (p.csv_run >= 0 || p.tensorboard_run >= 0) {
+    out["monitors"] = {{"csv_run", p.csv_run}, {"tensorboard_run", p.tensorboard_run}};
+  }
   return out;
 }
 
@@ -135,6 +138,13 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
   p.loss_scale_hysteresis_left = field<int>(ls, "hysteresis_left", where, "loss_scaler.");
   p.loss_scale_iter = field<int64_t>(ls, "iter", where, "loss_scaler.");
   p.loss_scale_last_overflow_iter = field<int64_t>(ls, "last_overflow_iter", where, "loss_scaler.");
+  if (j.contains("monitors")) {  // absent in older manifests
+    const json& mon = field<json>(j, "monitors", where, "");
+    p.csv_run = field<int64_t>(mon, "csv_run", where, "monitors.");
+    p.tensorboard_run = field<int64_t>(mon, "tensorboard_run", where, "monitors.");
+    if (p.csv_run < -1 || p.tensorboard_run < -1)
+      ZD_THROW_INPUT("{}: monitors: run numbers must be >= -1", where);
+  }
   for (const json& f : field<json>(j, "files", where, "")) {
     CheckpointFile cf;
     cf.name = field<std::string>(f, "name", where, "files[].");

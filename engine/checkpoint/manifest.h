@@ -52,6 +52,11 @@ struct TrainingProgress {
   int loss_scale_hysteresis_left = 1;
   int64_t loss_scale_iter = 0;
   int64_t loss_scale_last_overflow_iter = -1;
+  // The run directories of the job's monitors (engine/metrics/csv_monitor.h): 0 for
+  // OUTPUT_PATH/JOB_NAME, N for JOB_NAME_N; -1 when none was written (or an older manifest). A
+  // resumed run appends there.
+  int64_t csv_run = -1;
+  int64_t tensorboard_run = -1;
 };
 
 struct Manifest {

@@ -247,12 +247,15 @@ struct TrainConfig {
   int64_t eval_interval = 0;               // steps; 0: off
   int64_t eval_batches = 20;               // micro-batches per validation pass
   uint64_t seed = 1337;                    // weight initialisation
-  double peak_flops = 0.0;            // per rank, for MFU; 0: measured (CPU) or the GPU's table
+  double peak_flops = 0.0;  // per rank, for MFU; 0: measured (CPU) or the GPU's table
   // Host memory this process may use, bytes (zerod train --memory-limit); 0: what the machine
   // and its cgroup have available. The start of a CPU job checks its planned memory against it.
   int64_t memory_limit = 0;
   double collective_timeout = 300.0;  // seconds a collective may take before the job fails
   double rendezvous_timeout = 300.0;  // seconds to wait for every node/rank to join
+  // Resuming from a checkpoint trained with another global batch (train_batch_size) is refused
+  // unless this is true (a world size that changes the batch derived from the micro-batch).
+  bool allow_batch_change = false;
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -1,7 +1,8 @@
 // The "model" section. GPT-2 keeps zerod's keys; the Llama family (llama, mistral, qwen2) reads
 // Hugging Face config.json key names, so a config.json pasted into the section works. With
 // init_from naming a Hugging Face directory, its config.json is read first (errors name the
-// file) and the job's keys override it.
+// file) and the job's keys override it; a directory of weights without a config.json takes its
+// shape from the job alone.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -186,12 +187,25 @@ void read_gpt2_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
   r.read_real("init_std", m.init_std, real_above(0.0));
 }
 
-// Reads DIR/config.json as a JSON object; problems are reported under `path`.
+// Reads DIR/config.json as a JSON object; problems are reported under `path`. A directory with
+// weights (model.safetensors, or model.safetensors.index.json) but no config.json has none: the
+// job's model section gives the shape, as with a safetensors file.
 std::optional<Json> read_hf_config(const std::string& dir, const std::string& path, Problems& p) {
-  const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  namespace fs = std::filesystem;
+  const std::string file = (fs::path(dir) / "config.json").string();
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    if (!fs::exists(fs::path(dir) / "model.safetensors", ec) &&
+        !fs::exists(fs::path(dir) / "model.safetensors.index.json", ec)) {
+      p.error(path, fmt::format("{} is a directory without a config.json or weights "
+                                "(model.safetensors, model.safetensors.index.json)",
+                                dir));
+    }
+    return std::nullopt;
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    p.error(path, fmt::format("{} is a directory without a config.json", dir));
+    p.error(path, fmt::format("{} cannot be read", file));
     return std::nullopt;
   }
   std::ostringstream buf;

@@ -71,6 +71,7 @@ void read_train(ObjectReader& top, JobConfig& cfg) {
   r.read_int("memory_limit", t.memory_limit, at_least(0));
   r.read_real("collective_timeout", t.collective_timeout, real_above(0.0));
   r.read_real("rendezvous_timeout", t.rendezvous_timeout, real_above(0.0));
+  r.read_bool("allow_batch_change", t.allow_batch_change);
   r.finish();
 }
 

@@ -9,6 +9,7 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/config/input_limits.h"
 #include "engine/config/parse.h"
+#include "engine/train/job_environment.h"
 #include "engine/train/run_job.h"
 
 namespace zerod {
@@ -166,6 +167,8 @@ std::string Daemon::submit(const std::string& job_text, const std::string& name,
       parse_job_text(job_text, name.empty() ? "submitted job" : config::clip_input(name));
   resolve_job(job.config, opt_.spec.world_size());
   check_supported(job.config);
+  // What the job needs from this machine, as `zerod check` and `zerod train` check it.
+  check_job_environment(job.config, {.local_ranks = opt_.spec.nproc_per_node});
   for (const auto& w : job.warnings) spdlog::warn("{}: {}", job.config.source, w);
   if (!resume.empty()) {
     if (resume != "latest" && resume != "auto") validate_tag(resume);

@@ -12,15 +12,48 @@
 
 namespace zerod {
 
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kHeader =
+    "step,loss,lr,grad_norm,loss_scale,tokens_per_s,mfu,skipped,val_loss\n";
+
+// Writes the header and `rows` to `path` (`append`: after what the file holds, the header only
+// when the file is new).
+void write_rows(const fs::path& path, const std::vector<std::string>& rows, bool append) {
+  std::error_code ec;
+  const bool fresh = !append || !fs::exists(path, ec);
+  std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
+  if (fresh) out << kHeader;
+  for (const std::string& row : rows) out << row << '\n';
+  out.flush();
+  if (!out)
+    ZD_THROW_INPUT("csv_monitor: cannot write '{}': {}", path.string(), std::strerror(errno));
+}
+
+}  // namespace
+
 std::string monitor_dir(const MonitorConfig& config) {
-  return (std::filesystem::path(config.output_path.empty() ? "." : config.output_path) /
-          config.job_name)
+  return (fs::path(config.output_path.empty() ? "." : config.output_path) / config.job_name)
       .string();
 }
 
-CsvMonitor::CsvMonitor(const MonitorConfig& config, int64_t resume_step) {
-  namespace fs = std::filesystem;
-  const fs::path dir = monitor_dir(config);
+std::string monitor_run_dir(const MonitorConfig& config, int64_t run) {
+  const std::string base = monitor_dir(config);
+  return run == 0 ? base : base + "_" + std::to_string(run);
+}
+
+int64_t next_monitor_run(const MonitorConfig& config) {
+  for (int64_t run = 0;; ++run) {
+    const fs::path dir = monitor_run_dir(config, run);
+    std::error_code ec;
+    if (!fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) return run;
+  }
+}
+
+CsvMonitor::CsvMonitor(const std::string& dir_name, int64_t resume_step) {
+  const fs::path dir(dir_name);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -28,23 +61,41 @@ CsvMonitor::CsvMonitor(const MonitorConfig& config, int64_t resume_step) {
                    ec.message());
   }
   path_ = (dir / "metrics.csv").string();
-  std::vector<std::string> kept;  // rows of the steps before a resume
-  if (resume_step > 0) {
-    std::ifstream in(path_);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      const long long step = std::atoll(line.c_str());
-      if (step >= 1 && step <= resume_step) kept.push_back(line);
+  if (resume_step > 0 && fs::exists(path_, ec)) {
+    // Resumed: the rows up to the checkpoint stay; those of the steps trained again move aside.
+    std::vector<std::string> kept, replaced;
+    {
+      std::ifstream in(path_);
+      std::string line;
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const long long step = std::atoll(line.c_str());
+        (step >= 1 && step <= resume_step ? kept : replaced).push_back(line);
+      }
     }
+    if (!replaced.empty()) {
+      write_rows(dir / fmt::format("metrics.replaced-after-step{}.csv", resume_step), replaced,
+                 /*append=*/true);
+    }
+    // Rewritten whole (a torn last line of a killed run is not appended to), then appended to.
+    const fs::path tmp = path_ + ".tmp";
+    write_rows(tmp, kept, /*append=*/false);
+    fs::rename(tmp, path_, ec);
+    if (ec) ZD_THROW_INPUT("csv_monitor: cannot replace '{}': {}", path_, ec.message());
+    file_ = std::fopen(path_.c_str(), "a");
+  } else {
+    // A fresh run's file is new: an earlier run's metrics are never truncated.
+    file_ = std::fopen(path_.c_str(), "wx");
+    if (file_ == nullptr && errno == EEXIST) {
+      ZD_THROW_INPUT("csv_monitor: '{}' already holds an earlier run's metrics; not overwriting it",
+                     path_);
+    }
+    if (file_ != nullptr) std::fputs(kHeader, file_);
   }
-  file_ = std::fopen(path_.c_str(), "w");
   if (file_ == nullptr) {
     ZD_THROW_INPUT("csv_monitor: cannot open '{}' for writing: {}", path_, std::strerror(errno));
   }
-  std::fputs("step,loss,lr,grad_norm,loss_scale,tokens_per_s,mfu,skipped,val_loss\n", file_);
-  for (const auto& line : kept) fmt::print(file_, "{}\n", line);
   std::fflush(file_);
 }
 

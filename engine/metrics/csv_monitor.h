@@ -1,6 +1,11 @@
 // csv_monitor: OUTPUT_PATH/JOB_NAME/metrics.csv, one row per optimizer step.
 // Columns: step,loss,lr,grad_norm,loss_scale,tokens_per_s,mfu,skipped,val_loss (val_loss empty
 // on steps without a validation pass). Losses carry 9 significant digits.
+//
+// Runs never overwrite each other's metrics. A fresh run writes into the first of
+// OUTPUT_PATH/JOB_NAME, JOB_NAME_1, JOB_NAME_2, ... that does not exist or is empty (its "run
+// number" 0, 1, 2, ...); the checkpoints it saves record that number, and a run resumed from one
+// of them appends to the same directory's metrics.csv (next_monitor_run, monitor_run_dir).
 #pragma once
 
 #include <cstdio>
@@ -27,12 +32,19 @@ struct StepMetrics {
 // Where a monitor writes: OUTPUT_PATH/JOB_NAME ("." when output_path is empty), as DeepSpeed's
 // monitors lay it out.
 std::string monitor_dir(const MonitorConfig& config);
+// Run `run` of the monitor: monitor_dir for 0, OUTPUT_PATH/JOB_NAME_<run> after it.
+std::string monitor_run_dir(const MonitorConfig& config, int64_t run);
+// The run number of a fresh run: the first whose directory does not exist or is empty.
+int64_t next_monitor_run(const MonitorConfig& config);
 
 class CsvMonitor {
  public:
-  // Creates the directory and the file and writes the header. Resuming after `resume_step`
-  // steps keeps the rows of steps 1..resume_step of an existing file and appends after them.
-  explicit CsvMonitor(const MonitorConfig& config, int64_t resume_step = 0);
+  // Writes DIR/metrics.csv (creating DIR). A fresh run (resume_step 0) creates the file with its
+  // header; an existing file there is refused rather than overwritten. A run resumed after
+  // `resume_step` steps appends to the file: rows of steps after resume_step (the steps trained
+  // again) move to DIR/metrics.replaced-after-step<resume_step>.csv first, so metrics.csv has
+  // one row per step and nothing is lost.
+  CsvMonitor(const std::string& dir, int64_t resume_step = 0);
   ~CsvMonitor();
   CsvMonitor(const CsvMonitor&) = delete;
   CsvMonitor& operator=(const CsvMonitor&) = delete;

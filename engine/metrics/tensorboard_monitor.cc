@@ -85,10 +85,13 @@ EventFileWriter::EventFileWriter(const std::string& dir) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
   const double t = now_seconds();
-  path_ = (std::filesystem::path(dir) /
-           fmt::format("events.out.tfevents.{}.{}", static_cast<int64_t>(t), host))
-              .string();
-  file_ = std::fopen(path_.c_str(), "wb");
+  const std::string name =
+      fmt::format("events.out.tfevents.{}.{}.{}", static_cast<int64_t>(t), host, ::getpid());
+  for (int n = 0; file_ == nullptr; ++n) {
+    path_ = (std::filesystem::path(dir) / (n == 0 ? name : fmt::format("{}.{}", name, n))).string();
+    file_ = std::fopen(path_.c_str(), "wbx");
+    if (file_ == nullptr && (errno != EEXIST || n >= 1000)) break;
+  }
   if (file_ == nullptr) {
     ZD_THROW_INPUT("tensorboard: cannot create '{}': {}", path_, std::strerror(errno));
   }
@@ -122,8 +125,7 @@ void EventFileWriter::flush() {
   std::fflush(file_);
 }
 
-TensorBoardMonitor::TensorBoardMonitor(const MonitorConfig& config)
-    : writer_(monitor_dir(config)) {}
+TensorBoardMonitor::TensorBoardMonitor(const std::string& dir) : writer_(dir) {}
 
 void TensorBoardMonitor::write(const StepMetrics& m, int64_t memory_bytes) {
   std::vector<std::pair<std::string, float>> s = {

@@ -22,7 +22,8 @@ uint32_t masked_crc32c(const void* data, size_t n);
 // One events file, appended record by record (flushed after each step).
 class EventFileWriter {
  public:
-  // Creates dir (and parents) and dir/events.out.tfevents.<unix time>.<host>.
+  // Creates dir (and parents) and dir/events.out.tfevents.<unix time>.<host>.<pid> (".<n>"
+  // added when that name exists: an existing file is never overwritten).
   explicit EventFileWriter(const std::string& dir);
   ~EventFileWriter();
   EventFileWriter(const EventFileWriter&) = delete;
@@ -42,8 +43,9 @@ class EventFileWriter {
 
 class TensorBoardMonitor {
  public:
-  // Events go to OUTPUT_PATH/JOB_NAME/ (as DeepSpeed's monitor lays them out).
-  explicit TensorBoardMonitor(const MonitorConfig& config);
+  // Events go to `dir`: monitor_run_dir of the tensorboard section, OUTPUT_PATH/JOB_NAME/ (as
+  // DeepSpeed's monitor lays them out) or a numbered sibling (csv_monitor.h).
+  explicit TensorBoardMonitor(const std::string& dir);
   // train/loss, train/lr, train/grad_norm, train/loss_scale, perf/tokens_per_s, perf/mfu,
   // memory/rank0_mib (the rank's tracked bytes), and val/loss when the step validated.
   void write(const StepMetrics& m, int64_t memory_bytes);

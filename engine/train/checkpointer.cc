@@ -50,6 +50,66 @@ std::string utc_now() {
   return buf;
 }
 
+// The batch triangle: global = micro-batch x accumulation x data-parallel size.
+struct BatchTriangle {
+  int64_t global = 0, micro = 0, accum = 0, dp = 0;
+  std::string text() const {
+    return fmt::format("{} sequences/step = micro-batch {} x accumulation {} x data-parallel {}",
+                       global, micro, accum, dp);
+  }
+};
+
+std::optional<int64_t> json_int(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer()) return std::nullopt;
+  return j[key].get<int64_t>();
+}
+
+// The triangle a checkpoint was trained with, from the manifest's copy of the resolved job
+// (none when it has no train_batch_size: an older or foreign job section).
+std::optional<BatchTriangle> saved_batch(const Manifest& m) {
+  const std::optional<int64_t> global = json_int(m.job, "train_batch_size");
+  if (!global) return std::nullopt;
+  BatchTriangle t;
+  t.global = *global;
+  t.micro = json_int(m.job, "train_micro_batch_size_per_gpu").value_or(0);
+  t.accum = json_int(m.job, "gradient_accumulation_steps").value_or(0);
+  t.dp = m.job.contains("resolved")
+             ? json_int(m.job["resolved"], "data_parallel_size").value_or(m.world_size)
+             : m.world_size;
+  return t;
+}
+
+// Resuming with another global batch changes the run (the optimizer's steps see another number
+// of samples; the LR schedule, in steps, no longer matches the data seen): refused, saying how to
+// keep the checkpoint's batch, unless train.allow_batch_change.
+void check_batch_change(const std::string& path, const BatchTriangle& saved,
+                        const BatchTriangle& ours, bool allowed) {
+  if (saved.global == ours.global || allowed) return;
+  const int64_t per_step = ours.micro * ours.dp;
+  std::string keep;
+  if (saved.global % ours.dp != 0) {
+    keep =
+        fmt::format("{} is not divisible by the data-parallel size {}, so no micro-batch keeps it",
+                    saved.global, ours.dp);
+  } else if (saved.global % per_step != 0) {
+    keep = fmt::format(
+        "train_batch_size {} is not divisible by train_micro_batch_size_per_gpu {} x data-parallel "
+        "size {} = {}: set train_batch_size {} with a train_micro_batch_size_per_gpu that divides "
+        "{}",
+        saved.global, ours.micro, ours.dp, per_step, saved.global, saved.global / ours.dp);
+  } else {
+    keep = fmt::format(
+        "set train_batch_size {} (gradient_accumulation_steps then follows: {} / "
+        "(train_micro_batch_size_per_gpu {} x data-parallel size {}) = {})",
+        saved.global, saved.global, ours.micro, ours.dp, saved.global / per_step);
+  }
+  ZD_THROW_INPUT(
+      "train_batch_size: {} was trained with a global batch of {}; this job's is {}. To keep the "
+      "checkpoint's global batch: {}. To train on with {} sequences per step: train.allow_batch_"
+      "change: true",
+      path, saved.text(), ours.text(), keep, ours.global);
+}
+
 json file_to_json(const CheckpointFile& f) {
   json slices = json::array();
   for (const auto& s : f.slices) slices.push_back({s.unit, s.begin, s.end});
@@ -497,6 +557,13 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   if (!saved.empty()) {
     ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
   }
+  // The global batch: kept across world sizes unless the job allows a change.
+  const BatchTriangle our_batch{cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(),
+                                cfg_.data_parallel_size};
+  const std::optional<BatchTriangle> saved_batch_triangle = saved_batch(m);
+  if (saved_batch_triangle) {
+    check_batch_change(path, *saved_batch_triangle, our_batch, cfg_.train.allow_batch_change);
+  }
 
   const Partition& part = engine_.partition();
   const int owner = engine_.owner_rank();
@@ -577,6 +644,16 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
                  saved_tp > 1 || my_tp > 1
                      ? fmt::format(", tensor parallel {} -> {}", saved_tp, my_tp)
                      : std::string());
+    if (saved_batch_triangle) {
+      const std::string line =
+          fmt::format("batch on resume: the checkpoint trained {}; this run trains {}",
+                      saved_batch_triangle->text(), our_batch.text());
+      if (saved_batch_triangle->global != our_batch.global) {
+        spdlog::warn("{} (another global batch: train.allow_batch_change)", line);
+      } else {
+        spdlog::info("{}", line);
+      }
+    }
   }
   return m.progress;
 }

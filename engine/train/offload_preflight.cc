@@ -147,7 +147,7 @@ std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path) {
   return removed;
 }
 
-std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what) {
+std::string nvme_path_problem(const std::string& nvme_path, const std::string& what) {
   std::error_code ec;
   if (!fs::exists(nvme_path, ec)) return fmt::format("{} '{}' does not exist", what, nvme_path);
   if (!fs::is_directory(nvme_path, ec))
@@ -160,6 +160,11 @@ std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const s
   }
   ::close(fd);
   ::unlink(probe.c_str());
+  return "";
+}
+
+std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what) {
+  if (std::string problem = nvme_path_problem(nvme_path, what); !problem.empty()) return problem;
   // Swap files this host's killed runs left behind would eat the room (and the disk).
   for (const std::string& f : remove_stale_swap_files(nvme_path))
     spdlog::warn("{}: removed the stale swap file {} (its process is gone)", what, f);

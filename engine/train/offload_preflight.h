@@ -38,6 +38,9 @@ OffloadPlan plan_offload(const JobConfig& cfg, const ParamLayout& layout, int wo
 // Removes the swap files in nvme_path that processes of this host which no longer exist left
 // behind (killed runs); returns their paths. Other hosts' files (a shared folder) are left.
 std::vector<std::string> remove_stale_swap_files(const std::string& nvme_path);
+// "" when nvme_path (named `what` in messages) is an existing folder this process can create
+// files in, else the problem (a probe file is created and removed; nothing else is touched).
+std::string nvme_path_problem(const std::string& nvme_path, const std::string& what);
 // Checks nvme_path (named `what` in messages, e.g. "zero_optimization.offload_optimizer.
 // nvme_path") for `bytes` of swap files: "" when fine, else the problem.
 std::string check_nvme_path(const std::string& nvme_path, int64_t bytes, const std::string& what);

@@ -21,38 +21,53 @@ int visible_gpus() {
 #endif
 }
 
+std::string train_device_problem(const JobConfig& cfg, int local_ranks) {
+  if (cfg.train.device != TrainDevice::kCuda) return "";
+#if !defined(ZEROD_HAVE_CUDA)
+  (void)local_ranks;
+  return "train.device: \"cuda\", but this zerod was built without CUDA (nvcc was not found when "
+         "it was configured); rebuild on a machine with the CUDA toolkit, or use \"cpu\"";
+#else
+  const int gpus = visible_gpus();
+  if (gpus == 0) {
+    return "train.device: \"cuda\", but this process sees no GPU (no NVIDIA driver or device; "
+           "CUDA_VISIBLE_DEVICES?)";
+  }
+  if (local_ranks > gpus) {
+    return fmt::format(
+        "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one rank "
+        "per GPU: --nproc-per-node {} at most)",
+        local_ranks, gpus, gpus == 1 ? "" : "s", gpus);
+  }
+#if !defined(ZEROD_HAVE_NCCL)
+  if (cfg.world_size > 1) {
+    return fmt::format(
+        "train.device: \"cuda\" with {} ranks needs NCCL, and this zerod was built without it "
+        "(nccl.h / libnccl not found when it was configured)",
+        cfg.world_size);
+  }
+#endif
+  return "";
+#endif
+}
+
 RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
   RankDevice d;
   if (cfg.train.device == TrainDevice::kCpu) {
     d.backend = make_cpu_backend(cfg.compute_dtype());
     return d;
   }
-#if !defined(ZEROD_HAVE_CUDA)
-  (void)ctx;
-  ZD_THROW_INPUT(
-      "train.device: \"cuda\", but this zerod was built without CUDA (nvcc was not found when it "
-      "was configured); rebuild on a machine with the CUDA toolkit, or use \"cpu\"");
-#else
-  const int gpus = visible_gpus();
-  ZD_CHECK_INPUT(gpus > 0,
-                 "train.device: \"cuda\", but this process sees no GPU (no NVIDIA driver or "
-                 "device; CUDA_VISIBLE_DEVICES?)");
   // (Checked against the local world size, so every rank fails the same way at once instead of
   // the others waiting for the ranks without a GPU at the NCCL rendezvous.)
-  ZD_CHECK_INPUT(ctx.local_world_size <= gpus,
-                 "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one "
-                 "rank per GPU: --nproc-per-node {} at most)",
-                 ctx.local_world_size, gpus, gpus == 1 ? "" : "s", gpus);
+  if (std::string problem = train_device_problem(cfg, ctx.local_world_size); !problem.empty())
+    ZD_THROW_INPUT("{}", problem);
+#if defined(ZEROD_HAVE_CUDA)
+  const int gpus = visible_gpus();
   const int gpu = local_rank_gpu(ctx.local_process, ctx.local_processes, ctx.local_world_size,
                                  ctx.local_rank, gpus);
   d.backend = make_cuda_backend(cfg.compute_dtype(), gpu);
   if (ctx.world_size > 1) {
-#if !defined(ZEROD_HAVE_NCCL)
-    ZD_THROW_INPUT(
-        "train.device: \"cuda\" with {} ranks needs NCCL, and this zerod was built without it "
-        "(nccl.h / libnccl not found when it was configured)",
-        ctx.world_size);
-#else
+#if defined(ZEROD_HAVE_NCCL)
     ZD_CHECK(ctx.store != nullptr, "rank {}: a GPU job of {} ranks needs the rendezvous store",
              ctx.rank, ctx.world_size);
     NcclOptions o;

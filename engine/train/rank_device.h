@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "engine/config/job_config.h"
@@ -28,6 +29,11 @@ struct RankDevice {
 };
 
 RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx);
+
+// "" when this process can run `local_ranks` ranks of cfg on its train.device (always for "cpu"),
+// else the problem, naming train.device: a build without CUDA (or NCCL, for several ranks), no
+// visible GPU, fewer GPUs than local ranks (local_ranks 0: not checked).
+std::string train_device_problem(const JobConfig& cfg, int local_ranks);
 
 // The GPUs this process sees (0 without CUDA, without a driver or without a device).
 int visible_gpus();

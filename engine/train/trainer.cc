@@ -426,7 +426,38 @@ TrainingProgress Trainer::progress() const {
   p.loss_scale_hysteresis_left = ss.hysteresis_left;
   p.loss_scale_iter = ss.iter;
   p.loss_scale_last_overflow_iter = ss.last_overflow_iter;
+  p.csv_run = csv_run_;
+  p.tensorboard_run = tb_run_;
   return p;
+}
+
+void Trainer::open_monitors() {
+  // A fresh run takes the first free run directory; a resumed one (from a checkpoint that
+  // recorded its directory) appends there. Monitors sharing OUTPUT_PATH/JOB_NAME share the run.
+  const bool resumed = global_step_ > 0;
+  const MonitorConfig& csv = cfg_.csv_monitor;
+  const MonitorConfig& tb = cfg_.tensorboard;
+  auto where = [&](const MonitorConfig& m, int64_t recorded) {
+    return resumed && recorded >= 0 ? recorded : next_monitor_run(m);
+  };
+  if (csv.enabled) {
+    csv_run_ = where(csv, csv_run_);
+    const std::string dir = monitor_run_dir(csv, csv_run_);
+    csv_ = std::make_unique<CsvMonitor>(dir, global_step_);
+    if (options_.log_steps) {
+      spdlog::info("metrics: {} (csv_monitor{})", csv_->path(),
+                   resumed        ? fmt::format(", appending after step {}", global_step_)
+                   : csv_run_ > 0 ? fmt::format(", a new run directory: {} holds an earlier run's",
+                                                monitor_run_dir(csv, csv_run_ - 1))
+                                  : std::string());
+    }
+  }
+  if (tb.enabled && !tb_) {
+    const bool shared = csv.enabled && monitor_dir(csv) == monitor_dir(tb);
+    tb_run_ = shared ? csv_run_ : where(tb, tb_run_);
+    tb_ = std::make_unique<TensorBoardMonitor>(monitor_run_dir(tb, tb_run_));
+    if (options_.log_steps) spdlog::info("tensorboard events: {}", tb_->path());
+  }
 }
 
 void Trainer::resume(const std::string& which) {
@@ -447,6 +478,8 @@ void Trainer::resume(const std::string& which) {
   ss.iter = p.loss_scale_iter;
   ss.last_overflow_iter = p.loss_scale_last_overflow_iter;
   data_->scaler->set_state(ss);
+  csv_run_ = p.csv_run;
+  tb_run_ = p.tensorboard_run;
 }
 
 SaveReport Trainer::save_checkpoint(const std::string& tag) {
@@ -530,12 +563,7 @@ TrainResult Trainer::run() {
   TrainResult result;
   result.peak_flops = peak_flops_;
   result.first_step = global_step_ + 1;
-  if (cfg_.csv_monitor.enabled && leader()) {
-    csv_ = std::make_unique<CsvMonitor>(cfg_.csv_monitor, global_step_);
-  }
-  if (cfg_.tensorboard.enabled && leader() && !tb_) {
-    tb_ = std::make_unique<TensorBoardMonitor>(cfg_.tensorboard);
-  }
+  if (leader()) open_monitors();
   if (options_.control) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
   if (options_.log_steps) log_memory("at the start");
   Stopwatch total;

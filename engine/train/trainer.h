@@ -113,9 +113,14 @@ class Trainer {
   std::unique_ptr<Data> data_;
   std::unique_ptr<CsvMonitor> csv_;
   std::unique_ptr<TensorBoardMonitor> tb_;  // rank 0, with tensorboard.enabled
-  int64_t checkpoints_saved_ = 0;           // by this trainer
-  std::unique_ptr<Checkpointer> ckpt_;      // when train.checkpoint_dir is set
-  int64_t global_step_ = 0;                 // optimizer steps done (skipped ones included)
+  // The monitors' run directories (csv_monitor.h): -1 until opened, or from the checkpoint
+  // resumed from (recorded in every checkpoint, so a resumed run appends where it left off).
+  int64_t csv_run_ = -1, tb_run_ = -1;
+  // Rank 0: opens the enabled monitors in their run directories and says where they write.
+  void open_monitors();
+  int64_t checkpoints_saved_ = 0;       // by this trainer
+  std::unique_ptr<Checkpointer> ckpt_;  // when train.checkpoint_dir is set
+  int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
   // At every step boundary, collectively: what the ranks agree to do (signals and the
   // controller's commands, offered by rank 0).
   JobControl::Command control_point();

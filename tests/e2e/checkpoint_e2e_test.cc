@@ -178,6 +178,27 @@ TEST_F(CheckpointCli, ZeroctlExportAndInitFrom) {
   auto missing = start({"train", "nofile.json", "--steps", "1"}, "nofile.log");
   EXPECT_EQ(missing->wait_for(60s), 2) << missing->output();
   EXPECT_NE(missing->output().find("absent.safetensors"), std::string::npos) << missing->output();
+
+  // init_from a directory: a save_pretrained one (config.json, sharded weights and their index),
+  // and one holding only model.safetensors (the job gives the shape).
+  std::tie(rc, out) =
+      ctl({"export", "ckpt", "--out", "hf", "--max-shard-size", "20KB"}, "export-dir.log");
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(fs::exists(dir_ / "hf" / "model.safetensors.index.json"));
+  fs::create_directories(dir_ / "weights");
+  fs::copy_file(dir_ / "model.safetensors", dir_ / "weights" / "model.safetensors");
+  for (const char* from : {"hf", "weights"}) {
+    SCOPED_TRACE(from);
+    std::ofstream(dir_ / "dir.json") << std::string(job).replace(
+        job.find(shape), shape.size(),
+        std::string(R"("seq_len": 16, "init_from": ")") + from + R"("})");
+    auto check = start({"check", "dir.json"}, "dir-check.log");
+    EXPECT_EQ(check->wait_for(60s), 0) << check->output();
+    auto p = start({"train", "dir.json", "--steps", "1"}, "dir.log");
+    EXPECT_EQ(p->wait_for(60s), 0) << p->output();
+    EXPECT_NE(p->output().find(std::string("init_from: weights from ") + from), std::string::npos)
+        << p->output();
+  }
 }
 
 #ifdef ZEROD_HAVE_PROMETHEUS

@@ -82,6 +82,24 @@ TEST_F(Cli, TrainsAJobAndWritesItsMetrics) {
   EXPECT_NE(r.output.find("step 10/10"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("val "), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(dir_ / "runs" / "j" / "metrics.csv"));
+  EXPECT_NE(r.output.find("metrics: runs/j/metrics.csv (csv_monitor)"), std::string::npos)
+      << r.output;
+  // Running the job again never truncates the first run's metrics: the new run gets
+  // runs/j_1/, and says so.
+  std::ifstream first_in(dir_ / "runs" / "j" / "metrics.csv");
+  const std::string first((std::istreambuf_iterator<char>(first_in)), {});
+  const RunResult again = run("train job.json --steps 3", dir_);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("metrics: runs/j_1/metrics.csv (csv_monitor, a new run directory: "
+                              "runs/j holds an earlier run's)"),
+            std::string::npos)
+      << again.output;
+  std::ifstream first_after(dir_ / "runs" / "j" / "metrics.csv");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(first_after)), {}), first);
+  std::ifstream second(dir_ / "runs" / "j_1" / "metrics.csv");
+  int lines = 0;
+  for (std::string line; std::getline(second, line);) ++lines;
+  EXPECT_EQ(lines, 4);  // header + 3 steps
 }
 
 TEST_F(Cli, TheBuiltInDemoTrainsOnTheEmbeddedCorpus) {
@@ -119,7 +137,9 @@ TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name :
        {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
         "gpt2-124m-offload-nvme.json", "gpt2-124m-gpu.json", "llama-tiny.json", "llama3-8b.json"}) {
-    const RunResult r = run(std::string("check ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
+    // (--config-only: their data files, GPUs and NVMe folders are not on this machine.)
+    const RunResult r =
+        run(std::string("check --config-only ") + ZEROD_SOURCE_DIR + "/configs/" + name, dir_);
     EXPECT_EQ(r.code, 0) << name << ": " << r.output;
   }
 }
@@ -198,6 +218,7 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
   };
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
   for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
     if (!c.file_name.empty()) write(c.file_name, c.content);
     const RunResult r = run(c.args, dir_);
     EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
@@ -205,6 +226,56 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.name << ": " << r.output;
   }
   ::unsetenv("CUDA_VISIBLE_DEVICES");
+}
+
+// What a job needs from the machine is checked by `zerod check` and again at the start of
+// `zerod train` (one function, engine/train/job_environment.h): data globs that match nothing, a
+// missing init_from, "cuda" without a GPU, an nvme_path that is missing or cannot be written.
+// Each is exit 2 naming the JSON key; `zerod check --config-only` checks the file alone.
+TEST_F(Cli, CheckAndTrainRefuseWhatThisMachineCannotRun) {
+  fs::create_directories(dir_ / "weightless");  // a directory without weights
+  std::ofstream(dir_ / "weightless" / "config.json") << R"({"model_type": "gpt2"})";
+  const std::string micro = R"({"train_micro_batch_size_per_gpu": 4,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16)";
+  const std::string data = R"(, "data": {"train": "data/t_train_*.bin"})";
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      // job, expected message
+      {job("data/none_*.bin"), "data.train: no file matches 'data/none_*.bin'"},
+      {std::string(job()).replace(job().find("data/t_val_*.bin"), 16, "data/v_*.bin"),
+       "data.val: no file matches 'data/v_*.bin'"},
+      {micro + R"(, "init_from": "absent.safetensors"})" + data + R"(, "train": {"steps": 1}})",
+       "model.init_from: 'absent.safetensors' does not exist"},
+      {micro + R"(, "init_from": "weightless"})" + data + R"(, "train": {"steps": 1}})",
+       "model.init_from: weightless: a directory without model.safetensors"},
+      {micro + "}" + data + R"(, "train": {"steps": 1, "device": "cuda"}})",
+       "train.device: \"cuda\""},
+      {micro + "}" + data + R"(, "zero_optimization": {"stage": 3,
+           "offload_optimizer": {"device": "nvme", "nvme_path": "no_such_disk"}},
+           "train": {"steps": 1}})",
+       "zero_optimization.offload_optimizer.nvme_path 'no_such_disk' does not exist"},
+      {micro + "}" + data + R"(, "zero_optimization": {"stage": 3,
+           "offload_param": {"device": "nvme", "nvme_path": "/proc"}}, "train": {"steps": 1}})",
+       "zero_optimization.offload_param.nvme_path '/proc' is not writable"},
+  };
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  for (const auto& [content, expect] : jobs) {
+    SCOPED_TRACE(expect);
+    write("j.json", content);
+    for (const char* command : {"check j.json", "train j.json --steps 1"}) {
+      const RunResult r = run(command, dir_);
+      EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+      EXPECT_NE(r.output.find("j.json: " + expect), std::string::npos)
+          << command << ": " << r.output;
+      EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+      // Refused before training: no step ran.
+      EXPECT_EQ(r.output.find("step 1/1"), std::string::npos) << command << ": " << r.output;
+    }
+    // The file alone is valid.
+    const RunResult only = run("check --config-only j.json", dir_);
+    EXPECT_EQ(only.code, 0) << only.output;
+  }
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_FALSE(fs::exists(dir_ / "no_such_disk"));
 }
 
 TEST_F(Cli, HelpAndVersionExitZero) {

@@ -122,7 +122,8 @@ def check_configs():
         if not os.path.exists(os.path.join(SRC, c)):
             fail(f"README names {c}, which does not exist")
             continue
-        rc, out = run([BIN["zerod"], "check", c])
+        # --config-only: the example jobs name data, GPUs and NVMe paths of other machines.
+        rc, out = run([BIN["zerod"], "check", "--config-only", c])
         if rc != 0:
             fail(f"zerod check {c}: exit {rc}\n{out[-2000:]}")
     print(f"ok: zerod check accepts the {len(shown)} job files the README names")

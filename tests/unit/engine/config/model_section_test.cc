@@ -198,7 +198,22 @@ TEST_F(HfDir, ProblemsInTheDirectoryNameTheFile) {
                               "(supported: gpt2, llama, mistral, qwen2)"));
   std::filesystem::remove(dir_ / "config.json");
   EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
-                       "model.init_from: " + dir() + " is a directory without a config.json"));
+                       "model.init_from: " + dir() +
+                           " is a directory without a config.json or weights "
+                           "(model.safetensors, model.safetensors.index.json)"));
+}
+
+// A directory of weights without a config.json is read like the weights file: the job's model
+// section gives the shape.
+TEST_F(HfDir, AWeightsDirectoryWithoutConfigJsonTakesTheJobsShape) {
+  std::ofstream(dir_ / "model.safetensors") << "weights";
+  const JobConfig c =
+      parse(job_with(
+                {{"model", {{"init_from", dir()}, {"n_layer", 2}, {"n_embd", 32}, {"n_head", 2}}}}))
+          .config;
+  EXPECT_EQ(c.model.type, "gpt2");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.init_from, dir());
 }
 
 }  // namespace

@@ -422,6 +422,7 @@ TEST(ConfigSections, ModelDataTrain) {
          {"peak_flops", 1e12},
          {"collective_timeout", 30},
          {"rendezvous_timeout", 60.5},
+         {"allow_batch_change", true},
          {"seed", 42}}}}));
   const JobConfig& c = j.config;
   EXPECT_EQ(c.model.n_layer, 2);
@@ -439,6 +440,8 @@ TEST(ConfigSections, ModelDataTrain) {
   EXPECT_EQ(c.train.peak_flops, 1e12);
   EXPECT_EQ(c.train.collective_timeout, 30.0);
   EXPECT_EQ(c.train.rendezvous_timeout, 60.5);
+  EXPECT_TRUE(c.train.allow_batch_change);
+  EXPECT_FALSE(parse(job_with(nlohmann::json::object())).config.train.allow_batch_change);
   EXPECT_EQ(c.train.seed, 42u);
 
   // padded_vocab_size: up to a multiple of 128.

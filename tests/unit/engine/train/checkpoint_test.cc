@@ -216,6 +216,161 @@ TEST_P(ModelCheckpoints, ResumeOnAnotherWorldSizeIsBitwiseExactAtStage0) {
   }
 }
 
+// The global batch a checkpoint was trained with (the manifest's resolved job) is kept on resume:
+// a job that gives train_batch_size keeps it on another world size (gradient_accumulation_steps
+// follows); one that gives only the micro-batch would change it with the world size, which is
+// refused (exit 2) with the numbers and the fix, unless train.allow_batch_change. The triangle
+// before and after is logged.
+TEST_F(Checkpoints, ResumeOnAnotherWorldSizeKeepsTheGlobalBatchOrRefusesTheChange) {
+  // global: train_batch_size (nullopt: derived from the micro-batch 4 and the world size).
+  auto job = [&](int world, std::optional<int64_t> global, const std::string& more = "") {
+    JobConfig cfg = tiny_job(*corpus_, 1, 0, 1, 4, "", train_extra(2, more));
+    cfg.train_batch_size = global;
+    cfg.train_micro_batch_size_per_gpu = 4;
+    cfg.gradient_accumulation_steps.reset();
+    resolve_job(cfg, world);
+    return cfg;
+  };
+  auto train = [&](const JobConfig& cfg, const std::string& resume) {
+    std::vector<double> losses;
+    std::mutex mu;
+    run_world(cfg.world_size, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, quiet_trainer());
+      if (!resume.empty()) t.resume(resume);
+      const TrainResult r = t.run();
+      std::lock_guard<std::mutex> lock(mu);
+      if (ctx.rank == 0)
+        for (const auto& s : r.steps) losses.push_back(s.loss);
+    });
+    return losses;
+  };
+  auto refusal = [&](const JobConfig& cfg) {
+    try {
+      train(cfg, "global_step2");
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "resumed with another global batch";
+    return std::string();
+  };
+  const std::vector<double> whole = train(job(2, std::nullopt), "");  // 8 = 4 x 1 x 2
+  ASSERT_EQ(whole.size(), 4u);
+  const std::string saved =
+      "was trained with a global batch of 8 sequences/step = micro-batch 4 x accumulation 1 x "
+      "data-parallel 2";
+
+  // Micro-batch only, on 1 rank: 4 sequences a step. Refused; 8 divides by 4 x 1.
+  std::string e = refusal(job(1, std::nullopt));
+  EXPECT_EQ(e.rfind("train_batch_size: " + (ckpt_ / "global_step2").string(), 0), 0u) << e;
+  EXPECT_NE(e.find(saved), std::string::npos) << e;
+  EXPECT_NE(e.find("this job's is 4 sequences/step = micro-batch 4 x accumulation 1 x "
+                   "data-parallel 1"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("set train_batch_size 8 (gradient_accumulation_steps then follows: 8 / "
+                   "(train_micro_batch_size_per_gpu 4 x data-parallel size 1) = 2)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("train.allow_batch_change: true"), std::string::npos) << e;
+  // On 4 ranks: 16 a step, and 8 is not divisible by 4 x 4.
+  e = refusal(job(4, std::nullopt));
+  EXPECT_NE(e.find("train_batch_size 8 is not divisible by train_micro_batch_size_per_gpu 4 x "
+                   "data-parallel size 4 = 16"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(read_latest(ckpt_.string()).value_or(""), "global_step4");  // nothing was saved
+
+  // train_batch_size 8 on 1 rank: accumulation 2 keeps the batch, and the loss curve goes on.
+  {
+    testing::CapturedLog log;
+    const std::vector<double> rest = train(job(1, 8), "global_step2");
+    ASSERT_EQ(rest.size(), 2u);
+    EXPECT_NEAR(rest[0], whole[2], 1e-6 * whole[2]);
+    EXPECT_NEAR(rest[1], whole[3], 1e-6 * whole[3]);
+    EXPECT_NE(log.text().find("batch on resume: the checkpoint trained 8 sequences/step = "
+                              "micro-batch 4 x accumulation 1 x data-parallel 2; this run trains 8 "
+                              "sequences/step = micro-batch 4 x accumulation 2 x data-parallel 1"),
+              std::string::npos)
+        << log.text();
+  }
+  // Allowed: 4 sequences a step from step 3 on, with a warning.
+  {
+    testing::CapturedLog log;
+    const std::vector<double> rest =
+        train(job(1, std::nullopt, R"(, "allow_batch_change": true)"), "global_step2");
+    EXPECT_EQ(rest.size(), 2u);
+    EXPECT_NE(log.text().find("this run trains 4 sequences/step = micro-batch 4 x accumulation 1 x "
+                              "data-parallel 1 (another global batch: train.allow_batch_change)"),
+              std::string::npos)
+        << log.text();
+  }
+}
+
+// metrics.csv lines of `dir` (header first), "" entries never.
+std::vector<std::string> csv_lines(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// Runs never destroy each other's metrics. A fresh run of a job whose csv_monitor / tensorboard
+// directory holds an earlier run's takes OUTPUT_PATH/JOB_NAME_1, _2, ...; a run resumed from a
+// checkpoint appends to the directory that checkpoint's run wrote (the manifest records it), with
+// one row per step: the rows of steps it trains again move to metrics.replaced-after-stepN.csv.
+TEST_F(Checkpoints, FreshRunsGetANewMetricsDirectoryAndResumedRunsAppend) {
+  const fs::path runs = ckpt_ / "runs";
+  const std::string monitors = R"(, "csv_monitor": {"enabled": true, "output_path": ")" +
+                               runs.string() + R"(", "job_name": "j"},
+      "tensorboard": {"enabled": true, "output_path": ")" +
+                               runs.string() + R"(", "job_name": "j"})";
+  auto events = [](const fs::path& dir) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      n += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+    return n;
+  };
+  // Run 0: 6 steps, checkpoints at 3 and 6.
+  run({.steps = 6, .save_interval = 3, .extra = monitors});
+  const std::vector<std::string> first = csv_lines(runs / "j" / "metrics.csv");
+  ASSERT_EQ(first.size(), 7u);
+  EXPECT_EQ(events(runs / "j"), 1);
+  EXPECT_EQ(read_manifest((ckpt_ / "global_step6").string()).progress.csv_run, 0);
+
+  // Resumed from step 3 (as after a crash at step 6): steps 4..6 again, appended after row 3.
+  run({.steps = 6, .extra = monitors, .resume = "global_step3"});
+  const std::vector<std::string> resumed = csv_lines(runs / "j" / "metrics.csv");
+  ASSERT_EQ(resumed.size(), 7u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(resumed[i], first[i]) << i;  // header, steps 1..3
+  for (size_t i = 4; i < 7; ++i) EXPECT_EQ(resumed[i].rfind(std::to_string(i) + ",", 0), 0u);
+  // The replaced rows are kept aside, with the header.
+  const std::vector<std::string> replaced =
+      csv_lines(runs / "j" / "metrics.replaced-after-step3.csv");
+  EXPECT_EQ(replaced, std::vector<std::string>({first[0], first[4], first[5], first[6]}));
+  EXPECT_EQ(events(runs / "j"), 2);  // another events file beside the first
+  EXPECT_FALSE(fs::exists(runs / "j_1"));
+
+  // A fresh run (no resume): run 1, in j_1; run 0's files untouched.
+  run({.steps = 2, .extra = monitors});
+  EXPECT_EQ(csv_lines(runs / "j" / "metrics.csv"), resumed);
+  EXPECT_EQ(csv_lines(runs / "j_1" / "metrics.csv").size(), 3u);
+  EXPECT_EQ(events(runs / "j_1"), 1);
+  EXPECT_EQ(events(runs / "j"), 2);
+  // ... and the next, run 2.
+  run({.steps = 4, .save_interval = 4, .extra = monitors});
+  EXPECT_EQ(csv_lines(runs / "j_2" / "metrics.csv").size(), 5u);
+  EXPECT_EQ(read_manifest((ckpt_ / "global_step4").string()).progress.csv_run, 2);
+  // Resuming run 2's checkpoint appends to j_2, not to the newest or the first directory.
+  run({.steps = 6, .extra = monitors, .resume = "global_step4"});
+  EXPECT_EQ(csv_lines(runs / "j_2" / "metrics.csv").size(), 7u);
+  EXPECT_EQ(csv_lines(runs / "j_1" / "metrics.csv").size(), 3u);
+  EXPECT_EQ(csv_lines(runs / "j" / "metrics.csv"), resumed);
+  EXPECT_FALSE(fs::exists(runs / "j_3"));
+}
+
 TEST_F(Checkpoints, AsyncSavesAreExactAndCommittedAtAStepBoundary) {
   const std::string async = R"(, "checkpoint": {"async": true})";
   const std::vector<double> whole =
