@@ -2,7 +2,8 @@
 //
 //   zerod train [JOB.json] [--steps N] [--demo-dir DIR] [--nproc-per-node N]
 //               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
-//               [--listen ADDR:PORT]
+//               [--listen unix:PATH|ADDR:PORT [--token-file F | --insecure-loopback]
+//                [--tls-cert C --tls-key K]]
 //   zerod check JOB.json [--world-size N] [--config-only]
 //   zerod eval JOB.json [--from CKPT_DIR|HF_DIR] [--tokens N]
 //   zerod generate --from CKPT_DIR|HF_DIR --prompt-tokens 1,2,3 [--max-new-tokens N]
@@ -59,7 +60,11 @@ struct TrainFlags {
   int metrics_port = -1;  // >= 0: serve /metrics on 127.0.0.1 (0: any free port)
   zerod::LaunchFlags launch;
   std::string resume;
+  // --listen: the control plane of this one job (zerod serve's rules: a Unix socket, or TCP
+  // with a token or --insecure-loopback on loopback).
   std::string listen;
+  std::string token_file, tls_cert, tls_key;
+  bool insecure_loopback = false;
   std::string demo_dir = "zerod-demo";
   int64_t steps = 0;         // > 0: overrides train.steps
   std::string memory_limit;  // "20GiB": overrides train.memory_limit
@@ -81,12 +86,6 @@ void print_warnings(const zerod::ParsedJob& job) {
   for (const auto& w : job.warnings) spdlog::warn("{}: {}", job.config.source, w);
 }
 
-// Flags of features later work builds: recognised, refused with a clear message.
-void refuse_unbuilt(const TrainFlags& f) {
-  if (!f.listen.empty())
-    ZD_THROW_INPUT("--listen {}: the control plane is not implemented yet in zerod", f.listen);
-}
-
 // The node's membership: a local session for one node, the gRPC rendezvous for several.
 std::unique_ptr<zerod::NodeSession> start_session(const zerod::LaunchSpec& spec,
                                                   const zerod::JobConfig& cfg) {
@@ -106,11 +105,65 @@ std::unique_ptr<zerod::NodeSession> start_session(const zerod::LaunchSpec& spec,
 #endif
 }
 
+// zerod train --listen: the job runs under a one-off daemon that serves the control plane
+// (status, watch, checkpoint save/list, stop) on --listen until the job ends; the exit code is
+// the job's, as without --listen.
+int run_train_listening(const TrainFlags& f, const zerod::LaunchSpec& spec, zerod::JobConfig cfg,
+                        int threads, zerod::MetricsSink* metrics) {
+#ifdef ZEROD_HAVE_GRPC
+  zerod::ControlServerOptions so;
+  so.listen = f.listen;
+  so.security.tls_cert = f.tls_cert;
+  so.security.tls_key = f.tls_key;
+  so.security.insecure_loopback = f.insecure_loopback;
+  if (!f.token_file.empty()) so.security.token = zerod::read_token_file(f.token_file);
+  if (so.security.insecure_loopback && so.security.token.empty()) {
+    spdlog::warn(
+        "--insecure-loopback: any local user can drive this job on {} without a token, and it "
+        "reads and writes files as this user",
+        f.listen);
+  }
+  zerod::DaemonOptions dopt;
+  dopt.spec = spec;
+  dopt.one_off = true;
+  dopt.threads_per_rank = threads;
+  dopt.metrics = metrics;
+  dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& c) {
+    return start_session(s, c);
+  };
+  zerod::Daemon daemon(dopt);
+  zerod::ControlServer server(daemon, so);  // checks the listen policy, then binds
+  spdlog::info("zerod {} train: control plane listening on {} ({}{})", kVersion, server.address(),
+               !so.security.token.empty()         ? "token required"
+               : zerod::is_unix_address(f.listen) ? "this user only"
+                                                  : "no token: any local user",
+               so.security.tls_cert.empty() ? "" : ", TLS");
+  daemon.start_job(std::move(cfg), f.resume, f.job.empty() ? "the demo job" : f.job);
+  // A stop signal reaches the job at its next step boundary (the trainer checks it itself).
+  while (!daemon.wait_idle(std::chrono::seconds(1))) {
+  }
+  // The final status stays up a moment for a client polling it (zeroctl stop waits for it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  server.shutdown();
+  daemon.rethrow_failure();
+  return 0;
+#else
+  (void)spec, (void)cfg, (void)threads, (void)metrics;
+  ZD_THROW_INPUT("--listen {}: this zerod was built without gRPC, which the control plane needs",
+                 f.listen);
+#endif
+}
+
 int run_train(const TrainFlags& f) {
   // Ctrl-C does what SIGTERM does: save at the next step boundary (with a checkpoint dir) and
   // exit 0, saying so on stderr; a second Ctrl-C exits at once.
   zerod::install_stop_signals(/*sigint=*/true);
-  refuse_unbuilt(f);
+  if (f.listen.empty() &&
+      (!f.token_file.empty() || f.insecure_loopback || !f.tls_cert.empty() || !f.tls_key.empty())) {
+    ZD_THROW_INPUT(
+        "--token-file, --insecure-loopback, --tls-cert and --tls-key are for the control plane: "
+        "give --listen too");
+  }
   const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::from_process_env());
   zerod::ParsedJob job =
       f.job.empty() ? zerod::prepare_demo_job(f.demo_dir) : zerod::load_job_file(f.job);
@@ -126,10 +179,25 @@ int run_train(const TrainFlags& f) {
   if (f.job.empty())
     spdlog::info("no job file: training the built-in demo job (data and metrics in ./{}/)",
                  f.demo_dir);
-  auto session = start_session(spec, job.config);
-  const zerod::NodeInfo& info = session->info();
   const int threads = zerod::threads_per_rank(spec, zerod::cpu_info().cores,
                                               static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (!f.listen.empty()) {
+    // Commands reach the ranks through global rank 0's step agreement, so one control plane
+    // per job: not yet for the nodes of a job of several.
+    if (spec.nnodes > 1) {
+      ZD_THROW_INPUT(
+          "--listen {}: a job of several nodes (--nnodes {}) cannot serve a control plane yet; "
+          "run it under `zerod serve --nnodes {}` daemons, or without --listen",
+          f.listen, spec.nnodes, spec.nnodes);
+    }
+    spdlog::info("zerod {}: {} local rank{}, {} threads per rank, matmul engine {}", kVersion,
+                 spec.nproc_per_node, spec.nproc_per_node == 1 ? "" : "s", threads,
+                 zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+    const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
+    return run_train_listening(f, spec, std::move(job.config), threads, metrics.get());
+  }
+  auto session = start_session(spec, job.config);
+  const zerod::NodeInfo& info = session->info();
   spdlog::info(
       "zerod {}: node {} of {}, ranks {}..{} of {} (topology from {}{}), {} threads per rank, "
       "matmul engine {}",
@@ -385,7 +453,17 @@ int main(int argc, char** argv) {
   train->add_option("--resume", tf.resume,
                     "continue from a checkpoint of train.checkpoint_dir: latest, auto (latest if "
                     "there is one, else start fresh) or a tag");
-  train->add_option("--listen", tf.listen, "ADDR:PORT for the control plane");
+  train->add_option("--listen", tf.listen,
+                    "unix:PATH or ADDR:PORT: serve this job's control plane (zeroctl status, "
+                    "checkpoint, stop) until it ends, with zerod serve's rules (TCP needs "
+                    "--token-file, or --insecure-loopback on 127.0.0.1)");
+  train->add_option(
+      "--token-file", tf.token_file,
+      "with --listen: file whose first line is the bearer token every RPC must carry");
+  train->add_flag("--insecure-loopback", tf.insecure_loopback,
+                  "with --listen 127.0.0.1:PORT: no token (any local user can drive the job)");
+  train->add_option("--tls-cert", tf.tls_cert, "with --listen: PEM certificate (serve TLS)");
+  train->add_option("--tls-key", tf.tls_key, "with --listen: PEM private key of --tls-cert");
   train->add_option("--steps", tf.steps, "override train.steps")->check(CLI::PositiveNumber);
   train->add_option("--memory-limit", tf.memory_limit,
                     "host memory this process may use (e.g. 20GiB; default: what is available)");

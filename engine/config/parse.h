@@ -29,7 +29,21 @@ struct ParsedJob {
 // Parses and validates one job file's text. `source_name` names it in messages and is stored in
 // JobConfig::source. Also fills in the values that do not depend on the world size
 // (model.padded_vocab_size, zero.overlap_comm_resolved). Throws ConfigError listing every problem.
-ParsedJob parse_job_text(std::string_view text, const std::string& source_name);
+// With a base_dir (absolute), the job's relative paths resolve against it (rebase_job_paths;
+// `zerod serve`: the submitted job file's directory); without, they stay as written and resolve
+// against the process's current directory (`zerod train`, `zerod check`, `zerod eval`).
+ParsedJob parse_job_text(std::string_view text, const std::string& source_name,
+                         const std::string& base_dir = "");
+
+// The job's file paths: data.train and data.val globs, model.init_from, train.checkpoint_dir,
+// csv_monitor.output_path and tensorboard.output_path of an enabled monitor (empty: the current
+// directory), zero_optimization.offload_param/offload_optimizer.nvme_path.
+// rebase_job_paths makes each relative one base_dir/path (InputError unless base_dir is
+// absolute); require_absolute_paths throws ConfigError naming the JSON key of each relative one.
+void rebase_job_paths(JobConfig& cfg, const std::string& base_dir);
+void require_absolute_paths(const JobConfig& cfg);
+// `path` when absolute, else base_dir/path (lexically normalised; glob characters kept).
+std::string rebase_path(const std::string& path, const std::string& base_dir);
 
 // A model section on its own, as a checkpoint manifest's copy of the resolved job holds it
 // (an init_from directory's config.json is not read: the section is complete). Validated, with

@@ -127,9 +127,17 @@ void read_top_level_scalars(ObjectReader& top, JobConfig& cfg) {
 
 }  // namespace
 
-ParsedJob parse_job_text(std::string_view text, const std::string& source_name) {
+ParsedJob parse_job_text(std::string_view text, const std::string& source_name,
+                         const std::string& base_dir) {
   Problems problems;
-  const Json root = parse_json(text, source_name, problems);
+  Json root = parse_json(text, source_name, problems);
+  // model.init_from first: the model section reads the config.json of the directory it names.
+  if (!base_dir.empty() && root.is_object() && root.contains("model") &&
+      root["model"].is_object() && root["model"].contains("init_from") &&
+      root["model"]["init_from"].is_string()) {
+    Json& from = root["model"]["init_from"];
+    from = rebase_path(from.get<std::string>(), base_dir);
+  }
   if (!root.is_object()) {
     throw ConfigError({fmt::format("expected a JSON object at the top level, got {}",
                                    root.is_null() ? std::string("null") : config::show(root))},
@@ -161,6 +169,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name) 
 
   if (!problems.errors.empty()) throw ConfigError(std::move(problems.errors), source_name);
   out.warnings = std::move(problems.warnings);
+  if (!base_dir.empty()) rebase_job_paths(cfg, base_dir);
   return out;
 }
 

@@ -44,6 +44,38 @@ std::string current_dir() {
   return ec ? std::string() : p.string();
 }
 
+// NotFoundError unless `dir` holds checkpoint `which` (a tag, or latest: any complete one),
+// listing the tags it holds (at most kListed). A tag that is there but unusable (torn, a file
+// missing) is find_checkpoint's InputError, which says what is wrong with it.
+void require_checkpoint(const std::string& dir, const std::string& which, const std::string& what) {
+  constexpr size_t kListed = 20;
+  FindOptions fo;
+  fo.checksums = false;  // sizes here; the load checks the checksums
+  try {
+    find_checkpoint(dir, which, fo);
+    return;
+  } catch (const InputError&) {
+    std::error_code ec;
+    if (which != "latest" && std::filesystem::exists(std::filesystem::path(dir) / which, ec)) throw;
+  }
+  std::vector<std::string> tags;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) {
+    for (const auto& [tag, m] : list_checkpoints(dir)) tags.push_back(tag);
+  }
+  std::string held = "it holds none";
+  if (!tags.empty()) {
+    const size_t n = std::min(tags.size(), kListed);
+    held = fmt::format("it holds {}, newest first: {}{}", tags.size(),
+                       fmt::join(tags.begin(), tags.begin() + static_cast<std::ptrdiff_t>(n), ", "),
+                       tags.size() > n ? fmt::format(", ... and {} more", tags.size() - n) : "");
+  }
+  throw NotFoundError(fmt::format("{}: {} in {} ({})", what,
+                                  which == "latest" ? std::string("no complete checkpoint")
+                                                    : fmt::format("no checkpoint '{}'", which),
+                                  dir, held));
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : opt_(std::move(options)) {
@@ -62,19 +94,21 @@ void Daemon::recover() {
   last_name_ = j.name;
   last_resume_ = j.resume;
   last_cwd_ = j.cwd;
+  last_base_dir_ = j.base_dir;
   stopped_ = j.stopped;
   reason_ = j.reason;
   state_ = j.state == "finished" ? JobState::kFinished
            : j.state == "failed" ? JobState::kFailed
                                  : JobState::kInterrupted;
-  if (!j.cwd.empty() && j.cwd != current_dir()) {
+  if (j.base_dir.empty() && !j.cwd.empty() && j.cwd != current_dir()) {
     spdlog::warn(
         "{} was submitted while the daemon ran in {}; it runs in {} now, where the job's relative "
         "paths resolve",
         j.id, j.cwd, current_dir());
   }
   try {
-    ParsedJob job = parse_job_text(j.text, j.name.empty() ? j.id : config::clip_input(j.name));
+    ParsedJob job =
+        parse_job_text(j.text, j.name.empty() ? j.id : config::clip_input(j.name), j.base_dir);
     resolve_job(job.config, opt_.spec.world_size());
     check_supported(job.config);
     last_job_ = std::move(job.config);
@@ -86,6 +120,7 @@ void Daemon::recover() {
   if (last_job_) {
     recovered_.total_steps = last_job_->train.steps;
     recovered_.world_size = opt_.spec.world_size();
+    recovered_.global_batch = last_job_->global_batch();
     const std::string& dir = last_job_->train.checkpoint_dir;
     std::error_code ec;
     if (!dir.empty() && std::filesystem::is_directory(dir, ec)) {
@@ -136,6 +171,7 @@ void Daemon::write_journal_locked(int64_t jobs_started) const {
     o.resume = last_resume_;
     o.checkpoint_dir = last_job_ ? last_job_->train.checkpoint_dir : "";
     o.cwd = last_cwd_;
+    o.base_dir = last_base_dir_;
     j.job = std::move(o);
   }
   opt_.state->write(j);
@@ -157,14 +193,20 @@ void Daemon::changed() {
 }
 
 std::string Daemon::submit(const std::string& job_text, const std::string& name,
-                           const std::string& resume) {
+                           const std::string& resume, const std::string& base_dir) {
+  refuse_one_off("submit");
   if (multi_node() && !is_master()) {
     throw PreconditionError(
         fmt::format("this daemon is node {} of {}: submit jobs to the master daemon at {}",
                     opt_.spec.node_rank, opt_.spec.nnodes, opt_.master_control));
   }
+  if (!base_dir.empty() && !std::filesystem::path(base_dir).is_absolute()) {
+    ZD_THROW_INPUT("base_dir \"{}\": the directory of the job's relative paths must be absolute",
+                   config::clip_input(base_dir));
+  }
   ParsedJob job =
-      parse_job_text(job_text, name.empty() ? "submitted job" : config::clip_input(name));
+      parse_job_text(job_text, name.empty() ? "submitted job" : config::clip_input(name), base_dir);
+  if (base_dir.empty()) require_absolute_paths(job.config);
   resolve_job(job.config, opt_.spec.world_size());
   check_supported(job.config);
   // What the job needs from this machine, as `zerod check` and `zerod train` check it.
@@ -176,8 +218,15 @@ std::string Daemon::submit(const std::string& job_text, const std::string& name,
       throw PreconditionError(
           fmt::format("resume '{}': the job has no train.checkpoint_dir", resume));
     }
+    if (busy()) {  // (start() refuses too; this says so before looking for the checkpoint)
+      const DaemonStatus st = status();
+      throw PreconditionError(fmt::format("job {} is {}: one job at a time (stop it first)",
+                                          st.job_id, job_state_name(st.state)));
+    }
+    if (resume != "auto") require_checkpoint(job.config.train.checkpoint_dir, resume, "resume");
   }
-  start(std::move(job.config), resume, opt_.spec, job_text, name.empty() ? "submitted job" : name);
+  start(std::move(job.config), resume, opt_.spec, job_text, name.empty() ? "submitted job" : name,
+        base_dir);
   return status().job_id;
 }
 
@@ -202,7 +251,31 @@ void Daemon::assign_locked(const JobConfig& cfg, const std::string& resume) {
   assignment_.rendezvous = opt_.rendezvous;
 }
 
+std::string Daemon::start_job(JobConfig cfg, const std::string& resume, const std::string& name) {
+  ZD_CHECK(opt_.one_off, "start_job is for a one-off daemon (zerod train --listen)");
+  start(std::move(cfg), resume, opt_.spec, "", name, "");
+  return status().job_id;
+}
+
+void Daemon::rethrow_failure() const {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    e = failure_;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+void Daemon::refuse_one_off(const char* what) const {
+  if (!opt_.one_off) return;
+  throw PreconditionError(
+      fmt::format("{}: this is `zerod train --listen`, which serves its own job only; run `zerod "
+                  "serve` to submit jobs",
+                  what));
+}
+
 std::string Daemon::resume(const std::string& tag) {
+  refuse_one_off("resume");
   if (multi_node() && !is_master()) {
     throw PreconditionError(
         fmt::format("this daemon is node {} of {}: resume jobs on the master daemon at {}",
@@ -210,7 +283,7 @@ std::string Daemon::resume(const std::string& tag) {
   }
   const std::string which = tag.empty() ? "latest" : tag;
   JobConfig cfg;
-  std::string text, name;
+  std::string text, name, base_dir;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!last_job_ && !recover_error_.empty()) {
@@ -218,23 +291,27 @@ std::string Daemon::resume(const std::string& tag) {
           fmt::format("resume: {} from the journal cannot run again: {}", job_id_, recover_error_));
     }
     if (!last_job_) throw PreconditionError("resume: no job has been submitted to this daemon");
+    if (running_) {
+      throw PreconditionError(fmt::format("resume: job {} is {}: one job at a time (stop it first)",
+                                          job_id_, job_state_name(state_)));
+    }
     cfg = *last_job_;
     text = last_text_;
     name = last_name_;
+    base_dir = last_base_dir_;
   }
   if (which != "latest") validate_tag(which);
   if (cfg.train.checkpoint_dir.empty()) {
     throw PreconditionError("resume: the last job has no train.checkpoint_dir");
   }
-  FindOptions fo;
-  fo.checksums = false;  // sizes here; the load checks the checksums
-  find_checkpoint(cfg.train.checkpoint_dir, which, fo);  // InputError: no such checkpoint
-  start(std::move(cfg), which, opt_.spec, text, name);
+  require_checkpoint(cfg.train.checkpoint_dir, which, "resume");
+  start(std::move(cfg), which, opt_.spec, text, name, base_dir);
   return status().job_id;
 }
 
 void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
-                   const std::string& text, const std::string& name, const std::string& job_id) {
+                   const std::string& text, const std::string& name, const std::string& base_dir,
+                   const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_) {
     throw PreconditionError(fmt::format("job {} is {}: one job at a time (stop it first)", job_id_,
@@ -242,11 +319,11 @@ void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
   }
   if (thread_.joinable()) thread_.join();  // the previous job's thread has ended
   // A master refuses while a node daemon is not following.
-  if (multi_node() && is_master()) check_followers_locked();
+  if (master_of_nodes()) check_followers_locked();
   // The journal first: a job it does not record never starts (and its id is never reused).
   {
     const auto saved = std::make_tuple(job_id_, state_, reason_, stopped_, last_job_, last_text_,
-                                       last_name_, last_resume_, last_cwd_);
+                                       last_name_, last_resume_, last_cwd_, last_base_dir_);
     job_id_ = job_id.empty() ? fmt::format("job-{}", jobs_ + 1) : job_id;
     state_ = JobState::kRendezvous;
     reason_.clear();
@@ -256,17 +333,19 @@ void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
     last_name_ = name;
     last_resume_ = resume;
     last_cwd_ = current_dir();
+    last_base_dir_ = base_dir;
     try {
       write_journal_locked(jobs_ + 1);
     } catch (...) {
       std::tie(job_id_, state_, reason_, stopped_, last_job_, last_text_, last_name_, last_resume_,
-               last_cwd_) = saved;
+               last_cwd_, last_base_dir_) = saved;
       throw;
     }
   }
-  if (multi_node() && is_master()) assign_locked(cfg, resume);
+  if (master_of_nodes()) assign_locked(cfg, resume);
   ++jobs_;
   recover_error_.clear();
+  failure_ = nullptr;
   recovered_ = JobProgress();
   running_ = true;
   started_ = std::chrono::steady_clock::now();
@@ -277,7 +356,7 @@ void Daemon::start(JobConfig cfg, const std::string& resume, LaunchSpec spec,
     changed();
   });
   changed();
-  if (multi_node() && is_master()) {  // the master hosts every job's Rendezvous
+  if (master_of_nodes()) {  // the master hosts every job's Rendezvous
     std::tie(spec.master_host, spec.master_port) =
         parse_host_port(opt_.rendezvous, "the rendezvous address");
   }
@@ -316,6 +395,9 @@ void Daemon::run(JobConfig cfg, std::string resume, LaunchSpec spec,
       ro.resume = resume;
       ro.control = control.get();
       ro.metrics = opt_.metrics;
+      ro.threads_per_rank = opt_.threads_per_rank;
+      ro.local_processes = spec.local_processes;
+      ro.local_process = spec.local_process;
       outcome = run_job(cfg, *session, ro);
       session->leave("");
     }  // the session (and on the master the job's Rendezvous server) is gone: the next job
@@ -326,13 +408,18 @@ void Daemon::run(JobConfig cfg, std::string resume, LaunchSpec spec,
   } catch (const std::exception& e) {
     control->job_ended(fmt::format("the job failed: {}", e.what()));
     spdlog::error("{}: failed: {}", id, e.what());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure_ = std::current_exception();
+    }
     set_state(JobState::kFailed, e.what());
   }
 }
 
 JobControl::SaveResult Daemon::save_checkpoint(const std::string& tag,
-                                               std::chrono::milliseconds timeout) {
+                                               std::chrono::milliseconds timeout, bool overwrite) {
   std::shared_ptr<JobControl> control;
+  std::string dir;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!running_ || state_ == JobState::kRendezvous) {
@@ -344,8 +431,16 @@ JobControl::SaveResult Daemon::save_checkpoint(const std::string& tag,
           fmt::format("checkpoint save: job {} has no train.checkpoint_dir", job_id_));
     }
     control = control_;
+    dir = last_job_->train.checkpoint_dir;
   }
   if (!tag.empty()) validate_tag(tag);
+  std::error_code ec;
+  if (!tag.empty() && !overwrite && std::filesystem::exists(std::filesystem::path(dir) / tag, ec)) {
+    throw AlreadyExistsError(fmt::format(
+        "checkpoint save: {} already holds a checkpoint '{}' (choose another tag, or replace it: "
+        "zeroctl checkpoint save --tag {} --overwrite)",
+        dir, tag, tag));
+  }
   if (control->stop_pending()) throw PreconditionError("checkpoint save: the job is stopping");
   int64_t ticket;
   try {
@@ -363,8 +458,9 @@ JobControl::SaveResult Daemon::save_checkpoint(const std::string& tag,
   return *r;
 }
 
-void Daemon::stop(bool checkpoint) {
+std::string Daemon::stop(bool checkpoint) {
   std::shared_ptr<JobControl> control;
+  std::string id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!running_) {
@@ -376,8 +472,10 @@ void Daemon::stop(bool checkpoint) {
           fmt::format("stop --checkpoint: job {} has no train.checkpoint_dir", job_id_));
     }
     control = control_;
+    id = job_id_;
   }
   control->request_stop(checkpoint);
+  return id;
 }
 
 std::vector<CheckpointListing> Daemon::list_checkpoints(std::string* dir) const {
@@ -401,7 +499,7 @@ std::vector<CheckpointListing> Daemon::list_checkpoints(std::string* dir) const 
 
 void Daemon::follow_begin(int node_rank, int nnodes, int nproc_per_node) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!multi_node() || !is_master()) {
+  if (!master_of_nodes()) {
     throw PreconditionError("FollowJobs: this daemon is not the master of several nodes");
   }
   if (node_rank < 1 || node_rank >= opt_.spec.nnodes) {
@@ -447,16 +545,19 @@ void Daemon::run_assignment(const JobAssignment& a) {
   LaunchSpec spec = opt_.spec;
   std::tie(spec.master_host, spec.master_port) =
       parse_host_port(a.rendezvous, "the rendezvous address of " + a.job_id);
-  start(std::move(job.config), a.resume, spec, a.job_json, name, a.job_id);
+  start(std::move(job.config), a.resume, spec, a.job_json, name, "", a.job_id);
 }
 
 DaemonStatus Daemon::status() const {
   std::shared_ptr<JobControl> control;
   DaemonStatus s;
+  std::string dir;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.state = state_;
     s.job_id = job_id_;
+    s.job_name = last_name_;
+    if (last_job_) dir = last_job_->train.checkpoint_dir;
     s.reason = reason_;
     s.stopped = stopped_;
     s.elapsed_seconds =
@@ -472,6 +573,15 @@ DaemonStatus Daemon::status() const {
       s.state = JobState::kStopping;
     else if (s.state == JobState::kRunning && control->save_pending())
       s.state = JobState::kCheckpointing;
+  }
+  // The newest complete checkpoint on disk, whoever saved it (`latest` is replaced only after a
+  // save is committed and retention never removes the one it names).
+  if (!dir.empty()) {
+    const std::optional<std::string> latest = read_latest(dir);
+    std::error_code ec;
+    s.progress.last_checkpoint =
+        latest && std::filesystem::is_directory(std::filesystem::path(dir) / *latest, ec) ? *latest
+                                                                                          : "";
   }
   return s;
 }

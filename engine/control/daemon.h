@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,10 +52,23 @@ class PreconditionError : public InputError {
   explicit PreconditionError(std::string message) : InputError(std::move(message)) {}
 };
 
+// No such checkpoint (NOT_FOUND; exit code 2). The message lists the tags there are.
+class NotFoundError : public InputError {
+ public:
+  explicit NotFoundError(std::string message) : InputError(std::move(message)) {}
+};
+
+// A checkpoint of that tag exists (ALREADY_EXISTS; exit code 2).
+class AlreadyExistsError : public InputError {
+ public:
+  explicit AlreadyExistsError(std::string message) : InputError(std::move(message)) {}
+};
+
 struct DaemonStatus {
   JobState state = JobState::kIdle;
   std::string job_id;
-  std::string reason;  // failed: why
+  std::string job_name;  // as submitted (the job file's path)
+  std::string reason;    // failed: why
   bool stopped = false;
   double elapsed_seconds = 0;
   JobProgress progress;
@@ -83,6 +97,10 @@ struct DaemonOptions {
   std::string master_control;
   MetricsSink* metrics = nullptr;  // every job's per-step numbers (not owned)
   bool log_steps = true;
+  int threads_per_rank = 0;  // OpenMP threads of each rank; 0: cores / local ranks
+  // `zerod train --listen`: the daemon serves one job the process started itself (start_job);
+  // SubmitJob, Resume and FollowJobs are refused, and there are no node daemons.
+  bool one_off = false;
   // The journal of the current job (not owned; null: none). At construction the daemon reads
   // it: a job that was running is reported interrupted and Resume continues it; job ids go on
   // from the count it keeps.
@@ -100,16 +118,29 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
 
   // Parses, resolves and checks a job (ConfigError: INVALID_ARGUMENT) and starts it
-  // (PreconditionError while another runs). Returns the job id.
+  // (PreconditionError while another runs). Its relative paths resolve against base_dir
+  // (absolute); without one they must all be absolute (ConfigError naming the keys). A resume
+  // tag (or latest) the checkpoint dir does not hold: NotFoundError. Returns the job id.
   std::string submit(const std::string& job_text, const std::string& name,
-                     const std::string& resume = "");
+                     const std::string& resume = "", const std::string& base_dir = "");
   // Runs the last job again from checkpoint `tag` ("" or "latest": the newest complete one).
+  // PreconditionError while a job runs; NotFoundError when there is no such checkpoint.
   std::string resume(const std::string& tag);
+  // One-off (`zerod train --listen`): starts the process's own job, parsed and resolved by the
+  // caller. Returns the job id.
+  std::string start_job(JobConfig cfg, const std::string& resume, const std::string& name);
+  // The exception that failed the last job (rethrown, with its kind and exit code); nothing when
+  // it did not fail.
+  void rethrow_failure() const;
   // Saves a checkpoint of the running job at its next step boundary and waits until it is
-  // committed (or fails: InputError; the job ended first: PreconditionError).
-  JobControl::SaveResult save_checkpoint(const std::string& tag, std::chrono::milliseconds timeout);
-  // Stops the running job at its next step boundary, checkpointing first when asked.
-  void stop(bool checkpoint);
+  // committed (or fails: InputError; the job ended first: PreconditionError). A tag that exists
+  // in the checkpoint dir: AlreadyExistsError unless overwrite (the default global_step<N> tag
+  // is never refused: a resumed job saves its steps again).
+  JobControl::SaveResult save_checkpoint(const std::string& tag, std::chrono::milliseconds timeout,
+                                         bool overwrite = false);
+  // Asks the running job to stop at its next step boundary, checkpointing first when asked;
+  // returns its id at once (the job is down when its state is finished or failed).
+  std::string stop(bool checkpoint);
   std::vector<CheckpointListing> list_checkpoints(std::string* dir) const;
 
   // Master of several nodes: node daemons following its jobs.
@@ -137,13 +168,17 @@ class Daemon {
  private:
   bool multi_node() const { return opt_.spec.nnodes > 1; }
   bool is_master() const { return opt_.spec.node_rank == 0; }
+  // The master daemon of several nodes: node daemons follow its jobs (never a one-off daemon).
+  bool master_of_nodes() const { return multi_node() && is_master() && !opt_.one_off; }
+  // PreconditionError naming `what` in a one-off daemon.
+  void refuse_one_off(const char* what) const;
   // Master, under mu_: refuses when a node daemon is not following.
   void check_followers_locked() const;
   // Master, under mu_: publishes the assignment of job `jobs_ + 1`.
   void assign_locked(const JobConfig& cfg, const std::string& resume);
   // text, name: the job file as submitted (journal; parsed again by a restarted daemon).
   void start(JobConfig cfg, const std::string& resume, LaunchSpec spec, const std::string& text,
-             const std::string& name, const std::string& job_id = "");
+             const std::string& name, const std::string& base_dir, const std::string& job_id = "");
   // At construction: the journal's job (interrupted when it was running).
   void recover();
   // Under mu_: the journal of the current job (InputError when it cannot be written).
@@ -164,10 +199,11 @@ class Daemon {
   std::chrono::steady_clock::time_point started_;
   double elapsed_ = 0;
   std::optional<JobConfig> last_job_;
-  std::string last_text_, last_name_, last_resume_, last_cwd_;  // the journal's
+  std::string last_text_, last_name_, last_resume_, last_cwd_, last_base_dir_;  // the journal's
   std::string recover_error_;  // the journal's job no longer parses: why
   JobProgress recovered_;      // the progress of a job found in the journal
   std::shared_ptr<JobControl> control_;
+  std::exception_ptr failure_;  // what failed the last job
   std::thread thread_;
   std::set<int> followers_;
   JobAssignment assignment_;

@@ -97,6 +97,7 @@ std::optional<Journal> StateDir::read() const {
       job.resume = o.value("resume", "");
       job.checkpoint_dir = o.value("checkpoint_dir", "");
       job.cwd = o.value("cwd", "");
+      job.base_dir = o.value("base_dir", "");
       out.job = std::move(job);
     }
     return out;
@@ -119,6 +120,7 @@ void StateDir::write(const Journal& journal) const {
                 {"resume", o.resume},
                 {"checkpoint_dir", o.checkpoint_dir},
                 {"cwd", o.cwd},
+                {"base_dir", o.base_dir},
                 {"text", o.text}};
   } else {
     j["job"] = nullptr;

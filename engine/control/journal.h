@@ -1,7 +1,8 @@
 // The daemon's memory across restarts (zerod serve --state-dir): a small journal of its current
-// job (the job file's text as submitted, its name, state, checkpoint dir, id, the directory the
-// daemon ran in) and the count of jobs ever started, so that a restarted daemon reports a job
-// that was running as interrupted, `zeroctl resume` continues it, and job ids are never reused.
+// job (the job file's text as submitted, its name, state, checkpoint dir, id, the directory its
+// relative paths resolve against, the directory the daemon ran in) and the count of jobs ever
+// started, so that a restarted daemon reports a job that was running as interrupted, `zeroctl
+// resume` continues it, and job ids are never reused.
 //
 // STATE_DIR/journal.json is replaced atomically (write a temporary file, fsync, rename, fsync the
 // directory): a kill at any moment leaves the previous journal or the new one. STATE_DIR/lock is
@@ -24,7 +25,9 @@ struct JournalJob {
   std::string text;  // the job file's text, parsed again at a restart
   std::string resume;
   std::string checkpoint_dir;
-  std::string cwd;  // relative paths of the job resolve against it
+  std::string cwd;       // the daemon's directory when the job was submitted
+  std::string base_dir;  // the job's relative paths resolve against it (empty: against cwd,
+                         // a journal of a daemon before SubmitJobRequest.base_dir)
 };
 
 struct Journal {

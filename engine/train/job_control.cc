@@ -92,11 +92,12 @@ JobControl::Command JobControl::take() {
   return c;  // a stop stays pending: every later boundary offers it again (harmless)
 }
 
-void JobControl::set_world(int world_size, int64_t total_steps) {
+void JobControl::set_world(int world_size, int64_t total_steps, int64_t global_batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     progress_.world_size = world_size;
     progress_.total_steps = total_steps;
+    progress_.global_batch = global_batch;
   }
   notify();
 }
@@ -111,6 +112,7 @@ void JobControl::on_step(int rank, const StepMetrics& m, RankMemoryUse mem) {
     if (reporter) {
       progress_.step = m.step;
       progress_.last = m;
+      if (m.val_loss) progress_.val_loss = m.val_loss;
       // An exponential average of the step time (ETA), started at the first step.
       progress_.seconds_per_step = progress_.seconds_per_step == 0
                                        ? m.seconds

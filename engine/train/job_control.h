@@ -29,7 +29,10 @@ struct JobProgress {
   std::optional<StepMetrics> last;      // rank 0's last step
   double seconds_per_step = 0;          // recent average (for an ETA)
   std::map<int, RankMemoryUse> memory;  // this process's ranks
-  std::string last_checkpoint;
+  std::string last_checkpoint;          // the last save asked for by the controller
+  std::optional<double> val_loss;       // the last validation loss (eval_interval)
+  int64_t global_batch = 0;             // samples a step (train_batch_size)
+  int64_t samples_seen() const { return step * global_batch; }
 };
 
 class JobControl {
@@ -63,7 +66,7 @@ class JobControl {
   };
   // Global rank 0: what is pending now (taken: a second call returns nothing new).
   Command take();
-  void set_world(int world_size, int64_t total_steps);
+  void set_world(int world_size, int64_t total_steps, int64_t global_batch = 0);
   void on_step(int rank, const StepMetrics& m, RankMemoryUse mem);
   void on_saved(const std::string& tag, int64_t step, const std::string& error);
 

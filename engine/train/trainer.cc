@@ -564,7 +564,8 @@ TrainResult Trainer::run() {
   result.peak_flops = peak_flops_;
   result.first_step = global_step_ + 1;
   if (leader()) open_monitors();
-  if (options_.control) options_.control->set_world(ctx_.world_size, cfg_.train.steps);
+  if (options_.control)
+    options_.control->set_world(ctx_.world_size, cfg_.train.steps, cfg_.global_batch());
   if (options_.log_steps) log_memory("at the start");
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
@@ -578,6 +579,7 @@ TrainResult Trainer::run() {
   }
   const int64_t print_every = std::max<int64_t>(1, cfg_.steps_per_print);
   int64_t saved_at = -1;
+  bool stop_checkpoint = false;  // the stop that ended the run asked for a checkpoint
   auto save = [&]() {
     const SaveReport r = save_checkpoint();
     result.checkpoint_blocked_seconds += r.blocked_seconds;
@@ -642,6 +644,7 @@ TrainResult Trainer::run() {
     }
     if (step < steps && cmd.stop) {
       result.stopped = true;
+      stop_checkpoint = cmd.stop_checkpoint;
       if (ckpt_ && cmd.stop_checkpoint && saved_at != step) save();
       break;
     }
@@ -656,12 +659,23 @@ TrainResult Trainer::run() {
     result.checkpoint_blocked_seconds += ckpt_->update_blocked_seconds() - update_blocked_before;
   }
   if (result.stopped && leader()) {
-    if (ckpt_) {
-      spdlog::info("stop requested (signal {}): checkpoint {} saved at step {}; exiting",
-                   stop_signal(), result.last_checkpoint.value_or("?"), global_step_);
+    // A signal, or the controller's Stop (zeroctl stop, with or without --checkpoint).
+    const std::string by = stop_signal() != 0 ? fmt::format("signal {}", stop_signal())
+                                              : std::string("by the controller");
+    if (ckpt_ && stop_checkpoint && result.last_checkpoint) {
+      spdlog::info("stop requested ({}): checkpoint {} saved at step {}; exiting", by,
+                   *result.last_checkpoint, global_step_);
+    } else if (ckpt_ && !stop_checkpoint) {
+      spdlog::info("stop requested ({}) at step {} without a checkpoint: nothing saved{}; exiting",
+                   by, global_step_,
+                   result.last_checkpoint ? ", the last checkpoint is " + *result.last_checkpoint
+                                          : std::string());
+    } else if (ckpt_) {
+      spdlog::warn("stop requested ({}) at step {}: the checkpoint was not committed; exiting", by,
+                   global_step_);
     } else {
-      spdlog::warn("stop requested (signal {}) at step {}: no train.checkpoint_dir, nothing saved",
-                   stop_signal(), global_step_);
+      spdlog::warn("stop requested ({}) at step {}: no train.checkpoint_dir, nothing saved", by,
+                   global_step_);
     }
   }
   result.seconds = total.seconds();

@@ -12,6 +12,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/data/corpus.h"
@@ -50,7 +55,7 @@ class Serve : public ::testing::Test {
 
   // Starts `zerod serve` with a state directory of its own and, unless `extra` gives --listen,
   // a Unix socket of its own in the test's directory; returns the address it listens on.
-  std::string start_daemon(std::vector<std::string> extra = {}) {
+  std::string start_daemon(std::vector<std::string> extra = {}, const fs::path& cwd = {}) {
     const std::string n = std::to_string(daemons_.size());
     const auto given = [&](const char* flag) {
       return std::find(extra.begin(), extra.end(), flag) != extra.end();
@@ -63,7 +68,8 @@ class Serve : public ::testing::Test {
     if (!given("--nproc-per-node")) argv.insert(argv.end(), {"--nproc-per-node", "2"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     const std::string log = "daemon" + n + ".log";
-    daemons_.push_back(std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string()));
+    daemons_.push_back(std::make_unique<Process>(argv, cwd.empty() ? dir_.string() : cwd.string(),
+                                                 (dir_ / log).string()));
     Process& p = *daemons_.back();
     EXPECT_TRUE(p.wait_output("listening on ", 30s)) << p.output();
     std::smatch m;
@@ -103,16 +109,21 @@ class Serve : public ::testing::Test {
     return std::regex_search(json, m, std::regex("\"step\":\"?([0-9]+)")) ? std::stoll(m[1]) : -1;
   }
 
-  // grpc.health.v1.Health/Check with an empty request, as a raw call: status and response bytes.
+  // grpc.health.v1.Health/Check of `service` ("": the server), as a raw call: status and
+  // response bytes.
   static std::pair<grpc::Status, std::string> health_check(const std::string& addr,
-                                                           const std::string& token) {
+                                                           const std::string& token,
+                                                           const std::string& service = "") {
     auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
     grpc::GenericStub stub(channel);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
-    grpc::Slice empty("");
-    grpc::ByteBuffer request(&empty, 1), response;
+    // HealthCheckRequest: field 1 (service), a string.
+    grpc::Slice body(service.empty()
+                         ? std::string()
+                         : std::string("\x0a") + static_cast<char>(service.size()) + service);
+    grpc::ByteBuffer request(&body, 1), response;
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
@@ -139,16 +150,19 @@ class Serve : public ::testing::Test {
   // from it, stop with a checkpoint. Jobs job-1 .. job-3.
   void lifecycle(const std::string& addr);
 
-  // grpc.reflection.v1alpha.ServerReflection: list_services, as a raw streaming call; the
-  // response bytes (which hold the service names).
-  static std::string reflection_list_services(const std::string& addr) {
+  // grpc.reflection.<version>.ServerReflection: one request (default list_services), as a raw
+  // streaming call; the response bytes (which hold the service names, or the file descriptors).
+  static std::string reflection_list_services(const std::string& addr,
+                                              const std::string& version = "v1alpha",
+                                              const std::string& request = std::string("\x3a\x00",
+                                                                                       2)) {
     auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
     grpc::GenericStub stub(channel);
     grpc::CompletionQueue cq;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     auto call = stub.PrepareCall(
-        &ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+        &ctx, "/grpc.reflection." + version + ".ServerReflection/ServerReflectionInfo", &cq);
     auto step = [&](int tag) {
       void* got = nullptr;
       bool ok = false;
@@ -157,7 +171,7 @@ class Serve : public ::testing::Test {
     std::string out;
     call->StartCall(reinterpret_cast<void*>(1));
     if (step(1)) {
-      grpc::Slice req(std::string("\x3a\x00", 2));  // field 7 (list_services) = ""
+      grpc::Slice req(request);  // field 7 (list_services) = "" by default
       grpc::ByteBuffer buf(&req, 1);
       call->Write(buf, reinterpret_cast<void*>(2));
       if (step(2)) {
@@ -355,14 +369,32 @@ TEST_F(Serve, BadJobsAndHealth) {
   EXPECT_EQ(ctl(addr, {"status", "--bogus-flag"}).rc, 2);
   EXPECT_EQ(ctl("127.0.0.1:1", {"--timeout", "2", "status"}).rc, 3);  // nothing listens there
 
-  // grpc.health.v1.Health/Check answers SERVING.
+  // grpc.health.v1.Health/Check answers SERVING, for the server and for each service by name.
   const auto [status, bytes] = health_check(addr, "");
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // field 1 (status) = 1 (SERVING)
+  for (const char* service : {"zerod.v1.Control", "grpc.health.v1.Health"}) {
+    const auto [st, b] = health_check(addr, "", service);
+    ASSERT_TRUE(st.ok()) << service << ": " << st.error_code() << " " << st.error_message();
+    EXPECT_EQ(b, std::string("\x08\x01", 2)) << service;
+  }
+  EXPECT_EQ(health_check(addr, "", "no.such.Service").first.error_code(),
+            grpc::StatusCode::NOT_FOUND);
   // Server reflection lists the services (what grpcurl asks first).
   const std::string services = reflection_list_services(addr);
   EXPECT_NE(services.find("zerod.v1.Control"), std::string::npos) << services;
   EXPECT_NE(services.find("grpc.health.v1.Health"), std::string::npos) << services;
+  // And v1, which current grpcurl asks first (libgrpc++ 1.51 has only v1alpha: zerod serves v1):
+  // the services, and the file that defines one (field 4, file_containing_symbol).
+  const std::string v1 = reflection_list_services(addr, "v1");
+  EXPECT_NE(v1.find("zerod.v1.Control"), std::string::npos) << v1;
+  EXPECT_NE(v1.find("grpc.reflection.v1.ServerReflection"), std::string::npos) << v1;
+  const std::string symbol = "zerod.v1.Control";
+  const std::string file = reflection_list_services(
+      addr, "v1", std::string("\x22") + static_cast<char>(symbol.size()) + symbol);
+  EXPECT_NE(file.find("zerod.proto"), std::string::npos) << file;
+  EXPECT_NE(file.find("SubmitJobRequest"), std::string::npos) << file;
+  EXPECT_TRUE(health_check(addr, "", "grpc.reflection.v1.ServerReflection").first.ok());
 }
 
 TEST_F(Serve, TokensAndAddresses) {
@@ -377,6 +409,8 @@ TEST_F(Serve, TokensAndAddresses) {
   EXPECT_EQ(ctl(addr, {"--token-file", "wrong", "status"}).rc, 4);
   r = ctl(addr, {"--token-file", "token", "status"});
   EXPECT_EQ(r.rc, 0) << r.out;
+  // Reflection v1 too (it lists nothing without the token).
+  EXPECT_EQ(reflection_list_services(addr, "v1"), "");
   // The health service too (plaintext: a call without the token is cancelled).
   EXPECT_FALSE(health_check(addr, "").first.ok());
   EXPECT_FALSE(health_check(addr, "0123456789abcdef9999").first.ok());
@@ -589,8 +623,8 @@ TEST_F(Serve, ARestartedDaemonReportsItsJobInterruptedAndResumesIt) {
   r = ctl(addr, {"status", "--watch"});
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("job-2 finished | step 1000/1000"), std::string::npos) << r.out;
-  EXPECT_NE(daemons_.back()->output().find("resumed from ckpt/" + *newest + " (step " +
-                                           std::to_string(newest_step)),
+  EXPECT_NE(daemons_.back()->output().find("resumed from " + (dir_ / "ckpt").string() + "/" +
+                                           *newest + " (step " + std::to_string(newest_step)),
             std::string::npos)
       << daemons_.back()->output();
   EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step1000");
@@ -607,6 +641,327 @@ TEST_F(Serve, ARestartedDaemonReportsItsJobInterruptedAndResumesIt) {
   EXPECT_NE(r.out.find("job-3"), std::string::npos) << r.out;
   r = ctl(addr, {"status", "--watch"});
   EXPECT_NE(r.out.find("job-3 finished"), std::string::npos) << r.out;
+}
+
+// The README's own sequence, `zeroctl stop --checkpoint && zeroctl resume`, as a shell runs it:
+// stop returns once the job is down (it returned at once, and resume found the job still running:
+// FAILED_PRECONDITION). `stop --no-wait` returns at once. A plain stop logs that nothing was saved
+// (it logged "checkpoint ? saved").
+TEST_F(Serve, StopWaitsUntilTheJobIsDownSoResumeFollows) {
+  const std::string addr = start_daemon();
+  write_job("long.json", 100000000);
+  ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
+  wait_status(addr, [](const std::string& j) { return step_of(j) >= 3; });
+  const std::string zeroctl = zeroctl_binary() + " --addr " + addr;
+  Process sh({"/bin/sh", "-c", zeroctl + " stop --checkpoint && " + zeroctl + " resume"},
+             dir_.string(), (dir_ / "sh.log").string());
+  ASSERT_EQ(sh.wait_for(120s), 0) << sh.output();
+  std::smatch m;
+  const std::string out = sh.output();
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex("job-1 stopped at step ([0-9]+), checkpoint global_step([0-9]+)")))
+      << out;
+  EXPECT_EQ(m[1].str(), m[2].str()) << out;
+  EXPECT_NE(out.find("job-2"), std::string::npos) << out;
+  EXPECT_TRUE(daemons_[0]->wait_output(
+      "resumed from " + (dir_ / "ckpt").string() + "/global_step" + m[1].str(), 60s))
+      << daemons_[0]->output();
+
+  // --no-wait: at once. The daemon logs a stop without a checkpoint as such.
+  wait_status(addr, [](const std::string& j) {
+    return j.find("\"job_id\":\"job-2\"") != std::string::npos &&
+           j.find("JOB_STATE_RUNNING") != std::string::npos;
+  });
+  Result r = ctl(addr, {"stop", "--no-wait"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-2: stop requested"), std::string::npos) << r.out;
+  wait_status(
+      addr, [](const std::string& j) { return j.find("JOB_STATE_FINISHED") != std::string::npos; });
+  EXPECT_TRUE(daemons_[0]->wait_output("without a checkpoint: nothing saved", 10s))
+      << daemons_[0]->output();
+  EXPECT_EQ(daemons_[0]->output().find("checkpoint ? saved"), std::string::npos)
+      << daemons_[0]->output();
+  EXPECT_EQ(ctl(addr, {"stop", "--no-wait", "--timeout", "5"}).rc, 2);  // one or the other
+}
+
+// `zeroctl stop --timeout S` gives up after S seconds with exit 5 when the job cannot stop yet
+// (here: its rendezvous waits for a node daemon that is frozen), the stop still requested; once the
+// node is back the job starts, stops at its first step boundary, and a plain stop waits for that.
+TEST_F(Serve, StopTimeoutGivesUpWhileTheJobCannotStopYet) {
+  const std::string master =
+      start_daemon({"--listen", "127.0.0.1:0", "--insecure-loopback", "--nproc-per-node", "1",
+                    "--nnodes", "2", "--rendezvous-port", std::to_string(testing::free_port())});
+  start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master});
+  ASSERT_TRUE(daemons_[0]->wait_output("node daemon 1 of 2 is following", 30s))
+      << daemons_[0]->output();
+  ::kill(daemons_[1]->pid(), SIGSTOP);  // it never joins the job's rendezvous while frozen
+  write_job("long.json", 100000000);
+  {
+    std::ifstream in(dir_ / "long.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::ofstream(dir_ / "long.json")
+        << std::regex_replace(ss.str(), std::regex("\"checkpoint_dir\": \"ckpt\""),
+                              "\"checkpoint_dir\": \"ckpt\", \"rendezvous_timeout\": 60");
+  }
+  Result r = ctl(master, {"submit", "long.json"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = ctl(master, {"stop", "--timeout", "0.3"});
+  EXPECT_EQ(r.rc, 5) << r.out;
+  EXPECT_NE(r.out.find("job-1 has not stopped after 0.3 s (state rendezvous, step 0;"),
+            std::string::npos)
+      << r.out;
+  ::kill(daemons_[1]->pid(), SIGCONT);
+  r = ctl(master, {"stop"});  // the stop is pending: this one waits for it
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-1 stopped at step"), std::string::npos) << r.out;
+  r = ctl(master, {"status"});
+  EXPECT_NE(r.out.find("job-1 finished (stopped)"), std::string::npos) << r.out;
+}
+
+// Commands that do not fit say why with the right code: resume while a job runs is
+// FAILED_PRECONDITION (it was INVALID_ARGUMENT); saving a tag that exists is ALREADY_EXISTS unless
+// --overwrite (it silently replaced it); submit --resume and resume of a tag that does not exist
+// are NOT_FOUND at once, listing the tags there are, at most 20 (submit said OK and the job failed
+// later).
+TEST_F(Serve, RefusalsNameTheProblemWithTheRightCode) {
+  const std::string addr = start_daemon();
+  write_job("long.json", 100000000);
+  ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
+  wait_status(addr, [](const std::string& j) { return step_of(j) >= 3; });
+  Result r = ctl(addr, {"resume"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("FAILED_PRECONDITION"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("job-1 is running"), std::string::npos) << r.out;
+
+  r = ctl(addr, {"checkpoint", "save", "--tag", "mine"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const int64_t first = read_manifest((dir_ / "ckpt" / "mine").string()).progress.global_step;
+  r = ctl(addr, {"checkpoint", "save", "--tag", "mine"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("ALREADY_EXISTS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+  EXPECT_EQ(read_manifest((dir_ / "ckpt" / "mine").string()).progress.global_step, first);
+  wait_status(addr, [&](const std::string& j) { return step_of(j) > first; });
+  r = ctl(addr, {"checkpoint", "save", "--tag", "mine", "--overwrite"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_GT(read_manifest((dir_ / "ckpt" / "mine").string()).progress.global_step, first);
+  ASSERT_EQ(ctl(addr, {"stop"}).rc, 0);
+
+  // Unknown tags: NOT_FOUND naming the tags there are; no job starts.
+  r = ctl(addr, {"submit", "long.json", "--resume", "nope"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no checkpoint 'nope'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it holds 1, newest first: mine"), std::string::npos) << r.out;
+  r = ctl(addr, {"status"});
+  EXPECT_NE(r.out.find("job-1 finished (stopped)"), std::string::npos) << r.out;
+  // Many tags: the list stops at 20 and says how many more there are.
+  for (int i = 0; i < 25; ++i) {
+    fs::copy(dir_ / "ckpt" / "mine", dir_ / "ckpt" / fmt::format("copy{:02d}", i),
+             fs::copy_options::recursive);
+  }
+  r = ctl(addr, {"resume", "--tag", "nope"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it holds 26, newest first:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", ... and 6 more"), std::string::npos) << r.out;
+  // An empty checkpoint dir: latest is NOT_FOUND too.
+  write_job("fresh.json", 5, R"(, "csv_monitor": {"enabled": false})");
+  std::string text;
+  {
+    std::ifstream in(dir_ / "fresh.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = std::regex_replace(ss.str(), std::regex("\"ckpt\""), "\"ckpt-empty\"");
+  }
+  std::ofstream(dir_ / "fresh.json") << text;
+  r = ctl(addr, {"submit", "fresh.json", "--resume", "latest"});
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no complete checkpoint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("it holds none"), std::string::npos) << r.out;
+  r = ctl(addr, {"submit", "fresh.json", "--resume", "auto"});  // auto: none is fine
+  EXPECT_EQ(r.rc, 0) << r.out;
+}
+
+// The status names the job, carries the validation loss, grad norm, loss scale and samples seen,
+// prints 64-bit numbers as JSON numbers (protobuf's mapping prints strings), and last_checkpoint
+// is the newest complete checkpoint on disk whoever saved it (it tracked only saves by command:
+// empty after automatic saves, and stale once retention removed the one it named).
+TEST_F(Serve, StatusCarriesTheJobsNumbersAndItsNewestCheckpoint) {
+  const std::string addr = start_daemon();
+  std::ofstream(dir_ / "status.json") << R"({"train_batch_size": 8,
+      "train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "steps_per_print": 1000,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
+      "data": {"train": "data/c_train_*.bin", "val": "data/c_val_*.bin"},
+      "train": {"steps": 40, "checkpoint_dir": "ckpt", "save_interval": 5, "keep_last": 1,
+                "eval_interval": 10, "eval_batches": 2}})";
+  ASSERT_EQ(ctl(addr, {"submit", "status.json"}).rc, 0);
+  Result r = ctl(addr, {"status", "--watch"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-1 finished | step 40/40"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | val "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | grad norm "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | 320 samples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | checkpoint global_step40"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | status.json"), std::string::npos) << r.out;
+  r = ctl(addr, {"status", "--json"});
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["step"].is_number_integer()) << r.out;
+  EXPECT_EQ(j["step"], 40) << r.out;
+  EXPECT_EQ(j["total_steps"], 40) << r.out;
+  EXPECT_EQ(j["samples_seen"], 320) << r.out;
+  EXPECT_EQ(j["job_name"], "status.json") << r.out;
+  EXPECT_EQ(j["last_checkpoint"], "global_step40") << r.out;
+  ASSERT_TRUE(j.contains("val_loss")) << r.out;
+  EXPECT_GT(j["val_loss"].get<double>(), 0) << r.out;
+  EXPECT_GT(j["grad_norm"].get<double>(), 0) << r.out;
+  EXPECT_EQ(j["loss_scale"], 1.0) << r.out;
+  ASSERT_FALSE(j["memory"].empty()) << r.out;
+  EXPECT_TRUE(j["memory"][0]["peak_bytes"].is_number_integer()) << r.out;
+  EXPECT_TRUE(fs::is_directory(dir_ / "ckpt" / "global_step40"));
+  r = ctl(addr, {"checkpoint", "list", "--json"});
+  const nlohmann::json l = nlohmann::json::parse(r.out);
+  ASSERT_EQ(l["checkpoints"].size(), 1u) << r.out;  // keep_last 1
+  EXPECT_EQ(l["checkpoints"][0]["global_step"], 40) << r.out;
+
+  // A save by command with the default tag is automatic too: retention removes it later, and the
+  // status follows the newest one on disk.
+  write_job("long.json", 100000000, "");
+  {
+    std::ifstream in(dir_ / "long.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::ofstream(dir_ / "long.json") << std::regex_replace(
+        ss.str(), std::regex("\"checkpoint_dir\": \"ckpt\""),
+        "\"checkpoint_dir\": \"ckpt2\", \"save_interval\": 5, \"keep_last\": 1");
+  }
+  ASSERT_EQ(ctl(addr, {"submit", "long.json"}).rc, 0);
+  wait_status(addr, [](const std::string& s) {
+    return s.find("job-2") != std::string::npos && step_of(s) >= 2;
+  });
+  r = ctl(addr, {"checkpoint", "save"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("checkpoint (global_step[0-9]+) saved")));
+  const std::string by_command = m[1];
+  // Later automatic saves replace it as the newest.
+  const std::string later = wait_status(addr, [&](const std::string& s) {
+    const std::string at = nlohmann::json::parse(s).value("last_checkpoint", "");
+    return !at.empty() && at != by_command;
+  });
+  const std::string named = nlohmann::json::parse(later)["last_checkpoint"];
+  EXPECT_TRUE(fs::is_directory(dir_ / "ckpt2" / named)) << later;
+  ASSERT_EQ(ctl(addr, {"stop"}).rc, 0);
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt2" / by_command));  // retention removed it
+  r = ctl(addr, {"status", "--json"});
+  const std::string newest = nlohmann::json::parse(r.out)["last_checkpoint"];
+  EXPECT_EQ(newest, read_latest((dir_ / "ckpt2").string()).value_or("?")) << r.out;
+}
+
+// A submitted job's relative paths resolve against its job file's directory (zeroctl sends it as
+// base_dir), not the daemon's: here the daemon runs in one directory, zeroctl in another and the
+// job file sits in a third. A request without base_dir must use absolute paths: INVALID_ARGUMENT
+// naming each relative key.
+TEST_F(Serve, RelativePathsResolveAgainstTheJobFilesDirectory) {
+  fs::create_directories(dir_ / "daemon-cwd");
+  fs::create_directories(dir_ / "jobs");
+  const std::string addr = start_daemon({"--nproc-per-node", "1"}, dir_ / "daemon-cwd");
+  const std::string job = R"({"train_batch_size": 4, "optimizer": {"type": "AdamW",
+      "params": {"lr": 3e-3}}, "steps_per_print": 1000,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 32},
+      "data": {"train": "../data/c_train_*.bin"},
+      "csv_monitor": {"enabled": true, "output_path": "metrics", "job_name": "rel"},
+      "train": {"steps": 6, "checkpoint_dir": "ckpt", "save_interval": 3}})";
+  std::ofstream(dir_ / "jobs" / "job.json") << job;
+  Result r = ctl(addr, {"submit", "jobs/job.json"});  // zeroctl runs in dir_
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = ctl(addr, {"status", "--watch"});
+  EXPECT_NE(r.out.find("job-1 finished | step 6/6"), std::string::npos) << r.out;
+  EXPECT_EQ(read_latest((dir_ / "jobs" / "ckpt").string()).value_or(""), "global_step6");
+  EXPECT_TRUE(fs::exists(dir_ / "jobs" / "metrics" / "rel" / "metrics.csv"));
+  EXPECT_FALSE(fs::exists(dir_ / "daemon-cwd" / "ckpt"));
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt"));
+  r = ctl(addr, {"checkpoint", "list"});
+  EXPECT_NE(r.out.find((dir_ / "jobs" / "ckpt").string()), std::string::npos) << r.out;
+
+  // Raw requests: no base_dir and relative paths; a relative base_dir.
+  auto stub = v1::Control::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto submit = [&](const std::string& base_dir) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    v1::SubmitJobRequest req;
+    req.set_job_json(job);
+    req.set_name("raw.json");
+    req.set_base_dir(base_dir);
+    v1::SubmitJobResponse resp;
+    return stub->SubmitJob(&ctx, req, &resp);
+  };
+  grpc::Status st = submit("");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  for (const char* key : {"data.train[0]", "train.checkpoint_dir", "csv_monitor.output_path"}) {
+    EXPECT_NE(st.error_message().find(key), std::string::npos) << st.error_message();
+  }
+  st = submit("jobs");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("must be absolute"), std::string::npos) << st.error_message();
+}
+
+// `zerod train --listen`: a one-off job that serves its own control plane (status, checkpoint
+// save and list, stop) with zerod serve's listen rules, and exits with the job: 0 when it ends or
+// is stopped, the job's own exit code when it fails. Submit and resume are refused (they are
+// zerod serve's). It used to be refused: "not implemented yet".
+TEST_F(Serve, TrainListenServesItsOwnJobAndExitsWithIt) {
+  write_job("long.json", 100000000);
+  const std::string addr = "unix:" + (dir_ / "train.sock").string();
+  Process train({zerod_binary(), "train", "long.json", "--nproc-per-node", "2", "--listen", addr},
+                dir_.string(), (dir_ / "train.log").string());
+  ASSERT_TRUE(train.wait_output("listening on " + addr + " (this user only)", 60s))
+      << train.output();
+  wait_status(addr, [](const std::string& j) { return step_of(j) >= 3; });
+  Result r = ctl(addr, {"status"});
+  EXPECT_NE(r.out.find("job-1 running"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("long.json"), std::string::npos) << r.out;
+  r = ctl(addr, {"checkpoint", "save", "--tag", "by-hand"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = ctl(addr, {"checkpoint", "list"});
+  EXPECT_NE(r.out.find("by-hand"), std::string::npos) << r.out;
+  for (const std::vector<std::string>& refused :
+       {std::vector<std::string>{"submit", "long.json"}, std::vector<std::string>{"resume"}}) {
+    r = ctl(addr, refused);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find("FAILED_PRECONDITION"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("zerod train --listen"), std::string::npos) << r.out;
+  }
+  r = ctl(addr, {"stop", "--checkpoint"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("job-1 stopped at step"), std::string::npos) << r.out;
+  EXPECT_EQ(train.wait_for(60s), 0) << train.output();
+  EXPECT_TRUE(read_latest((dir_ / "ckpt").string()).has_value());
+
+  // A job that fails once it runs exits with its own code (2: byte tokens up to 255 do not fit
+  // a vocabulary of 64, found when the job starts; a glob that matches nothing would be
+  // refused before the control plane starts).
+  std::ofstream(dir_ / "nodata.json") << R"({"train_batch_size": 4,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 64, "seq_len": 32},
+      "data": {"train": "data/c_train_*.bin"}, "train": {"steps": 5}})";
+  Process failing({zerod_binary(), "train", "nodata.json", "--listen",
+                   "unix:" + (dir_ / "failing.sock").string()},
+                  dir_.string(), (dir_ / "failing.log").string());
+  EXPECT_EQ(failing.wait_for(60s), 2) << failing.output();
+  EXPECT_NE(failing.output().find("listening on"), std::string::npos) << failing.output();
+  EXPECT_NE(failing.output().find("vocab"), std::string::npos) << failing.output();
+  // zerod serve's rules: TCP needs a token, or --insecure-loopback on loopback.
+  Process tcp({zerod_binary(), "train", "long.json", "--listen", "127.0.0.1:0"}, dir_.string(),
+              (dir_ / "tcp.log").string());
+  EXPECT_EQ(tcp.wait_for(30s), 2) << tcp.output();
+  EXPECT_NE(tcp.output().find("or pass --insecure-loopback"), std::string::npos) << tcp.output();
+  Process token({zerod_binary(), "train", "long.json", "--token-file", "x"}, dir_.string(),
+                (dir_ / "token.log").string());
+  EXPECT_EQ(token.wait_for(30s), 2) << token.output();
+  EXPECT_NE(token.output().find("give --listen too"), std::string::npos) << token.output();
 }
 
 // WatchStatus streams are reactors of gRPC's callback API, not a thread each: 256 streams (the

@@ -1,12 +1,16 @@
 #include "tools/zeroctl/control_client.h"
 
-#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "engine/runtime/grpc/auth.h"
@@ -54,6 +58,8 @@ const char* code_name(grpc::StatusCode c) {
       return "FAILED_PRECONDITION";
     case grpc::StatusCode::NOT_FOUND:
       return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return "RESOURCE_EXHAUSTED";
     case grpc::StatusCode::INTERNAL:
@@ -105,14 +111,67 @@ struct Client {
   std::unique_ptr<Control::Stub> stub;
 };
 
-std::string to_json(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = true;
-  o.always_print_primitive_fields = true;
-  o.always_print_enums_as_ints = false;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+nlohmann::ordered_json json_of(const google::protobuf::Message& m);
+
+// One field's value. Unlike protobuf's JSON mapping, 64-bit integers are numbers, not strings
+// (programs compare steps and byte counts as numbers); non-finite doubles are its strings "NaN",
+// "Infinity", "-Infinity".
+nlohmann::ordered_json json_of_value(const google::protobuf::Message& m,
+                                     const google::protobuf::FieldDescriptor* f, int index) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  const bool rep = f->is_repeated();
+  auto real = [](double v) -> nlohmann::ordered_json {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+    return v;
+  };
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f);
+    case FD::CPPTYPE_INT64:
+      return rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f);
+    case FD::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f);
+    case FD::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f);
+    case FD::CPPTYPE_DOUBLE:
+      return real(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
+    case FD::CPPTYPE_FLOAT:
+      return real(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+    case FD::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f);
+    case FD::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name();
+    case FD::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f);
+    case FD::CPPTYPE_MESSAGE:
+      return json_of(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f));
+  }
+  return nullptr;
+}
+
+// The message as JSON: every field by its proto name, defaults included; a field with presence
+// (proto3 optional, a message) only when set.
+nlohmann::ordered_json json_of(const google::protobuf::Message& m) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    if (f->is_repeated()) {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (int k = 0; k < r->FieldSize(m, f); ++k) a.push_back(json_of_value(m, f, k));
+      out[f->name()] = std::move(a);
+    } else if (!f->has_presence() || r->HasField(m, f)) {
+      out[f->name()] = json_of_value(m, f, 0);
+    }
+  }
   return out;
+}
+
+std::string to_json(const google::protobuf::Message& m) {
+  return json_of(m).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string state_name(zerod::v1::JobState s) {
@@ -137,22 +196,41 @@ std::string duration(double s) {
   return buf;
 }
 
-// One line: "job-1 running | step 40/100 | loss 2.3456 | 3412 tok/s | ETA 1m05s".
+// One line: "job-1 finished | step 40/100 | loss 2.3456 | val 2.4012 | grad norm 0.512 |
+// lr 3.000e-03 | 3412 tok/s | MFU 1.2% | 320 samples | ETA 1m05s | checkpoint global_step40 |
+// job.json" (the loss scale too when it is not 1: fp16).
 std::string status_line(const zerod::v1::JobStatus& s) {
   std::ostringstream o;
   if (s.job_id().empty()) return "idle: no job submitted";
   o << s.job_id() << " " << state_name(s.state());
   if (s.stopped()) o << " (stopped)";
   o << " | step " << s.step() << "/" << s.total_steps();
+  char buf[256];
   if (s.step() > 0 && s.tokens_per_s() > 0) {  // (an interrupted job has no recent step)
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), " | loss %.4f | lr %.3e | %.0f tok/s | MFU %.1f%%", s.loss(),
-                  s.lr(), s.tokens_per_s(), 100 * s.mfu());
+    std::snprintf(buf, sizeof(buf), " | loss %.4f", s.loss());
+    o << buf;
+    if (s.has_val_loss()) {
+      std::snprintf(buf, sizeof(buf), " | val %.4f", s.val_loss());
+      o << buf;
+    }
+    std::snprintf(buf, sizeof(buf), " | grad norm %.3g", s.grad_norm());
+    o << buf;
+    if (s.loss_scale() != 1) {
+      std::snprintf(buf, sizeof(buf), " | loss scale %g", s.loss_scale());
+      o << buf;
+    }
+    std::snprintf(buf, sizeof(buf), " | lr %.3e | %.0f tok/s | MFU %.1f%%", s.lr(),
+                  s.tokens_per_s(), 100 * s.mfu());
+    o << buf;
+  } else if (s.has_val_loss()) {
+    std::snprintf(buf, sizeof(buf), " | val %.4f", s.val_loss());
     o << buf;
   }
+  if (s.samples_seen() > 0) o << " | " << s.samples_seen() << " samples";
   if (s.eta_seconds() > 0) o << " | ETA " << duration(s.eta_seconds());
   if (!s.last_checkpoint().empty()) o << " | checkpoint " << s.last_checkpoint();
   if (!s.reason().empty()) o << " | " << s.reason();
+  if (!s.job_name().empty()) o << " | " << s.job_name();
   return o.str();
 }
 
@@ -168,6 +246,12 @@ int submit(const Connection& c, const std::string& job_path, const std::string& 
   req.set_job_json(ss.str());
   req.set_name(job_path);
   req.set_resume(resume);
+  // The job's relative paths resolve against its file's directory, wherever the daemon runs.
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(job_path, ec);
+  if (ec)
+    ZD_THROW_INPUT("{}: cannot make the job file's path absolute: {}", job_path, ec.message());
+  req.set_base_dir(abs.lexically_normal().parent_path().string());
   zerod::v1::SubmitJobResponse resp;
   grpc::ClientContext ctx;
   cl.prepare(ctx);
@@ -216,10 +300,11 @@ int status(const Connection& c, bool watch, bool json) {
   return s.state() == zerod::v1::JOB_STATE_FAILED ? 1 : 0;
 }
 
-int checkpoint_save(const Connection& c, const std::string& tag) {
+int checkpoint_save(const Connection& c, const std::string& tag, bool overwrite) {
   Client cl(c);
   zerod::v1::SaveCheckpointRequest req;
   req.set_tag(tag);
+  req.set_overwrite(overwrite);
   zerod::v1::SaveCheckpointResponse resp;
   grpc::ClientContext ctx;
   cl.prepare(ctx);
@@ -265,16 +350,63 @@ int resume(const Connection& c, const std::string& tag) {
   return 0;
 }
 
-int stop(const Connection& c, bool checkpoint) {
+int stop(const Connection& c, bool checkpoint, bool wait, double wait_s) {
   Client cl(c);
   zerod::v1::StopRequest req;
   req.set_checkpoint(checkpoint);
   zerod::v1::StopResponse resp;
-  grpc::ClientContext ctx;
-  cl.prepare(ctx);
-  const grpc::Status st = cl.stub->Stop(&ctx, req, &resp);
-  if (!st.ok()) return fail(c, st);
-  std::printf("stop requested%s\n", checkpoint ? " (checkpoint first)" : "");
+  {
+    grpc::ClientContext ctx;
+    cl.prepare(ctx);
+    const grpc::Status st = cl.stub->Stop(&ctx, req, &resp);
+    if (!st.ok()) return fail(c, st);
+  }
+  if (!wait) {
+    std::printf("%s: stop requested%s\n", resp.job_id().c_str(),
+                checkpoint ? " (checkpoint first)" : "");
+    return 0;
+  }
+  // Until the job is down (finished or failed; a newer job id: it ended and another started), so
+  // that `zeroctl stop && zeroctl resume` finds no job running.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+  zerod::v1::JobStatus s;
+  for (;;) {
+    grpc::ClientContext ctx;
+    cl.prepare(ctx);
+    const grpc::Status st = cl.stub->GetStatus(&ctx, {}, &s);
+    if (!st.ok()) return fail(c, st);
+    const bool down = s.job_id() != resp.job_id() || s.state() == zerod::v1::JOB_STATE_FINISHED ||
+                      s.state() == zerod::v1::JOB_STATE_FAILED ||
+                      s.state() == zerod::v1::JOB_STATE_INTERRUPTED;
+    if (down) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr,
+                   "zeroctl: %s has not stopped after %g s (state %s, step %lld; the stop stays "
+                   "requested and takes effect at its next step boundary; zeroctl status --watch "
+                   "follows it)\n",
+                   resp.job_id().c_str(), wait_s, state_name(s.state()).c_str(),
+                   static_cast<long long>(s.step()));
+      return kExitStillRunning;
+    }
+    // Every 100 ms, and once more at the deadline.
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        std::chrono::milliseconds(100), deadline - std::chrono::steady_clock::now()));
+  }
+  if (s.job_id() != resp.job_id()) {
+    std::printf("%s stopped (%s runs now)\n", resp.job_id().c_str(), s.job_id().c_str());
+    return 0;
+  }
+  if (s.state() == zerod::v1::JOB_STATE_FAILED) {
+    std::fprintf(stderr, "zeroctl: %s failed while stopping: %s\n", s.job_id().c_str(),
+                 s.reason().c_str());
+    return 1;
+  }
+  std::string saved;
+  if (!s.last_checkpoint().empty())
+    saved = (checkpoint ? ", checkpoint " : ", last checkpoint ") + s.last_checkpoint();
+  std::printf("%s stopped at step %lld%s\n", s.job_id().c_str(), static_cast<long long>(s.step()),
+              saved.c_str());
   return 0;
 }
 

@@ -3,17 +3,18 @@
 //   zeroctl [--addr unix:PATH|HOST:PORT] [--token-file F] [--tls-ca F] COMMAND
 //     submit JOB.json [--resume latest|TAG]
 //     status [--watch] [--json]
-//     checkpoint save [--tag T] | checkpoint list [--json]
+//     checkpoint save [--tag T [--overwrite]] | checkpoint list [--json]
 //     resume [--tag T]
-//     stop [--checkpoint]
+//     stop [--checkpoint] [--timeout S | --no-wait]
 //     export CKPT_DIR [--tag T] --out DIR|model.safetensors [--dtype fp32|bf16]
 //            [--max-shard-size 5GB] [--force]
 //     plan --model gpt2-1.5b|N_PARAMS|JOB.json --world N [--gpu-mem 80GiB] [--cpu-mem B]
 //          [--offload none|cpu|nvme] [--micro-batch B] [--seq T] [--dtype bf16|fp16|fp32]
 //          [--activation-checkpointing] [--ranks-per-node R] [--tensor T] [--sequence-parallel]
 //
-// Exit codes: 0 ok, 1 internal error, 2 bad usage, bad input or a request the daemon rejected,
-// 3 the daemon cannot be reached, 4 unauthenticated.
+// Exit codes: 0 ok, 1 internal error (or the job failed: status --watch, stop), 2 bad usage, bad
+// input or a request the daemon rejected, 3 the daemon cannot be reached, 4 unauthenticated,
+// 5 stop: the job had not stopped within --timeout.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -215,18 +216,31 @@ int main(int argc, char** argv) {
   auto* checkpoint = app.add_subcommand("checkpoint", "Save or list the running job's checkpoints");
   checkpoint->require_subcommand(1);
   std::string save_tag;
+  bool save_overwrite = false;
   auto* ck_save = checkpoint->add_subcommand(
       "save", "Save a checkpoint at the next step boundary; returns when it is committed");
   ck_save->add_option("--tag", save_tag, "tag ([A-Za-z0-9._-]{1,128}; default global_step<N>)");
+  ck_save->add_flag("--overwrite", save_overwrite,
+                    "replace a checkpoint of the same tag (refused otherwise: ALREADY_EXISTS)");
   bool list_json = false;
   auto* ck_list = checkpoint->add_subcommand("list", "The job's checkpoints, newest first");
   ck_list->add_flag("--json", list_json, "JSON output");
   std::string resume_tag = "latest";
   auto* resume = app.add_subcommand("resume", "Run the last job again from a checkpoint");
   resume->add_option("--tag", resume_tag, "checkpoint tag, or latest")->capture_default_str();
-  bool stop_checkpoint = false;
-  auto* stop = app.add_subcommand("stop", "Stop the running job at its next step boundary");
+  bool stop_checkpoint = false, stop_no_wait = false;
+  double stop_wait_s = 600;
+  auto* stop = app.add_subcommand(
+      "stop", "Stop the running job at its next step boundary; returns once it is down");
   stop->add_flag("--checkpoint", stop_checkpoint, "save a checkpoint first");
+  auto* stop_timeout =
+      stop->add_option("--timeout", stop_wait_s,
+                       "seconds to wait for the job to be down (then exit 5, the stop still "
+                       "requested)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+  stop->add_flag("--no-wait", stop_no_wait, "return once the stop is requested")
+      ->excludes(stop_timeout);
 
   PlanFlags pf;
   auto* plan = app.add_subcommand(
@@ -294,10 +308,10 @@ int main(int argc, char** argv) {
 #ifdef ZEROD_HAVE_GRPC
     if (*submit) return zeroctl::submit(conn, job_path, submit_resume);
     if (*status) return zeroctl::status(conn, watch, json);
-    if (*ck_save) return zeroctl::checkpoint_save(conn, save_tag);
+    if (*ck_save) return zeroctl::checkpoint_save(conn, save_tag, save_overwrite);
     if (*ck_list) return zeroctl::checkpoint_list(conn, list_json);
     if (*resume) return zeroctl::resume(conn, resume_tag);
-    if (*stop) return zeroctl::stop(conn, stop_checkpoint);
+    if (*stop) return zeroctl::stop(conn, stop_checkpoint, !stop_no_wait, stop_wait_s);
 #else
     ZD_THROW_INPUT("this zeroctl was built without gRPC: only `export` is available");
 #endif

@@ -11,8 +11,22 @@
 
 namespace zerod {
 
+namespace {
+
+// The services the server answers, by name (health and reflection list them).
+const std::vector<std::string>& service_names() {
+  static const std::vector<std::string> names = {
+      v1::Control::service_full_name(), "grpc.health.v1.Health",
+      "grpc.reflection.v1alpha.ServerReflection",
+      grpc::reflection::v1::ServerReflection::service_full_name()};
+  return names;
+}
+
+}  // namespace
+
 ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options)
-    : service_(daemon, options.security.token, options.max_watchers) {
+    : service_(daemon, options.security.token, options.max_watchers),
+      reflection_v1_(service_names(), options.security.token) {
   const bool unix_socket = is_unix_address(options.listen);
   const std::string host =
       unix_socket ? "" : parse_host_port(options.listen, "--listen", /*min_port=*/0).first;
@@ -28,6 +42,7 @@ ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&service_);
+  builder.RegisterService(&reflection_v1_);
   if (!options.security.token.empty() && options.security.tls_cert.empty()) {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> f;
     f.push_back(token_interceptor(options.security.token, "/zerod.v1.Control/"));
@@ -47,7 +62,11 @@ ControlServer::ControlServer(Daemon& daemon, const ControlServerOptions& options
   } else {
     address_ = join_host_port(host, bound);
   }
-  server_->GetHealthCheckService()->SetServingStatus(true);
+  // The server as a whole ("") and each service by name: Check("zerod.v1.Control") is what a
+  // probe of this service asks (grpc_health_probe -service zerod.v1.Control).
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  for (const std::string& service : service_names()) health->SetServingStatus(service, true);
 }
 
 ControlServer::~ControlServer() {
@@ -56,7 +75,7 @@ ControlServer::~ControlServer() {
 
 void ControlServer::shutdown() {
   if (!server_) return;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->GetHealthCheckService()->SetServingStatus(false);  // every name set above
   service_.shutdown();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();

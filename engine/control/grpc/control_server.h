@@ -1,5 +1,6 @@
 // The daemon's gRPC server: Control (control_service.h), the standard grpc.health.v1.Health
-// service (SERVING while the daemon runs) and server reflection, behind the security of
+// service (SERVING while the daemon runs, for the server and each service by name) and server
+// reflection (v1alpha from libgrpc++_reflection, v1 from reflection_v1.h), behind the security of
 // engine/runtime/grpc/auth.h, with bounded message sizes.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "engine/control/grpc/control_service.h"
+#include "engine/control/grpc/reflection_v1.h"
 #include "engine/runtime/grpc/auth.h"
 
 namespace zerod {
@@ -32,6 +34,7 @@ class ControlServer {
 
  private:
   ControlService service_;
+  ReflectionV1Service reflection_v1_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

@@ -39,6 +39,10 @@ grpc::Status guarded(const grpc::ServerContext* ctx, const std::string& token, F
     return {grpc::StatusCode::INVALID_ARGUMENT, status_message(e.what())};
   } catch (const PreconditionError& e) {
     return {grpc::StatusCode::FAILED_PRECONDITION, status_message(e.what())};
+  } catch (const NotFoundError& e) {
+    return {grpc::StatusCode::NOT_FOUND, status_message(e.what())};
+  } catch (const AlreadyExistsError& e) {
+    return {grpc::StatusCode::ALREADY_EXISTS, status_message(e.what())};
   } catch (const InputError& e) {
     return {grpc::StatusCode::INVALID_ARGUMENT, status_message(e.what())};
   } catch (const Error& e) {
@@ -82,6 +86,7 @@ bool ended(JobState s) {
 void fill_status(const DaemonStatus& s, v1::JobStatus* out) {
   out->set_state(to_proto(s.state));
   out->set_job_id(s.job_id);
+  out->set_job_name(s.job_name);
   out->set_reason(s.reason);
   out->set_stopped(s.stopped);
   out->set_elapsed_seconds(s.elapsed_seconds);
@@ -90,11 +95,15 @@ void fill_status(const DaemonStatus& s, v1::JobStatus* out) {
   out->set_total_steps(p.total_steps);
   out->set_world_size(p.world_size);
   out->set_last_checkpoint(p.last_checkpoint);
+  out->set_samples_seen(p.samples_seen());
+  if (p.val_loss) out->set_val_loss(*p.val_loss);
   if (p.last) {
     out->set_loss(p.last->loss);
     out->set_lr(p.last->lr);
     out->set_tokens_per_s(p.last->tokens_per_s);
     out->set_mfu(p.last->mfu);
+    out->set_grad_norm(p.last->grad_norm);
+    out->set_loss_scale(p.last->loss_scale);
   }
   if (!ended(s.state) && p.total_steps > p.step) {
     out->set_eta_seconds(static_cast<double>(p.total_steps - p.step) * p.seconds_per_step);
@@ -115,7 +124,7 @@ void ControlService::shutdown() {
 grpc::Status ControlService::SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                                        v1::SubmitJobResponse* resp) {
   return guarded(ctx, token_, [&] {
-    resp->set_job_id(daemon_.submit(req->job_json(), req->name(), req->resume()));
+    resp->set_job_id(daemon_.submit(req->job_json(), req->name(), req->resume(), req->base_dir()));
   });
 }
 
@@ -140,7 +149,7 @@ grpc::Status ControlService::SaveCheckpoint(grpc::ServerContext* ctx,
                                     deadline - std::chrono::system_clock::now()));
   }
   return guarded(ctx, token_, [&] {
-    const JobControl::SaveResult r = daemon_.save_checkpoint(req->tag(), timeout);
+    const JobControl::SaveResult r = daemon_.save_checkpoint(req->tag(), timeout, req->overwrite());
     resp->set_tag(r.tag);
     resp->set_step(r.step);
   });
@@ -171,8 +180,8 @@ grpc::Status ControlService::Resume(grpc::ServerContext* ctx, const v1::ResumeRe
 }
 
 grpc::Status ControlService::Stop(grpc::ServerContext* ctx, const v1::StopRequest* req,
-                                  v1::StopResponse*) {
-  return guarded(ctx, token_, [&] { daemon_.stop(req->checkpoint()); });
+                                  v1::StopResponse* resp) {
+  return guarded(ctx, token_, [&] { resp->set_job_id(daemon_.stop(req->checkpoint())); });
 }
 
 grpc::Status ControlService::FollowJobs(grpc::ServerContext* ctx, const v1::FollowJobsRequest* req,

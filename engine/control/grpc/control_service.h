@@ -1,6 +1,7 @@
 // The Control service of proto/zerod.proto over a Daemon: errors become status codes
 // (ConfigError/InputError -> INVALID_ARGUMENT with the messages `zerod check` prints,
-// PreconditionError -> FAILED_PRECONDITION, a save that does not finish in time ->
+// PreconditionError -> FAILED_PRECONDITION, NotFoundError -> NOT_FOUND, AlreadyExistsError ->
+// ALREADY_EXISTS, a save that does not finish in time ->
 // DEADLINE_EXCEEDED). WatchStatus is served with gRPC's callback API (status_watchers.h: no
 // thread per stream, at most max_watchers streams); the other methods are synchronous.
 #pragma once
