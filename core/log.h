@@ -16,4 +16,17 @@ int thread_rank();
 // Level by name: trace, debug, info, warn, error, off. Throws InputError on an unknown name.
 void set_level(const std::string& name);
 
+// A live one-line progress display on stderr, redrawn in place (carriage return), only when
+// stderr is a terminal (never in a file or pipe) and ZEROD_PROGRESS is not "0". Log lines clear
+// it, print, and draw it again below them, so it never splits a line.
+bool progress_enabled();
+// Shows `text` as the progress line (no-op when disabled).
+void set_progress(const std::string& text);
+// Removes it (at the end of a run).
+void clear_progress();
+
+// For tests: the file descriptor the progress line is drawn on (default 2, -1 restores it); the
+// terminal check runs again on it.
+void set_progress_fd_for_test(int fd);
+
 }  // namespace zerod::log

@@ -378,6 +378,22 @@ void Trainer::log_step(const StepMetrics& m) {
   spdlog::info("{}", line);
 }
 
+void Trainer::draw_progress(const StepMetrics& m) {
+  // At most 5 redraws a second: a terminal, not a log, and cheap next to a step.
+  const auto now = std::chrono::steady_clock::now();
+  if (m.step != cfg_.train.steps && now - progress_drawn_ < std::chrono::milliseconds(200)) return;
+  if (!log::progress_enabled()) return;
+  progress_drawn_ = now;
+  const int64_t total = cfg_.train.steps;
+  const double mean = timed_steps_ > 0 ? step_seconds_ / static_cast<double>(timed_steps_) : 0.0;
+  constexpr int kBar = 20;
+  const int filled = static_cast<int>(kBar * static_cast<double>(m.step) / total);
+  log::set_progress(fmt::format("[{}{}] step {}/{} | loss {:.4f} | {:.0f} tok/s | ETA {}",
+                                std::string(filled, '#'), std::string(kBar - filled, '.'), m.step,
+                                total, m.loss, m.tokens_per_s,
+                                format_eta(mean * static_cast<double>(total - m.step))));
+}
+
 void Trainer::log_breakdown() {
   if (breakdown_steps_ == 0) return;
   const double n = static_cast<double>(breakdown_steps_);
@@ -567,6 +583,10 @@ TrainResult Trainer::run() {
   if (options_.control)
     options_.control->set_world(ctx_.world_size, cfg_.train.steps, cfg_.global_batch());
   if (options_.log_steps) log_memory("at the start");
+  // The live progress line (a terminal only) goes away however the run ends.
+  struct ProgressGuard {
+    ~ProgressGuard() { log::clear_progress(); }
+  } progress_guard;
   Stopwatch total;
   const double update_blocked_before = ckpt_ ? ckpt_->update_blocked_seconds() : 0.0;
   const int64_t steps = cfg_.train.steps;
@@ -598,6 +618,7 @@ TrainResult Trainer::run() {
       if (cfg_.wall_clock_breakdown) log_breakdown();
       if (cfg_.comms_logger.verbose) log_comms(step - result.first_step + 1);
     }
+    if (options_.log_steps && leader()) draw_progress(m);
     if (csv_) csv_->write(m);
     if (tb_) tb_->write(m, memory_.total());
     if (options_.on_step) options_.on_step(m);

@@ -5,6 +5,7 @@
 // engine reduces gradients through the communicator; rank 0 alone prints and writes metrics.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -93,6 +94,7 @@ class Trainer {
   double mean_over_ranks(double local);
   bool leader() const { return ctx_.rank == 0; }
   void log_step(const StepMetrics& m);
+  void draw_progress(const StepMetrics& m);  // the live line on a terminal (core/log.h)
   void log_breakdown();
   // Every rank: each memory category, current and peak.
   void log_memory(const char* when);
@@ -131,7 +133,9 @@ class Trainer {
   double peak_flops_ = 0;
   bool mfu_clamped_ = false;
   double step_seconds_ = 0;  // this run's steps: their time, and how many (the ETA)
-  int64_t timed_steps_ = 0;  // an MFU above 100% was reported as 100% (warned once)
+  int64_t timed_steps_ = 0;
+  std::chrono::steady_clock::time_point
+      progress_drawn_{};     // an MFU above 100% was reported as 100% (warned once)
   int64_t steps_taken_ = 0;  // non-skipped optimizer steps (drives the LR schedule)
   int64_t skipped_ = 0;
   // Seconds in each phase over the whole run, and their values at the last breakdown print.

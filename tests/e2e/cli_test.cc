@@ -2,7 +2,12 @@
 // ending with exit code 2 and one clear message (never a crash or a hang: every run is bounded
 // by `timeout`).
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 
 #include <array>
 #include <cstdio>
@@ -100,6 +105,51 @@ TEST_F(Cli, TrainsAJobAndWritesItsMetrics) {
   int lines = 0;
   for (std::string line; std::getline(second, line);) ++lines;
   EXPECT_EQ(lines, 4);  // header + 3 steps
+  // Into a pipe (as into a log file) no live progress line: no carriage return, no erasing.
+  EXPECT_EQ(r.output.find('\r'), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\033[K"), std::string::npos) << r.output;
+}
+
+// On a terminal (a pseudo-terminal here) the run draws a live progress line between its log
+// lines: a bar, the step, the loss and the ETA, redrawn in place; the log lines stay whole.
+TEST_F(Cli, ATerminalShowsALiveProgressLine) {
+  write("job.json", job("data/t_train_*.bin", ""));
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (::chdir(dir_.c_str()) != 0) ::_exit(127);
+    ::setenv("TERM", "xterm", 1);
+    const std::string zerod = std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
+    ::execl(zerod.c_str(), zerod.c_str(), "train", "job.json", "--steps", "30", nullptr);
+    ::_exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const ssize_t n = ::read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    out.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  ::kill(pid, SIGKILL);  // (already gone unless the deadline passed)
+  ::waitpid(pid, &status, 0);
+  ::close(master);
+  EXPECT_NE(out.find("done: 30 steps"), std::string::npos) << out;
+  EXPECT_NE(out.find("\r\033[K[####################] step 30/30 | loss "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("| ETA "), std::string::npos) << out;
+  // Every log line starts on a line of its own as the terminal shows it: after a newline, or
+  // after the progress line was erased (carriage return, erase to the end of the line).
+  for (size_t at = out.find("info "); at != std::string::npos; at = out.find("info ", at + 1)) {
+    const size_t newline = out.rfind('\n', at);
+    const size_t erased = out.rfind("\r\033[K", at);
+    size_t start = newline == std::string::npos ? 0 : newline + 1;
+    if (erased != std::string::npos && erased + 4 > start) start = erased + 4;
+    const std::string prefix = out.substr(start, at - start);
+    EXPECT_EQ(prefix.find("step "), std::string::npos) << "a log line after progress: " << prefix;
+  }
 }
 
 TEST_F(Cli, TheBuiltInDemoTrainsOnTheEmbeddedCorpus) {
