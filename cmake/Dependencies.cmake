@@ -41,6 +41,27 @@ if(prometheus-cpp_FOUND)
   set(ZEROD_HAVE_PROMETHEUS ON)
 endif()
 
+# PCRE2 and libsentencepiece: the tokenizers (engine/tokenizer). Optional: without PCRE2,
+# tokenizer.json files with regex pre-tokenizers and GPT-2's vocab.json + merges.txt are refused
+# with a message; without libsentencepiece, SentencePiece .model files are.
+option(ZEROD_PCRE2 "Build tokenizer.json regex pre-tokenizers when PCRE2 is found" ON)
+option(ZEROD_SENTENCEPIECE "Build SentencePiece .model support when libsentencepiece is found" ON)
+find_package(PkgConfig QUIET)
+set(ZEROD_HAVE_PCRE2 OFF)
+set(ZEROD_HAVE_SENTENCEPIECE OFF)
+if(PkgConfig_FOUND AND ZEROD_PCRE2)
+  pkg_check_modules(ZEROD_PCRE2_PC QUIET IMPORTED_TARGET libpcre2-8)
+  if(ZEROD_PCRE2_PC_FOUND)
+    set(ZEROD_HAVE_PCRE2 ON)
+  endif()
+endif()
+if(PkgConfig_FOUND AND ZEROD_SENTENCEPIECE)
+  pkg_check_modules(ZEROD_SENTENCEPIECE_PC QUIET IMPORTED_TARGET sentencepiece)
+  if(ZEROD_SENTENCEPIECE_PC_FOUND)
+    set(ZEROD_HAVE_SENTENCEPIECE ON)
+  endif()
+endif()
+
 if(ZEROD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -19,6 +19,8 @@ packages=(
   python3-torch python3-venv  # tests/hf: parity with transformers (in a venv over this torch);
                               # torchrun for tests/e2e/launchers_test.cc
   munge slurmctld slurmd slurm-client  # launchers_test.cc starts a one-node Slurm cluster
+  libpcre2-dev libsentencepiece-dev  # engine/tokenizer: tokenizer.json regexes, .model files
+  python3-sentencepiece  # tests/tokenizer: the reference for libsentencepiece (same version)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)
