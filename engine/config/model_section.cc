@@ -151,7 +151,8 @@ void read_gpt2_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
   r.read_int("n_layer", m.n_layer, at_least(1));
   r.read_int("n_head", m.n_head, at_least(1));
   r.read_int("n_embd", m.n_embd, at_least(1));
-  // Token shards store uint16 ids.
+  // GPT-2 vocabularies stay within what uint16 token shards hold (the Llama family reads
+  // uint32 shards for larger ones).
   r.read_int("vocab_size", m.vocab_size, int_between(1, 65536));
   if (from_hf_file) {
     // GPT2Config: n_positions rows of wpe (the job's seq_len, unless it says otherwise).

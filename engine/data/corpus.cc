@@ -35,20 +35,29 @@ bool is_corpus_shard_name(const std::string& name, const std::string& prefix) {
   return false;
 }
 
-// Writes bytes[begin, end) as shards of `split`; appends them to `out`.
-void write_split(std::span<const uint8_t> bytes, const std::filesystem::path& dir,
+// Writes source[0, n) as shards of `split` whose tokens are `Token`; appends them to `out`.
+template <typename Token, typename Source>
+void write_split(std::span<const Source> source, const std::filesystem::path& dir,
                  const std::string& prefix, const std::string& split, int64_t shard_tokens,
                  CorpusShards& out) {
-  std::vector<uint16_t> tokens;
-  const int64_t n = static_cast<int64_t>(bytes.size());
+  std::vector<Token> tokens;
+  const int64_t n = static_cast<int64_t>(source.size());
   for (int64_t start = 0, index = 0; start < n; start += shard_tokens, ++index) {
     const int64_t count = std::min(shard_tokens, n - start);
-    tokens.assign(bytes.begin() + start, bytes.begin() + start + count);
+    tokens.assign(source.begin() + start, source.begin() + start + count);
     const std::string path = (dir / shard_file_name(prefix, split, index)).string();
-    write_shard(path, tokens);
+    write_shard(path, std::span<const Token>(tokens));
     out.shards.push_back({path, split, count});
   }
 }
+
+// The shared body of write_text_shards and write_token_shards: checks the arguments, splits the
+// last val_fraction of `source` off as validation, writes both splits as `Token` shards and
+// removes stale shards of an earlier run. `unit` names the elements in messages.
+template <typename Token, typename Source>
+CorpusShards write_shards(std::span<const Source> source, const std::string& out_dir,
+                          double val_fraction, int64_t shard_tokens, const std::string& prefix,
+                          const char* unit);
 
 }  // namespace
 
@@ -60,6 +69,31 @@ CorpusShards write_text_shards(std::span<const uint8_t> bytes, const std::string
                                double val_fraction, int64_t shard_tokens,
                                const std::string& prefix) {
   if (bytes.empty()) ZD_THROW_INPUT("no text to write as shards: the input is empty (0 bytes)");
+  return write_shards<uint16_t>(bytes, out_dir, val_fraction, shard_tokens, prefix, "bytes");
+}
+
+CorpusShards write_token_shards(std::span<const uint32_t> tokens, int64_t vocab_size,
+                                const std::string& out_dir, double val_fraction,
+                                int64_t shard_tokens, const std::string& prefix) {
+  if (tokens.empty()) ZD_THROW_INPUT("no tokens to write as shards: the input gave 0 tokens");
+  ZD_CHECK(vocab_size >= 1, "write_token_shards: vocab_size {}", vocab_size);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (static_cast<int64_t>(tokens[i]) >= vocab_size) {
+      ZD_THROW_INPUT("token {} at position {} is outside the vocabulary (vocab_size {})", tokens[i],
+                     i, vocab_size);
+    }
+  }
+  if (vocab_size <= kShardU16MaxVocab)
+    return write_shards<uint16_t>(tokens, out_dir, val_fraction, shard_tokens, prefix, "tokens");
+  return write_shards<uint32_t>(tokens, out_dir, val_fraction, shard_tokens, prefix, "tokens");
+}
+
+namespace {
+
+template <typename Token, typename Source>
+CorpusShards write_shards(std::span<const Source> bytes, const std::string& out_dir,
+                          double val_fraction, int64_t shard_tokens, const std::string& prefix,
+                          const char* unit) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     ZD_THROW_INPUT("val_fraction: found {}, expected a number in [0, 1)", val_fraction);
   if (shard_tokens < 1 || shard_tokens > kShardMaxTokens)
@@ -79,18 +113,18 @@ CorpusShards write_text_shards(std::span<const uint8_t> bytes, const std::string
   }
   if (n_val >= n) {
     ZD_THROW_INPUT(
-        "val_fraction {} of {} bytes holds out {} bytes and leaves no training text; expected a "
+        "val_fraction {} of {} {} holds out {} {} and leaves no training text; expected a "
         "smaller fraction or more text",
-        val_fraction, n, n_val);
+        val_fraction, n, unit, n_val, unit);
   }
   const int64_t n_train = n - n_val;
   const int64_t train_shards = (n_train + shard_tokens - 1) / shard_tokens;
   const int64_t val_shards = (n_val + shard_tokens - 1) / shard_tokens;
   if (std::max(train_shards, val_shards) - 1 > kMaxShardIndex) {
     ZD_THROW_INPUT(
-        "shard_tokens {} would split {} bytes into {} shards, more than {}; expected a "
+        "shard_tokens {} would split {} {} into {} shards, more than {}; expected a "
         "larger shard_tokens",
-        shard_tokens, n, std::max(train_shards, val_shards), kMaxShardIndex + 1);
+        shard_tokens, n, unit, std::max(train_shards, val_shards), kMaxShardIndex + 1);
   }
 
   const std::filesystem::path dir(out_dir);
@@ -101,8 +135,10 @@ CorpusShards write_text_shards(std::span<const uint8_t> bytes, const std::string
     ZD_THROW_INPUT("output directory '{}' is not a directory", out_dir);
 
   CorpusShards out;
-  write_split(bytes.first(static_cast<size_t>(n_train)), dir, prefix, "train", shard_tokens, out);
-  write_split(bytes.subspan(static_cast<size_t>(n_train)), dir, prefix, "val", shard_tokens, out);
+  write_split<Token>(bytes.first(static_cast<size_t>(n_train)), dir, prefix, "train", shard_tokens,
+                     out);
+  write_split<Token>(bytes.subspan(static_cast<size_t>(n_train)), dir, prefix, "val", shard_tokens,
+                     out);
   out.train_tokens = n_train;
   out.val_tokens = n_val;
 
@@ -125,5 +161,7 @@ CorpusShards write_text_shards(std::span<const uint8_t> bytes, const std::string
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace zerod

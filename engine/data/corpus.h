@@ -1,6 +1,7 @@
-// Text -> byte-level token shards: every byte is one token (its value), so the vocabulary is the
-// 256 byte values and any text, in any encoding, round-trips exactly. Used by the zerod-shards
-// tool and by `zerod train`'s built-in demo.
+// Text -> token shards. write_text_shards tokenizes byte by byte: every byte is one token (its
+// value), so the vocabulary is the 256 byte values and any text, in any encoding, round-trips
+// exactly (zerod-shards --tokenizer byte and `zerod train`'s built-in demo). write_token_shards
+// writes tokens a tokenizer made (zerod-shards --tokenizer PATH).
 #pragma once
 
 #include <cstdint>
@@ -40,5 +41,13 @@ std::string shard_file_name(const std::string& prefix, const std::string& split,
 CorpusShards write_text_shards(std::span<const uint8_t> bytes, const std::string& out_dir,
                                double val_fraction, int64_t shard_tokens,
                                const std::string& prefix);
+
+// The same for `tokens` already made by a tokenizer of `vocab_size` ids: the split and file
+// names are those of write_text_shards, counted in tokens. The shards hold uint16 tokens when
+// vocab_size <= kShardU16MaxVocab (65536), else uint32 (shard.h). InputErrors as
+// write_text_shards, and for a token >= vocab_size.
+CorpusShards write_token_shards(std::span<const uint32_t> tokens, int64_t vocab_size,
+                                const std::string& out_dir, double val_fraction,
+                                int64_t shard_tokens, const std::string& prefix);
 
 }  // namespace zerod

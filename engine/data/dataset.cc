@@ -35,7 +35,7 @@ TokenDataset::TokenDataset(const std::vector<std::string>& paths, int64_t seq_le
           "{}: shard '{}' has token {} at token position {} (of {}), expected every token < "
           "vocab_size {} (model.vocab_size); the shard's largest token is {}: it was tokenized "
           "with a larger vocabulary, or model.vocab_size is too small",
-          what_, path, pos >= 0 ? shard.tokens()[pos] : shard.max_token(), pos, n, vocab_size,
+          what_, path, pos >= 0 ? shard.token(pos) : shard.max_token(), pos, n, vocab_size,
           shard.max_token());
     }
   }
@@ -74,21 +74,37 @@ TokenDataset::Location TokenDataset::locate(int64_t index) const {
   return {shard, (global - first[static_cast<size_t>(shard)]) * seq_len_};
 }
 
-void TokenDataset::read_sample(int64_t index, int32_t* inputs, int32_t* targets) const {
-  const Location loc = locate(index);
-  const TokenShard& sh = shards_->shards[static_cast<size_t>(loc.shard)];
-  const uint16_t* window = sh.tokens() + loc.token;
-  for (int64_t t = 0; t <= seq_len_; ++t) {
-    if (window[t] >= vocab_size_) {
+namespace {
+
+// Copies window[0, seq_len] into inputs/targets after checking every token against the vocabulary.
+template <typename T>
+void copy_window(const T* window, int64_t seq_len, int64_t vocab_size, const std::string& what,
+                 const TokenShard& sh, int64_t first, int32_t* inputs, int32_t* targets) {
+  for (int64_t t = 0; t <= seq_len; ++t) {
+    if (static_cast<int64_t>(window[t]) >= vocab_size) {
       ZD_THROW_INPUT(
           "{}: shard '{}' has token {} at token position {}, expected a token < vocab_size {} "
           "(model.vocab_size)",
-          what_, sh.path(), window[t], loc.token + t, vocab_size_);
+          what, sh.path(), window[t], first + t, vocab_size);
     }
   }
-  for (int64_t t = 0; t < seq_len_; ++t) {
-    inputs[t] = window[t];
-    targets[t] = window[t + 1];
+  for (int64_t t = 0; t < seq_len; ++t) {
+    inputs[t] = static_cast<int32_t>(window[t]);
+    targets[t] = static_cast<int32_t>(window[t + 1]);
+  }
+}
+
+}  // namespace
+
+void TokenDataset::read_sample(int64_t index, int32_t* inputs, int32_t* targets) const {
+  const Location loc = locate(index);
+  const TokenShard& sh = shards_->shards[static_cast<size_t>(loc.shard)];
+  if (sh.token_bytes() == 2) {
+    copy_window(sh.tokens() + loc.token, seq_len_, vocab_size_, what_, sh, loc.token, inputs,
+                targets);
+  } else {
+    copy_window(sh.tokens32() + loc.token, seq_len_, vocab_size_, what_, sh, loc.token, inputs,
+                targets);
   }
 }
 

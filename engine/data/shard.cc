@@ -22,9 +22,9 @@ static_assert(std::endian::native == std::endian::little, "zerod assumes a littl
 
 namespace {
 
-constexpr const char* kFormat = "an llm.c .bin token shard (256 int32 header, magic 20240520)";
-// llm.c's uint32-token shards (Llama 3 tokenizations) use this magic.
-constexpr int32_t kLlmcUint32Magic = 20240801;
+constexpr const char* kFormat =
+    "an llm.c .bin token shard (256 int32 header, magic 20240520 for uint16 tokens or 20240801 "
+    "for uint32 tokens)";
 
 std::string errno_text(int err) {
   return std::strerror(err);
@@ -51,9 +51,9 @@ std::string magic_hint(const unsigned char* first, int32_t magic) {
   if (static_cast<int32_t>(__builtin_bswap32(static_cast<uint32_t>(magic))) == kShardMagic)
     return "; that is the magic byte-swapped: the file was written big-endian, expected "
            "little-endian";
-  if (magic == kLlmcUint32Magic)
-    return "; that is llm.c's uint32-token format (e.g. Llama 3), which zerod does not read: "
-           "tokens must be uint16";
+  if (static_cast<int32_t>(__builtin_bswap32(static_cast<uint32_t>(magic))) == kShardMagicU32)
+    return "; that is the uint32 magic byte-swapped: the file was written big-endian, expected "
+           "little-endian";
   return "";
 }
 
@@ -74,10 +74,18 @@ size_t pread_full(int fd, void* buf, size_t n, off_t offset, const std::string& 
 }
 
 // The largest of tokens[0, n): a branch-free reduction the compiler vectorises.
-uint16_t max_of(const uint16_t* tokens, int64_t n) {
-  uint16_t m = 0;
+template <typename T>
+uint32_t max_of(const T* tokens, int64_t n) {
+  T m = 0;
   for (int64_t i = 0; i < n; ++i) m = tokens[i] > m ? tokens[i] : m;
   return m;
+}
+
+template <typename T>
+int64_t first_at_least(const T* tokens, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<int64_t>(tokens[i]) >= limit) return i;
+  return -1;
 }
 
 void write_full(int fd, const void* buf, size_t n, const std::string& path) {
@@ -109,20 +117,28 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
 
   std::array<int32_t, kShardHeaderInts> header{};
   const size_t got = pread_full(file.fd, header.data(), kShardHeaderBytes, 0, path_);
-  if (got >= 4 && header[0] != kShardMagic) {
+  if (got >= 4 && header[0] != kShardMagic && header[0] != kShardMagicU32) {
     // What was found is not quoted: the file's first bytes are its content.
-    ZD_THROW_INPUT("shard '{}' has the wrong magic number: expected {} ({}){}", path_, kShardMagic,
-                   kFormat,
+    ZD_THROW_INPUT("shard '{}' has the wrong magic number: expected {} or {} ({}){}", path_,
+                   kShardMagic, kShardMagicU32, kFormat,
                    magic_hint(reinterpret_cast<const unsigned char*>(header.data()), header[0]));
   }
+  const bool wide = header[0] == kShardMagicU32;
+  const int32_t want_version = wide ? kShardVersionU32 : kShardVersion;
+  const char* width = wide ? "uint32" : "uint16";
+  const int64_t tb = wide ? 4 : 2;
   if (size < kShardHeaderBytes) {
     ZD_THROW_INPUT("shard '{}' is truncated: found {} bytes, shorter than the {}-byte header of {}",
                    path_, size, kShardHeaderBytes, kFormat);
   }
-  if (header[1] != kShardVersion) {
-    ZD_THROW_INPUT("shard '{}' has an unsupported version: found {}, expected {} (uint16 tokens){}",
-                   path_, header[1], kShardVersion,
-                   header[1] == 2 ? "; version 2 is llm.c's uint32-token format" : "");
+  if (header[1] != want_version) {
+    ZD_THROW_INPUT(
+        "shard '{}' has an unsupported version: found {}, expected {} (magic {}, {} tokens){}",
+        path_, header[1], want_version, header[0], width,
+        header[1] == (wide ? kShardVersion : kShardVersionU32)
+            ? fmt::format("; version {} belongs to magic {}: the header mixes the two formats",
+                          header[1], wide ? kShardMagic : kShardMagicU32)
+            : std::string());
   }
   const int64_t ntok = header[2];
   if (ntok == 0) {
@@ -133,18 +149,18 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
     ZD_THROW_INPUT("shard '{}' has a negative token count in its header: found {}, expected >= 1",
                    path_, ntok);
   }
-  const int64_t expected = kShardHeaderBytes + 2 * ntok;
+  const int64_t expected = kShardHeaderBytes + tb * ntok;
   if (size < expected) {
     ZD_THROW_INPUT(
-        "shard '{}' is truncated: its header says {} tokens, so expected {} bytes ({} header + 2 "
-        "bytes per token), found {} bytes ({} bytes missing)",
-        path_, ntok, expected, kShardHeaderBytes, size, expected - size);
+        "shard '{}' is truncated: its header says {} tokens, so expected {} bytes ({} header + {} "
+        "bytes per {} token), found {} bytes ({} bytes missing)",
+        path_, ntok, expected, kShardHeaderBytes, tb, width, size, expected - size);
   }
   if (size > expected) {
     ZD_THROW_INPUT(
         "shard '{}' has {} trailing bytes: its header says {} tokens, so expected {} bytes ({} "
-        "header + 2 bytes per token), found {} bytes",
-        path_, size - expected, ntok, expected, kShardHeaderBytes, size);
+        "header + {} bytes per {} token), found {} bytes",
+        path_, size - expected, ntok, expected, kShardHeaderBytes, tb, width, size);
   }
 
   void* map = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, file.fd, 0);
@@ -152,14 +168,28 @@ TokenShard::TokenShard(std::string path) : path_(std::move(path)) {
   map_ = map;
   map_bytes_ = static_cast<size_t>(size);
   num_tokens_ = ntok;
-  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kShardHeaderBytes);
-  max_token_ = max_of(tokens_, num_tokens_);
+  data_ = static_cast<const char*>(map) + kShardHeaderBytes;
+  token_bytes_ = static_cast<int>(tb);
+  max_token_ = wide ? max_of(static_cast<const uint32_t*>(data_), num_tokens_)
+                    : max_of(static_cast<const uint16_t*>(data_), num_tokens_);
+}
+
+const uint16_t* TokenShard::tokens() const {
+  ZD_CHECK(token_bytes_ == 2, "shard '{}' holds uint32 tokens; tokens() is for uint16 shards",
+           path_);
+  return static_cast<const uint16_t*>(data_);
+}
+
+const uint32_t* TokenShard::tokens32() const {
+  ZD_CHECK(token_bytes_ == 4, "shard '{}' holds uint16 tokens; tokens32() is for uint32 shards",
+           path_);
+  return static_cast<const uint32_t*>(data_);
 }
 
 int64_t TokenShard::first_token_at_least(int64_t limit) const {
-  for (int64_t i = 0; i < num_tokens_; ++i)
-    if (tokens_[i] >= limit) return i;
-  return -1;
+  return token_bytes_ == 2
+             ? first_at_least(static_cast<const uint16_t*>(data_), num_tokens_, limit)
+             : first_at_least(static_cast<const uint32_t*>(data_), num_tokens_, limit);
 }
 
 TokenShard::~TokenShard() {
@@ -170,7 +200,8 @@ void TokenShard::unmap() {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
   map_ = nullptr;
   map_bytes_ = 0;
-  tokens_ = nullptr;
+  data_ = nullptr;
+  token_bytes_ = 2;
   num_tokens_ = 0;
   max_token_ = 0;
 }
@@ -180,7 +211,8 @@ TokenShard::TokenShard(TokenShard&& other) noexcept
       num_tokens_(std::exchange(other.num_tokens_, 0)),
       map_(std::exchange(other.map_, nullptr)),
       map_bytes_(std::exchange(other.map_bytes_, 0)),
-      tokens_(std::exchange(other.tokens_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
+      token_bytes_(std::exchange(other.token_bytes_, 2)),
       max_token_(std::exchange(other.max_token_, 0)) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
@@ -190,19 +222,23 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     num_tokens_ = std::exchange(other.num_tokens_, 0);
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
-    tokens_ = std::exchange(other.tokens_, nullptr);
+    data_ = std::exchange(other.data_, nullptr);
+    token_bytes_ = std::exchange(other.token_bytes_, 2);
     max_token_ = std::exchange(other.max_token_, 0);
   }
   return *this;
 }
 
-void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
-  ZD_CHECK(!tokens.empty() && static_cast<int64_t>(tokens.size()) <= kShardMaxTokens,
-           "write_shard('{}'): {} tokens, expected 1..{}", path, tokens.size(), kShardMaxTokens);
+namespace {
+
+void write_shard_bytes(const std::string& path, int32_t magic, int32_t version, size_t count,
+                       const void* data, size_t bytes) {
+  ZD_CHECK(count > 0 && static_cast<int64_t>(count) <= kShardMaxTokens,
+           "write_shard('{}'): {} tokens, expected 1..{}", path, count, kShardMaxTokens);
   std::array<int32_t, kShardHeaderInts> header{};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
+  header[0] = magic;
+  header[1] = version;
+  header[2] = static_cast<int32_t>(count);
 
   const std::string tmp = path + ".tmp";
   {
@@ -210,7 +246,7 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
     if (file.fd < 0) ZD_THROW_INPUT("cannot create shard '{}': {}", tmp, errno_text(errno));
     try {
       write_full(file.fd, header.data(), kShardHeaderBytes, tmp);
-      write_full(file.fd, tokens.data(), tokens.size_bytes(), tmp);
+      write_full(file.fd, data, bytes, tmp);
       if (::fsync(file.fd) != 0)
         ZD_THROW_INPUT("cannot fsync shard '{}': {}", tmp, errno_text(errno));
     } catch (...) {
@@ -228,6 +264,18 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
   const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
   Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
   if (d.fd >= 0) ::fsync(d.fd);
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
+  write_shard_bytes(path, kShardMagic, kShardVersion, tokens.size(), tokens.data(),
+                    tokens.size_bytes());
+}
+
+void write_shard(const std::string& path, std::span<const uint32_t> tokens) {
+  write_shard_bytes(path, kShardMagicU32, kShardVersionU32, tokens.size(), tokens.data(),
+                    tokens.size_bytes());
 }
 
 }  // namespace zerod

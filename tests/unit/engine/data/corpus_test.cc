@@ -90,6 +90,29 @@ TEST(Corpus, RewritingRemovesStaleShardsOfTheSamePrefixOnly) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("q_train_000007.bin")));
 }
 
+TEST(Corpus, TokenShardsAreUint16WhenTheVocabularyFitsElseUint32) {
+  TempDir dir;
+  std::vector<uint32_t> tokens(100);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 600);
+  for (const int64_t vocab : {int64_t{65536}, int64_t{128256}}) {
+    const std::string prefix = "v" + std::to_string(vocab);
+    const CorpusShards r = write_token_shards(tokens, vocab, dir.path().string(), 0.1, 40, prefix);
+    EXPECT_EQ(r.train_tokens, 90);
+    EXPECT_EQ(r.val_tokens, 10);
+    ASSERT_EQ(r.shards.size(), 4u);  // train 40 + 40 + 10, val 10
+    std::vector<uint32_t> back;
+    for (const WrittenShard& w : r.shards) {
+      TokenShard s(w.path);
+      EXPECT_EQ(s.token_bytes(), vocab <= 65536 ? 2 : 4) << w.path;
+      for (int64_t i = 0; i < s.num_tokens(); ++i) back.push_back(s.token(i));
+    }
+    EXPECT_EQ(back, tokens);
+  }
+  expect_input_error(
+      [&] { write_token_shards(tokens, 1000, dir.path().string(), 0.0, 40, "small"); },
+      {"token 1200", "position 2", "vocab_size 1000"});
+}
+
 TEST(Corpus, BadArguments) {
   TempDir dir;
   const std::string out = dir.path().string();
@@ -163,7 +186,9 @@ TEST_F(ShardsTool, BadInputExitsWithTwo) {
   const std::string a = dir.file("a.txt"), o = dir.file("o");
   RunResult r = run_tool(dir, {"--tokenizer", "gpt2", a, "--out-dir", o});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("only the byte-level tokenizer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tokenizer 'gpt2'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no such file or directory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'byte' for the built-in"), std::string::npos) << r.output;
   r = run_tool(dir, {dir.file("missing.txt"), "--out-dir", o});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("missing.txt"), std::string::npos) << r.output;

@@ -76,6 +76,15 @@ inline std::vector<uint8_t> shard_bytes(int32_t magic, int32_t version, int32_t 
   return bytes;
 }
 
+// The same with uint32 tokens (llm.c's Llama 3 layout: magic 20240801, version 7).
+inline std::vector<uint8_t> shard_bytes32(int32_t magic, int32_t version, int32_t count,
+                                          const std::vector<uint32_t>& tokens) {
+  std::vector<uint8_t> bytes = shard_bytes(magic, version, count, {});
+  for (uint32_t t : tokens)
+    for (int b = 0; b < 4; ++b) bytes.push_back(static_cast<uint8_t>(t >> (8 * b)));
+  return bytes;
+}
+
 // Expects fn() to throw InputError (exit code 2) whose message contains every fragment.
 inline void expect_input_error(const std::function<void()>& fn,
                                const std::vector<std::string>& fragments) {

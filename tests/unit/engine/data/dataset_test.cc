@@ -116,6 +116,30 @@ TEST(TokenDataset, TokenChangedOnDiskAfterOpenIsCaughtWhenRead) {
                      {path, "token 300", "position 7", "vocab_size 256"});
 }
 
+// uint32 shards (vocabularies above 65536) are read like uint16 ones, and the two widths mix.
+TEST(TokenDataset, ReadsUint32ShardsAndMixesWidths) {
+  TempDir dir;
+  std::vector<uint32_t> wide(9);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<uint32_t>(100000 + i);
+  const std::string a = dir.file("a.bin");
+  write_shard(a, std::span<const uint32_t>(wide));
+  const std::string b = make_shard(dir, "b.bin", 2, 5);
+  TokenDataset ds({a, b}, /*seq_len=*/4, /*vocab_size=*/128256);
+  ASSERT_EQ(ds.num_samples(), 3);  // (9 - 1) / 4 + (5 - 1) / 4
+  std::vector<int32_t> in(4), tg(4);
+  ds.read_sample(1, in.data(), tg.data());
+  EXPECT_EQ(in, (std::vector<int32_t>{100004, 100005, 100006, 100007}));
+  EXPECT_EQ(tg, (std::vector<int32_t>{100005, 100006, 100007, 100008}));
+  ds.read_sample(2, in.data(), tg.data());
+  EXPECT_EQ(in, (std::vector<int32_t>{2000, 2001, 2002, 2003}));
+
+  // A uint32 token at or above the vocabulary is refused when opened, naming shard and position.
+  wide[6] = 128256;
+  write_shard(a, std::span<const uint32_t>(wide));
+  expect_input_error([&] { TokenDataset d({a}, 4, 128256, "data.train"); },
+                     {"data.train", a, "token 128256", "position 6", "vocab_size 128256"});
+}
+
 TEST(TokenDataset, AllShardsTooShortIsAnInputError) {
   TempDir dir;
   const std::vector<std::string> paths = {make_shard(dir, "a.bin", 1, 8),

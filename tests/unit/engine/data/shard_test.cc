@@ -14,6 +14,7 @@ namespace {
 
 using testing::expect_input_error;
 using testing::shard_bytes;
+using testing::shard_bytes32;
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -81,6 +82,54 @@ TEST(TokenShard, MovedShardKeepsItsMapping) {
   std::vector<TokenShard> many;
   for (int i = 0; i < 20; ++i) many.emplace_back(path);  // reallocation moves them
   for (const TokenShard& s : many) EXPECT_EQ(s.tokens()[0], 4);
+}
+
+TEST(TokenShard, ReadsAHandBuiltUint32LlmcFile) {
+  TempDir dir;
+  const std::string path = dir.file("wide.bin");
+  const std::vector<uint32_t> tokens = {0, 1, 65535, 65536, 128000, 128255, 7};
+  write_bytes(path, shard_bytes32(20240801, 7, 7, tokens));
+  TokenShard shard(path);
+  EXPECT_EQ(shard.token_bytes(), 4);
+  ASSERT_EQ(shard.num_tokens(), 7);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(shard.tokens32()[i], tokens[i]) << i;
+    EXPECT_EQ(shard.token(static_cast<int64_t>(i)), tokens[i]) << i;
+  }
+  EXPECT_EQ(shard.max_token(), 128255u);
+  EXPECT_EQ(shard.first_token_at_least(65536), 3);
+  EXPECT_EQ(shard.first_token_at_least(128256), -1);
+}
+
+TEST(TokenShard, Uint16ShardsReportTheirWidth) {
+  TempDir dir;
+  const std::string path = dir.file("narrow.bin");
+  write_bytes(path, shard_bytes(20240520, 1, 3, {5, 65535, 2}));
+  TokenShard shard(path);
+  EXPECT_EQ(shard.token_bytes(), 2);
+  EXPECT_EQ(shard.token(1), 65535u);
+  EXPECT_EQ(shard.max_token(), 65535u);
+}
+
+TEST(TokenShard, Uint32WriteThenReadRoundTripsInLlmcLayout) {
+  TempDir dir;
+  const std::string path = dir.file("rt32.bin");
+  std::vector<uint32_t> tokens(5001);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<uint32_t>((i * 104729) % 200000);
+  write_shard(path, std::span<const uint32_t>(tokens));
+  // Byte for byte what llm.c's write_datafile(..., "llama-3") writes.
+  EXPECT_EQ(testing::read_bytes(path),
+            shard_bytes32(20240801, 7, static_cast<int32_t>(tokens.size()), tokens));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  TokenShard shard(path);
+  ASSERT_EQ(shard.token_bytes(), 4);
+  ASSERT_EQ(shard.num_tokens(), static_cast<int64_t>(tokens.size()));
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), shard.tokens32()));
+  EXPECT_EQ(shard.max_token(), *std::max_element(tokens.begin(), tokens.end()));
+  TokenShard moved(std::move(shard));
+  EXPECT_EQ(moved.token_bytes(), 4);
+  EXPECT_EQ(moved.token(4), tokens[4]);
 }
 
 TEST(TokenShardErrors, MissingFile) {
@@ -161,6 +210,24 @@ TEST(TokenShardErrors, WrongVersion) {
   const std::string path = dir.file("v.bin");
   write_bytes(path, shard_bytes(20240520, 7, 2, {1, 2}));
   expect_input_error([&] { TokenShard s(path); }, {path, "version", "found 7", "expected 1"});
+}
+
+TEST(TokenShardErrors, Uint32MagicWithTheUint16VersionIsNamedAsAMix) {
+  TempDir dir;
+  const std::string path = dir.file("mix.bin");
+  write_bytes(path, shard_bytes32(20240801, 1, 2, {1, 2}));
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "version", "found 1", "expected 7", "uint32", "mixes the two formats"});
+}
+
+TEST(TokenShardErrors, Uint32TruncatedCountsFourBytesPerToken) {
+  TempDir dir;
+  const std::string path = dir.file("trunc32.bin");
+  // Header claims 10 tokens (1064 bytes), file holds 10 uint16-sized tokens (1044 bytes).
+  write_bytes(path, shard_bytes32(20240801, 7, 10, std::vector<uint32_t>(5, 3)));
+  expect_input_error([&] { TokenShard s(path); },
+                     {path, "truncated", "10 tokens", "expected 1064 bytes", "4 bytes per uint32",
+                      "found 1044 bytes"});
 }
 
 TEST(TokenShardErrors, ZeroTokens) {
