@@ -6,8 +6,8 @@
    that subcommand's --help lists.
 2. The short ones run: `zerod check` of every shown job file under configs/, and each
    `zeroctl plan` whose output or numbers the README quotes prints those numbers.
-3. The demo (`tools/demo.sh` is `zerod train` with no job file) ends with the training and
-   validation losses the README states, within 0.15.
+3. The demo (`tools/demo.sh` is `zerod train` with no job file) starts at the loss the README
+   states and ends within the range it states.
 
 Usage: readme_test.py SOURCE_DIR BUILD_DIR [--no-demo]
 """
@@ -160,24 +160,30 @@ def check_plan_outputs():
 
 def check_demo():
     m = re.search(r"the loss falls from ([\d.]+) .*? to about ([\d.]+), with a\s+validation loss "
-                  r"of about ([\d.]+)", README, re.S)
+                  r"of about ([\d.]+) \(both between ([\d.]+) and ([\d.]+)", README, re.S)
     if not m:
         fail("the README's demo paragraph (loss falls from X ... to about Y, with a validation "
-             "loss of about Z) was not found")
+             "loss of about Z (both between A and B ...) was not found")
         return
-    first, last, val = map(float, m.groups())
+    first, last, val, low, high = map(float, m.groups())
+    if not low <= last <= high or not low <= val <= high:
+        fail(f"the README's demo numbers {last}, {val} are outside its own range {low}-{high}")
     with tempfile.TemporaryDirectory() as d:
         rc, out = run([BIN["zerod"], "train"], cwd=d, timeout=1200)
     done = re.search(r"loss ([\d.]+) -> ([\d.]+), val ([\d.]+)", out)
     if rc != 0 or not done:
         fail(f"the demo: exit {rc}\n{out[-3000:]}")
         return
-    got = tuple(map(float, done.groups()))
-    for name, want, g in (("first loss", first, got[0]), ("final loss", last, got[1]),
-                          ("validation loss", val, got[2])):
-        if abs(want - g) > 0.15:
-            fail(f"the demo's {name} is {g}, the README says about {want}")
-    print(f"ok: the demo ends at loss {got[1]}, val {got[2]} (README: {last}, {val})")
+    got_first, got_last, got_val = map(float, done.groups())
+    # The first loss is the untrained model's (a uniform guess): close. The final ones depend on
+    # the corpus (this project's text, which every commit changes): within the stated range.
+    if abs(got_first - first) > 0.1:
+        fail(f"the demo's first loss is {got_first}, the README says {first}")
+    for name, g in (("final loss", got_last), ("validation loss", got_val)):
+        if not low <= g <= high:
+            fail(f"the demo's {name} is {g}, the README says between {low} and {high}")
+    print(f"ok: the demo ends at loss {got_last}, val {got_val} (README: about {last} and {val}, "
+          f"between {low} and {high})")
 
 
 check_flags()
