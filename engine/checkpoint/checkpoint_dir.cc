@@ -1,9 +1,9 @@
 #include "engine/checkpoint/checkpoint_dir.h"
 
+#include "engine/checkpoint/io_error.h"
 #include "engine/checkpoint/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,23 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A failed I/O of a save: a full disk or quota is the environment (exit 2, with the bytes free
-// there), EIO the machine (exit 1, not reported as a bug), anything else a bug.
-[[noreturn]] void save_io_error(const std::string& path, const std::string& what, int err) {
-  if (err == ENOSPC || err == EDQUOT) {
-    struct statvfs st {};
-    const std::string dir = fs::path(path).parent_path().string();
-    const bool known = ::statvfs(dir.empty() ? "." : dir.c_str(), &st) == 0;
-    ZD_THROW_INPUT("{}: {} failed: {}{}", path, what, std::strerror(err),
-                   known ? fmt::format(" ({} bytes are free on that file system)",
-                                       static_cast<uint64_t>(st.f_bavail) * st.f_frsize)
-                         : std::string());
-  }
-  if (err == EIO)
-    ZD_THROW_KIND(ErrorKind::kSystem, "{}: {} failed: {}", path, what, std::strerror(err));
-  ZD_THROW("{}: {} failed: {}", path, what, std::strerror(err));
-}
-
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
   if (fd < 0) ZD_THROW("fsync {}: cannot open: {}", path, std::strerror(errno));
@@ -49,13 +32,13 @@ void fsync_path(const std::string& path, bool directory) {
   const int rc = injected != 0 ? -1 : ::fsync(fd);
   const int err = injected != 0 ? injected : errno;
   ::close(fd);
-  if (rc != 0) save_io_error(path, "fsync", err);
+  if (rc != 0) throw_save_io_error(path, "fsync", err);
 }
 
 // Writes `text` to `path` (created or truncated) and fsyncs it.
 void write_synced(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) save_io_error(path, "creating the file", errno);
+  if (fd < 0) throw_save_io_error(path, "creating the file", errno);
   size_t done = 0;
   while (done < text.size()) {
     const int injected = fault_point("save.write");
@@ -64,8 +47,8 @@ void write_synced(const std::string& path, const std::string& text) {
     if (w <= 0) {
       const int err = injected != 0 ? injected : (w < 0 ? errno : EIO);
       ::close(fd);
-      save_io_error(path, fmt::format("write of {} bytes at offset {}", text.size() - done, done),
-                    err);
+      throw_save_io_error(
+          path, fmt::format("write of {} bytes at offset {}", text.size() - done, done), err);
     }
     done += static_cast<size_t>(w);
   }
@@ -73,19 +56,19 @@ void write_synced(const std::string& path, const std::string& text) {
   if (injected != 0 || ::fsync(fd) != 0) {
     const int err = injected != 0 ? injected : errno;
     ::close(fd);
-    save_io_error(path, "fsync", err);
+    throw_save_io_error(path, "fsync", err);
   }
-  if (::close(fd) != 0) save_io_error(path, "close", errno);
+  if (::close(fd) != 0) throw_save_io_error(path, "close", errno);
 }
 
 // The renames that publish a save.
 void rename_path(const fs::path& from, const fs::path& to) {
   if (const int injected = fault_point("save.rename")) {
-    save_io_error(from.string(), "rename to " + to.string(), injected);
+    throw_save_io_error(from.string(), "rename to " + to.string(), injected);
   }
   std::error_code ec;
   fs::rename(from, to, ec);
-  if (ec) save_io_error(from.string(), "rename to " + to.string(), ec.value());
+  if (ec) throw_save_io_error(from.string(), "rename to " + to.string(), ec.value());
 }
 
 // Writes text to path via path.tmp + fsync + rename + fsync of the directory.

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fault_points.h"
+#include "engine/checkpoint/io_error.h"
 #include "engine/config/input_limits.h"
 
 namespace zerod {
@@ -255,20 +255,7 @@ void SafetensorsWriter::flush_buffer() {
 }
 
 void SafetensorsWriter::fail_io(const std::string& what, int err) const {
-  if (err == ENOSPC || err == EDQUOT) {
-    // A full disk (or quota) is the environment, not a bug: exit 2 with what it takes.
-    struct statvfs st {};
-    const std::string dir = std::filesystem::path(path_).parent_path().string();
-    const bool known = ::statvfs(dir.empty() ? "." : dir.c_str(), &st) == 0;
-    ZD_THROW_INPUT("{}: {} failed: {}: the file needs {} bytes{}", path_, what, errno_string(err),
-                   total_,
-                   known ? fmt::format(", {} bytes are free on that file system",
-                                       static_cast<uint64_t>(st.f_bavail) * st.f_frsize)
-                         : std::string());
-  }
-  if (err == EIO)
-    ZD_THROW_KIND(ErrorKind::kSystem, "{}: {} failed: {}", path_, what, errno_string(err));
-  ZD_THROW("{}: {} failed: {}", path_, what, errno_string(err));
+  throw_save_io_error(path_, what, err, total_);
 }
 
 void SafetensorsWriter::write_all(const void* data, size_t bytes) {
