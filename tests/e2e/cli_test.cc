@@ -8,8 +8,6 @@
 
 #include <chrono>
 #include <csignal>
-
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,31 +16,18 @@
 
 #include "engine/data/corpus.h"
 #include "engine/data/shard.h"
+#include "run_command.h"
 
 namespace zerod {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int code = -1;
-  std::string output;  // stdout + stderr
-};
+using testing::RunResult;
 
 RunResult run(const std::string& args, const fs::path& cwd,
               const std::string& binary = std::string(ZEROD_BINARY_DIR) + "/engine/zerod") {
-  const std::string& zerod = binary;
-  const std::string cmd =
-      "cd '" + cwd.string() + "' && timeout 120 " + zerod + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing::run_in(cwd, binary, args);
 }
 
 class Cli : public ::testing::Test {

@@ -2,17 +2,16 @@
 // encoded into shards (each record's ids + EOS, exactly the tokenizer's encode()), `zerod train`
 // on them, and bad JSONL lines (exit 2 naming file:line, or skipped with --skip-bad-lines).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../e2e/run_command.h"
 #include "engine/data/dataset.h"
 #include "engine/data/glob.h"
 #include "engine/data/shard.h"
@@ -23,24 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int code = -1;
-  std::string output;  // stdout + stderr
-};
-
-RunResult run_in(const fs::path& cwd, const std::string& binary, const std::string& args) {
-  const std::string cmd =
-      "cd '" + cwd.string() + "' && timeout 120 " + binary + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::run_in;
+using testing::RunResult;
 
 const std::string kShards = std::string(ZEROD_BINARY_DIR) + "/tools/shards/zerod-shards";
 const std::string kZerod = std::string(ZEROD_BINARY_DIR) + "/engine/zerod";
