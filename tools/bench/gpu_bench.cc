@@ -14,7 +14,7 @@
 // deciding what to tune (those steps are not part of the throughput).
 //
 //   zerod_gpu_bench [--steps 20] [--warmup 5] [--batch 0] [--max-batch 64] [--stage 0]
-//                   [--breakdown]
+//                   [--breakdown] [--offload none|optimizer|all]
 //                   [--dtype bf16|fp32] [--layers 12 --heads 12 --embd 768 --seq 1024 ...]
 #include <CLI/CLI.hpp>
 
@@ -36,9 +36,15 @@ using namespace zerod;
 
 TrainDevice g_device = TrainDevice::kCuda;  // --device (cpu: a smoke test of this program)
 
+std::string g_offload = "none";  // --offload: none, optimizer (to CPU memory), all (+ parameters)
+
 JobConfig gpu_job(const bench::BenchShape& shape, const bench::SyntheticData& data, int64_t steps,
                   int stage) {
-  JobConfig cfg = bench::bench_job(shape, data, steps, 1, fmt::format(R"({{"stage": {}}})", stage));
+  std::string zero = fmt::format(R"({{"stage": {})", stage);
+  if (g_offload != "none") zero += R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+  if (g_offload == "all") zero += R"(, "offload_param": {"device": "cpu", "pin_memory": true})";
+  zero += "}";
+  JobConfig cfg = bench::bench_job(shape, data, steps, 1, zero);
   cfg.train.device = g_device;
   cfg.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
   cfg.steps_per_print = 0;
@@ -76,6 +82,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch", max_batch, "largest micro-batch the search tries")
       ->capture_default_str();
   app.add_option("--stage", stage, "ZeRO stage (one GPU)")->check(CLI::Range(0, 3));
+  app.add_option("--offload", g_offload,
+                 "ZeRO-Offload to CPU memory: optimizer states, or all (+ parameters, stage 3)")
+      ->check(CLI::IsMember({"none", "optimizer", "all"}))
+      ->capture_default_str();
   app.add_option("--peak-flops", peak, "FLOP/s that MFU is measured against")
       ->capture_default_str();
   shape.add_options(app);  // --batch 0: search
@@ -152,6 +162,7 @@ int main(int argc, char** argv) {
         {"tokens_per_step", static_cast<int64_t>(tokens)},
         {"dtype", shape.dtype},
         {"zero_stage", stage},
+        {"offload", g_offload},
         {"warmup_steps", warmup},
         {"timed_steps", steps},
         {"step_ms_median", median * 1e3},

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# One call of the device tool: everything issue 15 measures, in one go, every log under $OUT.
+#
+#   tools/device/session.sh [--phases env,tests,bench,sanitize,memory] [--batch B]
+#
+# Run from the repository root on the GPU node with tools/device/deps carried, and either
+# tools/device/prebuilt carried (made here by tools/device/prebuild.sh: the GPU binaries built on
+# the CPU machine, stripped) or nothing (then build_and_test.sh --build-only builds them there).
+#
+# Phases (all by default, in this order; each bounded by `timeout`):
+#   env       nvidia-smi, nvcc, driver, torch, glibc: what docs/gpu.md records
+#   tests     each GPU gtest binary (kernels_cuda, train_cuda, comm_nccl) with --gtest_output xml;
+#             a binary that crashes or hangs is run again from the test after the one that died,
+#             so one bad test does not hide the rest
+#   bench     zerod_gpu_bench (with --breakdown), then the PyTorch baseline eager and
+#             torch.compile at zerod's micro-batch (tools/device/gpu_bench.py)
+#   sanitize  compute-sanitizer memcheck and racecheck on a short training run on the GPU
+#   memory    the largest GPT-2-family model that trains on one GPU with ZeRO-3 + offload
+#
+# What comes back ($OUT, at most 8 files): session.log (everything printed), junit.tar.gz (the
+# gtest xml and per-binary logs), zerod_bench.json, pytorch_eager.json, pytorch_compile.json,
+# sanitizer.log, build.log (when built there).
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+out="${OUT:-/tmp/zerod-session}"
+mkdir -p "$out"
+exec > >(tee -a "$out/session.log") 2>&1
+
+phases="env,tests,bench,sanitize,memory"
+batch=""
+deadline=100000  # seconds from the start: later phases are cut short or skipped
+while (($#)); do
+  case "$1" in
+    --phases) phases="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --deadline) deadline="$2"; shift 2 ;;
+    *) echo "session: unknown argument $1"; exit 2 ;;
+  esac
+done
+want() { [[ ",$phases," == *",$1,"* ]] && (( deadline - SECONDS > 25 )) || { [[ ",$phases," == *",$1,"* ]] && echo "session: no time left for $1"; false; }; }
+lim() { local l=$((deadline - SECONDS - 5)); ((l < $1)) && echo "$l" || echo "$1"; }  # a phase's limit
+say() { echo; echo "=== session [$((SECONDS))s] $*"; }
+t0=$SECONDS
+work=/tmp/zerod-session-work
+rm -rf "$work"; mkdir -p "$work"
+
+# deps: carried unpacked (tools/device/deps) or packed (tools/device/prebuilt/deps.tar.xz).
+if [[ ! -f "$root/tools/device/deps/.gathered" && -f "$root/tools/device/prebuilt/deps.tar.xz" ]]; then
+  tar -C "$root/tools/device" -xJf "$root/tools/device/prebuilt/deps.tar.xz"
+fi
+D="$root/tools/device/deps/usr"
+libdirs="$D/lib/x86_64-linux-gnu:$D/lib:$D/lib/x86_64-linux-gnu/openblas-pthread"
+
+# ---- binaries: prebuilt (carried) if they run here, else build ----
+bin=""
+pre="$root/tools/device/prebuilt"
+if [[ -f "$pre/bin.tar.xz" ]]; then
+  mkdir -p "$work/pre" && tar -C "$work/pre" -xJf "$pre/bin.tar.xz"
+  bin="$work/pre"
+fi
+# cuBLASLt and NCCL: the CUDA toolkit's, else python3's nvidia-* packages.
+extra=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d "$d" ]] && extra+=":$d"
+done
+while read -r d; do [[ -n "$d" ]] && extra+=":$d"; done < <(python3 - 2>/dev/null <<'EOF'
+import glob, site
+for r in site.getsitepackages():
+    for d in sorted(glob.glob(r + "/nvidia/*/lib")) + sorted(glob.glob(r + "/nvidia/cu*/lib")):
+        print(d)
+EOF
+)
+export LD_LIBRARY_PATH="${bin:+$bin/lib:}$libdirs$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+if want env; then
+  say "env"
+  date -u
+  nvidia-smi || true
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv || true
+  (command -v nvcc || ls /usr/local/cuda/bin/nvcc) && (nvcc --version || /usr/local/cuda/bin/nvcc --version) | tail -2
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0))' || true
+  ldd --version | head -1; g++ --version | head -1; cmake --version | head -1; nproc; free -g | head -2
+  uname -r
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+fi
+
+if [[ -n "$bin" ]]; then
+  if ! "$bin/zerod_test_kernels_cuda" --gtest_list_tests >/dev/null 2>"$work/prebuilt.err"; then
+    echo "session: the prebuilt binaries do not run here:"; head -5 "$work/prebuilt.err"
+    bin=""
+  else
+    echo "session: using the prebuilt binaries ($(ls "$bin" | tr '\n' ' '))"
+    ldd "$bin/zerod_test_train_cuda" | grep -i "cublas\|nccl\|openblas\|not found" || true
+  fi
+fi
+if [[ -z "$bin" ]]; then
+  say "build (no usable prebuilt binaries)"
+  OUT="$out" timeout 420 tools/device/build_and_test.sh --build-only >"$work/build.out" 2>&1
+  rc=$?; tail -30 "$work/build.out"; cp "$work/build.out" "$out/build.log" 2>/dev/null
+  ((rc == 0)) || { say "build failed (rc $rc)"; exit 1; }
+  b="$root/build-device"
+  mkdir -p "$work/bin"
+  for t in zerod zerod_gpu_bench zerod_test_kernels_cuda zerod_test_train_cuda zerod_test_comm_nccl; do
+    f="$(find "$b" -name "$t" -type f -perm -u+x | head -1)"; [[ -n "$f" ]] && ln -sf "$f" "$work/bin/$t"
+  done
+  bin="$work/bin"
+  export LD_LIBRARY_PATH="$b/nccl-root/lib:$LD_LIBRARY_PATH"
+fi
+
+# ---- tests: a crash or hang reruns the binary from the next test ----
+stall=${STALL:-100}
+run_gtest() {  # name, seconds for the whole binary
+  local name="$1" limit="$2" exe="$bin/$1" n=0 rc last remaining last_change=$SECONDS
+  [[ -x "$exe" ]] || { echo "session: $name not built"; return; }
+  "$exe" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}' >"$work/$name.all"
+  cp "$work/$name.all" "$work/$name.todo"
+  while [[ -s "$work/$name.todo" ]] && ((n < 8)); do
+    local log="$work/$name.$n.log"
+    say "$name run $n ($(wc -l <"$work/$name.todo") tests, limit ${limit}s)"
+    # A test that prints nothing for $stall seconds is taken as hung.
+    "$exe" --gtest_color=no --gtest_output="xml:$work/$name.$n.xml" \
+      --gtest_filter="$(paste -sd: "$work/$name.todo")" >"$log" 2>&1 &
+    local pid=$! start=$SECONDS printed=0
+    rc=""
+    while kill -0 "$pid" 2>/dev/null; do
+      sleep 1
+      local now; now=$(wc -l <"$log")
+      ((now > printed)) && { sed -n "$((printed + 1)),${now}p" "$log"; printed=$now; last_change=$SECONDS; }
+      if ((SECONDS - ${last_change:-$start} > stall || SECONDS - start > $(lim "$limit"))); then
+        kill -9 "$pid" 2>/dev/null; rc=124; echo "session: $name killed (no output for ${stall}s or over ${limit}s)"; break
+      fi
+    done
+    [[ -n "$rc" ]] || { wait "$pid"; rc=$?; }
+    sed -n "$((printed + 1)),\$p" "$log"
+    echo "session: $name run $n exit $rc"
+    ((rc == 0 || rc == 1)) && grep -q '^\[==========\] .* ran\.' "$log" && break
+    last="$(grep -E '^\[ RUN +\] ' "$log" | tail -1 | awk '{print $NF}')"
+    [[ -n "$last" ]] || break
+    echo "session: $name: $last DID NOT FINISH (exit $rc: $( ((rc == 124)) && echo timeout || echo crash))"
+    echo "$name.$last exit $rc" >>"$work/died.txt"
+    remaining="$(awk -v l="$last" 'f{print} $0==l{f=1}' "$work/$name.todo")"
+    printf '%s\n' "$remaining" | sed '/^$/d' >"$work/$name.todo"
+    n=$((n + 1))
+  done
+}
+if want tests; then
+  say "tests"
+  run_gtest zerod_test_kernels_cuda 240
+  run_gtest zerod_test_train_cuda 300
+  run_gtest zerod_test_comm_nccl 90
+  say "test summary"
+  for f in "$work"/*.[0-9].log; do
+    echo "$(basename "$f"): $(grep -h -E '^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ test' "$f" | paste -sd' ')"
+  done
+  echo "failed tests:"; grep -h -E '^\[  FAILED  \] [A-Za-z].*[^)]$' "$work"/*.log | sort -u
+  [[ -f "$work/died.txt" ]] && { echo "died:"; cat "$work/died.txt"; }
+  tar -C "$work" -czf "$out/junit.tar.gz" $(cd "$work" && ls *.xml *.log *.txt 2>/dev/null)
+fi
+
+if want bench; then
+  say "bench: zerod"
+  args=(--steps 20 --warmup 5 --breakdown --max-batch 32)
+  [[ -n "$batch" ]] && args+=(--batch "$batch")
+  timeout -k 5 "$(lim 200)" "$bin/zerod_gpu_bench" "${args[@]}" >"$work/zerod_bench.out"
+  echo "session: zerod_gpu_bench exit $?"
+  cat "$work/zerod_bench.out"
+  grep '^{' "$work/zerod_bench.out" | tail -1 >"$out/zerod_bench.json"
+  zb="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_batch"])' "$out/zerod_bench.json" 2>/dev/null)"
+  pb="${batch:-${zb:-16}}"
+  say "bench: PyTorch eager at micro-batch $pb"
+  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 150)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 5 --no-compile \
+    | tee "$work/pt_eager.out"
+  tail -1 "$work/pt_eager.out" >"$out/pytorch_eager.json"
+  say "bench: PyTorch torch.compile at micro-batch $pb"
+  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 240)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 8 \
+    | tee "$work/pt_compile.out"
+  tail -1 "$work/pt_compile.out" >"$out/pytorch_compile.json"
+fi
+
+if want sanitize; then
+  cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+  if [[ -n "$cs" ]]; then
+    for tool in memcheck racecheck; do
+      say "compute-sanitizer $tool"
+      timeout -k 5 "$(lim 150)" "$cs" --tool "$tool" --error-exitcode 99 "$bin/zerod_test_train_cuda" \
+        --gtest_filter='TrainerCuda.Bf16TracksTheFp32LossCurve' --gtest_color=no 2>&1 |
+        tee -a "$out/sanitizer.log" | tail -25
+      echo "session: $tool exit ${PIPESTATUS[0]}"
+    done
+  else
+    echo "session: compute-sanitizer not found"
+  fi
+fi
+
+if want memory && [[ -x "$bin/zerod_gpu_bench" ]]; then
+  # ZeRO-3 + optimizer (and parameter) offload to CPU memory: widen GPT-2 until a step fails.
+  for shape in "--layers 24 --heads 16 --embd 1024" "--layers 36 --heads 20 --embd 1280" \
+               "--layers 48 --heads 25 --embd 1600" "--layers 48 --heads 32 --embd 2560"; do
+    say "memory: stage 3 + offload_optimizer cpu, $shape"
+    timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" $shape --stage 3 --offload all --dtype bf16 --batch 8 --steps 3 --warmup 1 2>&1 | tail -3
+    echo "session: exit ${PIPESTATUS[0]}"
+  done
+fi
+
+say "done in $((SECONDS - t0)) s"
