@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_tc.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/device_util.cuh"
@@ -518,19 +519,24 @@ unsigned tiles(int T) {
   return static_cast<unsigned>((T + kTile - 1) / kTile);
 }
 
-// The implementation in use: ZEROD_ATTENTION=simt at start forces the SIMT kernels of this file;
-// set_attention_impl changes it.
+// The implementation in use: ZEROD_ATTENTION=simt (or wmma) at start forces the SIMT kernels of
+// this file (or the WMMA ones); set_attention_impl changes it.
 std::atomic<AttentionImpl>& impl_in_use() {
   static std::atomic<AttentionImpl> impl{[] {
     const char* e = std::getenv("ZEROD_ATTENTION");
-    return e != nullptr && std::strcmp(e, "simt") == 0 ? AttentionImpl::kSimt
-                                                       : AttentionImpl::kAuto;
+    if (e != nullptr && std::strcmp(e, "simt") == 0) return AttentionImpl::kSimt;
+    if (e != nullptr && std::strcmp(e, "wmma") == 0) return AttentionImpl::kWmma;
+    return AttentionImpl::kAuto;
   }()};
   return impl;
 }
 
 bool force_simt() {
   return impl_in_use().load(std::memory_order_relaxed) == AttentionImpl::kSimt;
+}
+
+bool allow_mma() {
+  return impl_in_use().load(std::memory_order_relaxed) == AttentionImpl::kAuto;
 }
 
 }  // namespace
@@ -547,6 +553,10 @@ void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const
                        cudaStream_t stream) {
   if (s.B <= 0 || s.T <= 0) return;
   const Shape sh = make_shape(s, s.T);
+  if (allow_mma() && attention_mma_supported(dt, s, out, qkv)) {
+    attention_mma_forward(dt, out, lse, qkv, s, stream);
+    return;
+  }
   if (!force_simt() && attention_tc_supported(dt, s.HS, out, qkv)) {
     attention_tc_forward(dt, out, lse, qkv, s, stream);
     return;
@@ -577,6 +587,10 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
                         cudaStream_t stream) {
   if (s.B <= 0 || s.T <= 0) return;
   const Shape sh = make_shape(s, s.T);
+  if (allow_mma() && attention_mma_supported(dt, s, dqkv, dout, qkv, out)) {
+    attention_mma_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
+    return;
+  }
   if (!force_simt() && attention_tc_supported(dt, s.HS, dqkv, dout, qkv, out)) {
     attention_tc_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
     return;

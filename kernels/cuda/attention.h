@@ -47,10 +47,12 @@ struct AttentionDims {
   int64_t out_row() const { return static_cast<int64_t>(NH) * HS; }
 };
 
-// Which kernels run: kAuto, the tensor-core ones where they apply (else SIMT); kSimt, always the
-// SIMT ones. Starts as kSimt when ZEROD_ATTENTION=simt is set, else kAuto; process-wide (tests
-// run both paths).
-enum class AttentionImpl { kAuto, kSimt };
+// Which kernels run: kAuto, the fastest that applies: the mma.sync kernels of attention_mma.cu
+// (bf16/fp16, head size 64, no window), else the WMMA tensor-core ones, else SIMT; kWmma, the
+// WMMA ones where they apply (else SIMT); kSimt, always the SIMT ones. Starts as set by the
+// environment variable ZEROD_ATTENTION (simt or wmma) at start, else kAuto; process-wide (tests
+// run every path).
+enum class AttentionImpl { kAuto, kWmma, kSimt };
 void set_attention_impl(AttentionImpl impl);
 AttentionImpl attention_impl();
 

@@ -124,13 +124,21 @@ int main(int argc, char** argv) {
     const JobConfig cfg = gpu_job(shape, data, warmup + steps, stage);
     std::vector<double> times;
     double last_loss = 0;
+    // Device memory in use after each step: cudaMemGetInfo's total - free (the CUDA context and
+    // the cuBLASLt workspace included), the most seen.
+    int64_t gpu_used_peak = 0;
+    Trainer* running = nullptr;
     TrainerOptions opts;
     opts.log_steps = false;
     opts.on_step = [&](const StepMetrics& m) {
       if (m.step > warmup) times.push_back(m.seconds);
       last_loss = m.loss;
+      int64_t free_bytes = 0, total_bytes = 0;
+      if (running != nullptr && running->backend().device_memory_info(&free_bytes, &total_bytes))
+        gpu_used_peak = std::max(gpu_used_peak, total_bytes - free_bytes);
     };
     Trainer trainer(cfg, opts);
+    running = &trainer;
     std::fprintf(stderr, "zerod_gpu_bench: micro-batch %d, seq %d, %d warm-up + %d timed steps\n",
                  shape.batch, shape.seq, warmup, steps);
     trainer.run();
@@ -177,6 +185,10 @@ int main(int argc, char** argv) {
         {"mfu", fpt * tps / peak},
         {"final_loss", last_loss},
         {"max_mem_gib", static_cast<double>(trainer.memory().total_peak()) / (1 << 30)},
+        {"max_mem_what", "zerod's tracker: device and host buffers of the rank together"},
+        {"gpu_used_peak_gib", static_cast<double>(gpu_used_peak) / (1 << 30)},
+        {"gpu_used_what", "cudaMemGetInfo total - free after each step, the most seen (CUDA "
+                          "context and cuBLASLt workspace included)"},
     };
     if (breakdown) {
       // 1 unmeasured + 2 measured steps with every op synchronized and timed.

@@ -12,14 +12,18 @@
 #   tests     each GPU gtest binary (kernels_cuda, train_cuda, comm_nccl) with --gtest_output xml;
 #             a binary that crashes or hangs is run again from the test after the one that died,
 #             so one bad test does not hide the rest
-#   bench     zerod_gpu_bench (with --breakdown), then the PyTorch baseline eager and
-#             torch.compile at zerod's micro-batch (tools/device/gpu_bench.py)
+#   bench     zerod_gpu_bench (with --breakdown; --batch B, else its search up to 32)
+#   attn      the same with ZEROD_ATTENTION=wmma (the previous attention kernels), for the ratio
+#   profile   ncu's GPU time of every kernel of one training step, summed per kernel
+#             (tools/device/ncu_summary.py)
+#   torch     the PyTorch baseline eager and torch.compile at zerod's micro-batch
+#             (tools/device/gpu_bench.py)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short training run on the GPU
 #   memory    the largest GPT-2-family model that trains on one GPU with ZeRO-3 + offload
 #
 # What comes back ($OUT, at most 8 files): session.log (everything printed), junit.tar.gz (the
-# gtest xml and per-binary logs), zerod_bench.json, pytorch_eager.json, pytorch_compile.json,
-# sanitizer.log, build.log (when built there).
+# gtest xml and per-binary logs), zerod_bench.json, zerod_wmma.json, profile.json,
+# pytorch_eager.json, pytorch_compile.json, sanitizer.log (build.log instead when built there).
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -28,7 +32,7 @@ out="${OUT:-/tmp/zerod-session}"
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 
-phases="env,tests,bench,sanitize,memory"
+phases="env,tests,bench,attn,profile,torch,sanitize,memory"
 batch=""
 deadline=100000  # seconds from the start: later phases are cut short or skipped
 while (($#)); do
@@ -167,8 +171,32 @@ if want bench; then
   echo "session: zerod_gpu_bench exit $?"
   cat "$work/zerod_bench.out"
   grep '^{' "$work/zerod_bench.out" | tail -1 >"$out/zerod_bench.json"
-  zb="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_batch"])' "$out/zerod_bench.json" 2>/dev/null)"
-  pb="${batch:-${zb:-16}}"
+fi
+zb="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_batch"])' "$out/zerod_bench.json" 2>/dev/null)"
+pb="${batch:-${zb:-32}}"
+
+if want attn; then
+  # The same benchmark with the previous attention kernels (WMMA), for the ratio.
+  say "bench: zerod with ZEROD_ATTENTION=wmma at micro-batch $pb"
+  ZEROD_ATTENTION=wmma timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" --steps 20 --warmup 5 --batch "$pb" \
+    --breakdown | tee "$work/zerod_wmma.out" | grep '^{'
+  grep '^{' "$work/zerod_wmma.out" | tail -1 >"$out/zerod_wmma.json"
+fi
+
+if want profile; then
+  nc="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+  if [[ -n "$nc" ]]; then
+    say "profile: ncu gpu__time_duration of one training step at micro-batch $pb"
+    timeout -k 5 "$(lim 240)" "$nc" --clock-control none --metrics gpu__time_duration.sum --csv \
+      --log-file "$work/ncu.csv" "$bin/zerod_gpu_bench" --batch "$pb" --steps 1 --warmup 0 >/dev/null 2>"$work/ncu.err"
+    echo "session: ncu exit $?"; tail -3 "$work/ncu.err"
+    python3 tools/device/ncu_summary.py "$work/ncu.csv" --top 45 --json "$out/profile.json" | tee "$work/profile.txt"
+  else
+    echo "session: ncu not found"
+  fi
+fi
+
+if want torch; then
   say "bench: PyTorch eager at micro-batch $pb"
   PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 150)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 5 --no-compile \
     | tee "$work/pt_eager.out"
@@ -182,10 +210,11 @@ fi
 if want sanitize; then
   cs="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
   if [[ -n "$cs" ]]; then
-    for tool in memcheck racecheck; do
+    # SANITIZE_BIN / SANITIZE_FILTER / SANITIZE_TOOLS: what runs under which tools.
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
       say "compute-sanitizer $tool"
-      timeout -k 5 "$(lim 150)" "$cs" --tool "$tool" --error-exitcode 99 "$bin/zerod_test_train_cuda" \
-        --gtest_filter='TrainerCuda.Bf16TracksTheFp32LossCurve' --gtest_color=no 2>&1 |
+      timeout -k 5 "$(lim 150)" "$cs" --tool "$tool" --error-exitcode 99 "$bin/${SANITIZE_BIN:-zerod_test_train_cuda}" \
+        --gtest_filter="${SANITIZE_FILTER:-TrainerCuda.Bf16TracksTheFp32LossCurve}" --gtest_color=no 2>&1 |
         tee -a "$out/sanitizer.log" | tail -25
       echo "session: $tool exit ${PIPESTATUS[0]}"
     done

@@ -40,12 +40,15 @@ constexpr Shape kShapes[] = {
     {1, 193, 2, 2, 128, 0},
     {1, 64, 4, 4, 32, 0},
     {2, 7, 3, 3, 128, 0},
+    {1, 1, 2, 2, 64, 0},
+    {2, 256, 3, 3, 64, 0},
     // GQA, causal
     {2, 130, 4, 2, 64, 0},
     {1, 100, 4, 1, 32, 0},
     {2, 67, 4, 1, 16, 0},
     {1, 193, 4, 2, 128, 0},
     {1, 45, 4, 2, 80, 0},
+    {1, 300, 2, 1, 64, 0},
     // sliding window
     {1, 200, 2, 2, 64, 50},
     {2, 150, 4, 2, 32, 17},
@@ -67,11 +70,23 @@ AttentionShape attention_shape(const Shape& s) {
   return a;
 }
 
+const char* impl_name(cuda::AttentionImpl impl) {
+  switch (impl) {
+    case cuda::AttentionImpl::kSimt:
+      return " simt";
+    case cuda::AttentionImpl::kWmma:
+      return " wmma";
+    case cuda::AttentionImpl::kAuto:
+      break;
+  }
+  return " auto";
+}
+
 std::string label(DType dt, const Shape& s) {
   return std::string(dtype_name(dt)) + " B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
          " NH=" + std::to_string(s.NH) + " KVH=" + std::to_string(s.KVH) +
          " HS=" + std::to_string(s.HS) + " window=" + std::to_string(s.window) +
-         (cuda::attention_impl() == cuda::AttentionImpl::kSimt ? " simt" : " auto");
+         impl_name(cuda::attention_impl());
 }
 
 // Runs the test body under each implementation, restoring the automatic choice after.
@@ -131,10 +146,9 @@ TEST_P(CudaAttention, BackwardMatchesTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Impl, CudaAttention,
-                         ::testing::Values(cuda::AttentionImpl::kAuto, cuda::AttentionImpl::kSimt),
-                         [](const auto& info) {
-                           return info.param == cuda::AttentionImpl::kSimt ? "simt" : "auto";
-                         });
+                         ::testing::Values(cuda::AttentionImpl::kAuto, cuda::AttentionImpl::kWmma,
+                                           cuda::AttentionImpl::kSimt),
+                         [](const auto& info) { return std::string(impl_name(info.param) + 1); });
 
 // Generation: a prefix of pos0 positions goes through the cache first (a prefill call at 0),
 // then Tq new positions at pos0; out and the caches against the CPU's same two calls, and out
