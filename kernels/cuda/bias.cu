@@ -1,6 +1,6 @@
 // add_bias: grid-stride over N*OC, 256 threads. bias_backward: grid (ceil(OC/128), chunks) of
-// 128 threads, one thread per column summing a chunk of rows, then one thread per column adding
-// the chunk partials in order.
+// 128 threads, one thread per column summing a chunk of rows, then the chunk partials of each
+// column added in an order fixed by the chunk count (combine_columns, device_util.cuh).
 #include "kernels/cuda/bias.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/device_util.cuh"
@@ -33,13 +33,14 @@ __global__ void column_partials_kernel(float* partial, const T* dout, int64_t N,
   partial[k * OC + c] = acc;
 }
 
+// dbias[c] += column c of the (chunks, OC) partials: blocks of (32, kCombineRows) threads
+// (combine_columns).
 template <class T>
 __global__ void column_combine_kernel(T* dbias, const float* partial, int64_t chunks, int OC) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
-  float acc = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) acc += partial[k * OC + c];
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + acc);
+  __shared__ float sums[kCombineRows][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  const float total = combine_columns(partial, chunks, OC, c, sums);
+  if (threadIdx.y == 0 && c < OC) dbias[c] = from_f32<T>(to_f32(dbias[c]) + total);
 }
 
 }  // namespace
@@ -75,7 +76,8 @@ void bias_backward(Storage dt, void* dbias, const void* dout, int64_t N, int OC,
             scratch, static_cast<const T*>(dout), N, OC, rows_per_chunk);
     check(cudaGetLastError(), "bias_backward partials kernel launch");
     column_combine_kernel<T>
-        <<<blocks, kColumnThreads, 0, stream>>>(static_cast<T*>(dbias), scratch, chunks, OC);
+        <<<static_cast<unsigned>((OC + 31) / 32), dim3(32, kCombineRows), 0, stream>>>(
+            static_cast<T*>(dbias), scratch, chunks, OC);
     check(cudaGetLastError(), "bias_backward combine kernel launch");
   });
 }

@@ -1,7 +1,11 @@
 // One 512-thread block per row: block max over the V real columns, block sum of exp(x - max),
 // loss = log(sum) + (max - x[target]); the fused variant then rewrites the row in place (x[target]
 // is read before the reductions' barriers; afterwards each thread rewrites only the columns it
-// reads itself).
+// reads itself). Where rows are whole 16-byte packs (Vp a multiple of 8 for bf16/fp16, of 4 for
+// fp32, logits 16-byte aligned), the max and the sum come from one pass over the row in packs
+// (each thread keeps a running max and a sum rescaled when its max grows; then the block's max,
+// and the block sum of each thread's sum rescaled to it), and the rewrite is a second pass in
+// packs: two reads and one write of the row instead of three reads and a write.
 //
 // The vocabulary-parallel steps also run one 512-thread block per row of the shard: step 1 a block
 // max (thread 0 then reads the target's logit), step 2 a block sum of exp(x - max), step 3 no
@@ -54,12 +58,81 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
   }
 }
 
+template <class T, bool kFused>
+__global__ void crossentropy_packed_kernel(float* losses, T* logits, const int32_t* targets, int V,
+                                           int Vp, float dloss) {
+  using P = Pack16<T>;
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  T* x = logits + n * Vp;
+  P* xp = reinterpret_cast<P*>(x);
+  const int packs = Vp / P::kN;
+  const int32_t t = targets[n];
+  if (t < 0 || t >= V) {  // uniform over the block: no barrier is skipped by part of it
+    const float value = t < 0 ? 0.0f : CUDART_NAN_F;
+    if (threadIdx.x == 0) losses[n] = value;
+    if constexpr (kFused) {
+      P fill;
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k) fill.v[k] = from_f32<T>(value);
+      for (int p = threadIdx.x; p < packs; p += blockDim.x) xp[p] = fill;
+    }
+    return;
+  }
+  const float xt = to_f32(x[t]);
+  float m = -CUDART_INF_F, s = 0.0f;  // this thread's running max and sum of exp(x - m)
+  for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+    const P v = xp[p];
+    const int j0 = p * P::kN;
+    float vm = -CUDART_INF_F;
+#pragma unroll
+    for (int k = 0; k < P::kN; ++k)
+      if (j0 + k < V) vm = fmaxf(vm, to_f32(v.v[k]));
+    if (vm == -CUDART_INF_F) continue;  // only padding (or -inf logits): nothing to add
+    if (vm > m) {
+      s *= expf(m - vm);  // (0 while m is still -inf)
+      m = vm;
+    }
+#pragma unroll
+    for (int k = 0; k < P::kN; ++k)
+      if (j0 + k < V) s += expf(to_f32(v.v[k]) - m);
+  }
+  const float bm = block_all_reduce(m, MaxOp{}, -CUDART_INF_F, shared);
+  s = block_all_reduce(m == -CUDART_INF_F ? 0.0f : s * expf(m - bm), SumOp{}, 0.0f, shared);
+  m = bm;
+  if (threadIdx.x == 0) losses[n] = logf(s) + (m - xt);
+  if constexpr (kFused) {
+    const float scale = dloss / s;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      const P v = xp[p];
+      const int j0 = p * P::kN;
+      P d;
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k) {
+        const int j = j0 + k;
+        float g = 0.0f;
+        if (j < V) {
+          g = expf(to_f32(v.v[k]) - m) * scale;
+          if (j == t) g -= dloss;
+        }
+        d.v[k] = from_f32<T>(g);
+      }
+      xp[p] = d;
+    }
+  }
+}
+
 template <bool kFused>
 void launch(Storage dt, float* losses, const void* logits, const int32_t* targets, int64_t N, int V,
             int Vp, float dloss, cudaStream_t stream) {
   if (N <= 0) return;
   dispatch(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (Vp % Pack16<T>::kN == 0 && aligned16(logits)) {
+      crossentropy_packed_kernel<T, kFused><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
+          losses, static_cast<T*>(const_cast<void*>(logits)), targets, V, Vp, dloss);
+      return;
+    }
     crossentropy_kernel<T, kFused><<<static_cast<unsigned>(N), kThreads, 0, stream>>>(
         losses, static_cast<T*>(const_cast<void*>(logits)), targets, V, Vp, dloss);
   });

@@ -157,6 +157,27 @@ void launch_map2(T* out, const T* a, const T* b, int64_t n, F f, cudaStream_t st
 }
 
 // ---- reductions ------------------------------------------------------------------------------
+// Column sums of a (chunks, P) fp32 partial matrix, in an order fixed by `chunks` alone (so the
+// result does not depend on scheduling): a block of (32, kCombineRows) threads covers 32 columns;
+// thread (x, y) sums column `col` over the chunks y, y + kCombineRows, ... in order, then thread
+// (x, 0) adds the kCombineRows sums in order and returns the column's total (other threads: 0;
+// col >= P: 0). `sums` is the block's [kCombineRows][33] shared array. Call from all threads.
+constexpr int kCombineRows = 32;
+__device__ __forceinline__ float combine_columns(const float* partial, int64_t chunks, int P,
+                                                 int col, float (*sums)[33]) {
+  float acc = 0.0f;
+  if (col < P) {
+    for (int64_t k = threadIdx.y; k < chunks; k += kCombineRows) acc += partial[k * P + col];
+  }
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0) return 0.0f;
+  float total = 0.0f;
+#pragma unroll
+  for (int y = 0; y < kCombineRows; ++y) total += sums[y][threadIdx.x];
+  return total;
+}
+
 struct SumOp {
   template <class V>
   __device__ __forceinline__ V operator()(V a, V b) const {

@@ -16,7 +16,10 @@ struct Shape {
   int64_t N;
   int C;
 };
-constexpr Shape kShapes[] = {{37, 48}, {300, 771}, {2048, 64}};
+// C = 771: the element-wise kernels (not whole 16-byte packs); the others the packed ones, with
+// 1 (48, 64), 4 (768: GPT-2), 8 (1600: GPT-2 XL, the last packs of the row on some lanes only)
+// and 16 (4096: Llama 7B; fp32: 32 packs a lane is past the packed path) packs of the row a lane.
+constexpr Shape kShapes[] = {{37, 48}, {300, 771}, {2048, 64}, {513, 768}, {67, 1600}, {9, 4096}};
 
 TEST(CudaLayerNorm, ForwardMatchesTheCpu) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
