@@ -141,6 +141,26 @@ class Backend {
                                const void* inp, const void* weight, int64_t N, int C, int OC,
                                bool accumulate_dinp) = 0;
 
+  // ---- a matmul and a GELU as one op, where the backend fuses them ----------------------------
+  // True when matmul_gelu_forward / matmul_backward_dgelu below are single fused ops (the CUDA
+  // backend in 16-bit storage: cuBLASLt epilogues); the models then call them instead of the
+  // matmul and GELU ops (which they keep calling elsewhere, and where this is false).
+  virtual bool fuses_matmul_gelu() const { return false; }
+  // pre (N,OC) = inp (N,C) x weight (OC,C)^T + bias (OC); out (N,OC) = gelu(pre): both stored.
+  virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                                   const void* bias, int64_t N, int C, int OC) {
+    matmul_forward(pre, inp, weight, bias, N, C, OC);
+    gelu_forward(out, pre, N * OC);
+  }
+  // The backward of a matmul whose input was inp = gelu(pre): dpre (N,C) = (dout (N,OC) x weight
+  // (OC,C)) * gelu'(pre) (overwritten), dweight and dbias as matmul_backward.
+  virtual void matmul_backward_dgelu(void* dpre, void* dweight, void* dbias, const void* dout,
+                                     const void* inp, const void* weight, const void* pre,
+                                     int64_t N, int C, int OC) {
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, false);
+    gelu_backward(dpre, pre, dpre, N * C);
+  }
+
   // ---- causal multi-head self-attention (MHA and grouped-query) ------------------------------
   // qkv (B,T,(NH+2*KVH)*HS) holds per position the NH query heads, then the KVH key heads, then
   // the KVH value heads, HS channels each (GPT-2: KVH = NH, HS = C/NH, i.e. q, k, v of C each).

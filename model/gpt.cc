@@ -139,12 +139,19 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   round(a.ln2, R * C);
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
-  timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.fch, ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
-  });
-  round(a.fch, N * F);
-  timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
-  round(a.fch_gelu, N * F);
+  if (be_.fuses_matmul_gelu()) {  // one op (no rounding to emulate: a real 16-bit backend)
+    timed(timer(), times_.matmul_fwd, [&] {
+      be_.matmul_gelu_forward(a.fch_gelu, a.fch, ln2, elem_at(w, o.fc_w, esz_),
+                              elem_at(w, o.fc_b, esz_), N, C, F);
+    });
+  } else {
+    timed(timer(), times_.matmul_fwd, [&] {
+      be_.matmul_forward(a.fch, ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
+    });
+    round(a.fch, N * F);
+    timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
+    round(a.fch_gelu, N * F);
+  }
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.fch_gelu, elem_at(w, o.fcproj_w, esz_),
                        elem_at(w, o.fcproj_b, esz_), N, F, C);
@@ -169,13 +176,20 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   void* dln = sp_or(part_, d_c_);
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
-  timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
-                        a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
-  });
-  round(d_a_, N * F);
-  timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
-  round(d_a_, N * F);
+  if (be_.fuses_matmul_gelu()) {
+    timed(timer(), times_.matmul_bwd, [&] {
+      be_.matmul_backward_dgelu(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_),
+                                dout, a.fch_gelu, elem_at(w, o.fcproj_w, esz_), a.fch, N, F, C);
+    });
+  } else {
+    timed(timer(), times_.matmul_bwd, [&] {
+      be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_),
+                          dout, a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
+    });
+    round(d_a_, N * F);
+    timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
+    round(d_a_, N * F);
+  }
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_bwd, [&] {

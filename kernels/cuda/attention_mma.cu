@@ -13,7 +13,8 @@
 //
 // Tiles: a block of 4 warps owns 64 rows (queries, or keys in the dK/dV kernel), 16 per warp, and
 // walks the other side in tiles of 64 through shared memory (row stride HS + 8 elements: 16-byte
-// aligned rows, and the eight rows of an ldmatrix matrix fall in distinct banks).
+// aligned rows, and the eight rows of an ldmatrix matrix fall in distinct banks), loaded with
+// cp.async into two stages: the next tile is in flight while the block works on this one.
 // - forward: grid (ceil(T/64) query tiles, NH, B), heaviest first; per key tile S = Q K^T,
 //   online softmax in the exp2 domain on the fragments (row max and sum over the 4 lanes of a
 //   quad), O += P V. lse = m ln 2 + ln l.
@@ -153,10 +154,13 @@ __device__ __forceinline__ const T* bk_addr(const T* tile, int ld, int r0, int c
   return tile + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + c0 + (lane >> 4) * 8;
 }
 
-// dst (64, ld) = rows [t0, t0 + 64) of a (T, HS) view with row stride `stride` (elements); rows
-// at or after T zero. 16-byte vectors. Whole block.
+// dst (64, HS + 8) = rows [t0, t0 + 64) of a (T, HS) view with row stride `stride` (elements),
+// asynchronously (cp.async, 16 bytes a copy; rows at or after T zero-filled). Whole block. The
+// copies land by the next cp_async_wait<N> that covers their group, then a __syncthreads makes
+// every thread's copies visible.
 template <class T, int HS>
-__device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t stride, int t0, int T_) {
+__device__ __forceinline__ void load_tile_async(T* dst, const T* src, int64_t stride, int t0,
+                                                int T_) {
   constexpr int kVecs = HS / 8;
   constexpr int kLd = Smem<HS>::kLd;
 #pragma unroll
@@ -164,10 +168,23 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t stride, 
     const int r = idx / kVecs;
     const int c = (idx - r * kVecs) * 8;
     const int t = t0 + r;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (t < T_) v = *reinterpret_cast<const uint4*>(src + static_cast<int64_t>(t) * stride + c);
-    *reinterpret_cast<uint4*>(dst + r * kLd + c) = v;
+    const T* from = t < T_ ? src + static_cast<int64_t>(t) * stride + c : src;  // (not read)
+    const int bytes = t < T_ ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     smem_address(dst + r * kLd + c)),
+                 "l"(from), "r"(bytes)
+                 : "memory");
   }
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -179,9 +196,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kK = HS / 16;  // k-steps over the head
   constexpr int kN = HS / 8;   // n-tiles of O
   extern __shared__ __align__(128) unsigned char smem[];
+  // Q, then two stages of (K, V): the next key tile loads while this one is used.
   T* q_s = reinterpret_cast<T*>(smem);
-  T* k_s = reinterpret_cast<T*>(smem + Smem<HS>::kTileBytes);
-  T* v_s = reinterpret_cast<T*>(smem + 2 * Smem<HS>::kTileBytes);
+  T* kv_s = reinterpret_cast<T*>(smem + Smem<HS>::kTileBytes);
+  constexpr int kTileElems = static_cast<int>(Smem<HS>::kTileBytes / sizeof(T));
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -199,8 +217,13 @@ __global__ void __launch_bounds__(kThreads)
   const int row_a = wrow + g;       // this lane's two rows
   const int row_b = row_a + 8;
   const float sl2 = sh.scale * kLog2e;
+  const int kend = min(q0 + kTile, sh.T);
 
-  load_tile<T, HS>(q_s, q_base, sh.row, q0, sh.T);
+  load_tile_async<T, HS>(q_s, q_base, sh.row, q0, sh.T);
+  load_tile_async<T, HS>(kv_s, k_base, sh.row, 0, sh.T);
+  load_tile_async<T, HS>(kv_s + kTileElems, v_base, sh.row, 0, sh.T);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t qf[kK][4];
 #pragma unroll
@@ -212,11 +235,16 @@ __global__ void __launch_bounds__(kThreads)
   float m_a = -CUDART_INF_F, m_b = -CUDART_INF_F;  // running max (log2 domain)
   float l_a = 0.0f, l_b = 0.0f;                    // this lane's share of the running sums
 
-  const int kend = min(q0 + kTile, sh.T);
-  for (int k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();  // the previous K/V tiles are consumed
-    load_tile<T, HS>(k_s, k_base, sh.row, k0, sh.T);
-    load_tile<T, HS>(v_s, v_base, sh.row, k0, sh.T);
+  for (int k0 = 0, stage = 0; k0 < kend; k0 += kTile, stage ^= 1) {
+    const T* k_s = kv_s + 2 * stage * kTileElems;
+    const T* v_s = k_s + kTileElems;
+    if (k0 + kTile < kend) {  // the next tile into the other stage (consumed: see the end)
+      T* next = kv_s + 2 * (stage ^ 1) * kTileElems;
+      load_tile_async<T, HS>(next, k_base, sh.row, k0 + kTile, sh.T);
+      load_tile_async<T, HS>(next + kTileElems, v_base, sh.row, k0 + kTile, sh.T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // this stage's tiles have landed (all but the newest group)
     __syncthreads();
     const bool diag = k0 + kTile - 1 > wrow;  // some key of the tile is past a row of the warp
     float s[8][4];
@@ -289,6 +317,7 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(o[2 * dp + 1], pa, vf[2], vf[3]);
       }
     }
+    __syncthreads();  // this stage is consumed before the next iteration loads into it
   }
 
   l_a = quad_sum(l_a);
@@ -322,10 +351,11 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kK = HS / 16;
   constexpr int kN = HS / 8;
   extern __shared__ __align__(128) unsigned char smem[];
+  // Q, dO, then two stages of (K, V).
   T* q_s = reinterpret_cast<T*>(smem);
   T* do_s = reinterpret_cast<T*>(smem + Smem<HS>::kTileBytes);
-  T* k_s = reinterpret_cast<T*>(smem + 2 * Smem<HS>::kTileBytes);
-  T* v_s = reinterpret_cast<T*>(smem + 3 * Smem<HS>::kTileBytes);
+  T* kv_s = reinterpret_cast<T*>(smem + 2 * Smem<HS>::kTileBytes);
+  constexpr int kTileElems = static_cast<int>(Smem<HS>::kTileBytes / sizeof(T));
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -346,8 +376,13 @@ __global__ void __launch_bounds__(kThreads)
   const int row_b = row_a + 8;
   const float sl2 = sh.scale * kLog2e;
 
-  load_tile<T, HS>(q_s, q_base, sh.row, q0, sh.T);
-  load_tile<T, HS>(do_s, dout + obase, sh.orow, q0, sh.T);
+  const int kend = min(q0 + kTile, sh.T);
+  load_tile_async<T, HS>(q_s, q_base, sh.row, q0, sh.T);
+  load_tile_async<T, HS>(do_s, dout + obase, sh.orow, q0, sh.T);
+  load_tile_async<T, HS>(kv_s, k_base, sh.row, 0, sh.T);
+  load_tile_async<T, HS>(kv_s + kTileElems, v_base, sh.row, 0, sh.T);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
 
   // D of rows a and b: the quad's 4 lanes split the head, HS / 4 channels each.
@@ -386,11 +421,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int n = 0; n < kN; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-  const int kend = min(q0 + kTile, sh.T);
-  for (int k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(k_s, k_base, sh.row, k0, sh.T);
-    load_tile<T, HS>(v_s, v_base, sh.row, k0, sh.T);
+  for (int k0 = 0, stage = 0; k0 < kend; k0 += kTile, stage ^= 1) {
+    const T* k_s = kv_s + 2 * stage * kTileElems;
+    const T* v_s = k_s + kTileElems;
+    if (k0 + kTile < kend) {
+      T* next = kv_s + 2 * (stage ^ 1) * kTileElems;
+      load_tile_async<T, HS>(next, k_base, sh.row, k0 + kTile, sh.T);
+      load_tile_async<T, HS>(next + kTileElems, v_base, sh.row, k0 + kTile, sh.T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
     float s[8][4], dp[8][4];
 #pragma unroll
@@ -439,6 +479,7 @@ __global__ void __launch_bounds__(kThreads)
         mma<T>(dq[2 * dp2 + 1], sa, kt[2], kt[3]);
       }
     }
+    __syncthreads();  // this stage is consumed before the next iteration loads into it
   }
 
   T* dq_a = dqkv + (static_cast<int64_t>(b) * sh.T + row_a) * sh.row + static_cast<int64_t>(h) * HS;
@@ -464,13 +505,14 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kLd = Smem<HS>::kLd;
   constexpr int kK = HS / 16;
   constexpr int kN = HS / 8;
+  constexpr int kTileElems = static_cast<int>(Smem<HS>::kTileBytes / sizeof(T));
   extern __shared__ __align__(128) unsigned char smem[];
+  // K, V, then two stages of (Q, dO) and two of (lse log2e, D) (64 floats each): the next query
+  // tile loads while this one is used.
   T* k_s = reinterpret_cast<T*>(smem);
   T* v_s = reinterpret_cast<T*>(smem + Smem<HS>::kTileBytes);
-  T* q_s = reinterpret_cast<T*>(smem + 2 * Smem<HS>::kTileBytes);
-  T* do_s = reinterpret_cast<T*>(smem + 3 * Smem<HS>::kTileBytes);
-  float* lse_s = reinterpret_cast<float*>(smem + 4 * Smem<HS>::kTileBytes);  // (64), log2 domain
-  float* d_s = lse_s + kTile;                                                 // (64)
+  T* qd_s = reinterpret_cast<T*>(smem + 2 * Smem<HS>::kTileBytes);
+  float* stat_s = reinterpret_cast<float*>(smem + 6 * Smem<HS>::kTileBytes);
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -487,8 +529,33 @@ __global__ void __launch_bounds__(kThreads)
   const int key_b = key_a + 8;
   const float sl2 = sh.scale * kLog2e;
 
-  load_tile<T, HS>(k_s, k_base, sh.row, k0, sh.T);
-  load_tile<T, HS>(v_s, v_base, sh.row, k0, sh.T);
+  // The block walks (query head of the group, query tile at or after k0) in order.
+  const int qtiles = (sh.T - k0 + kTile - 1) / kTile;
+  const int steps = sh.group * qtiles;
+  auto issue = [&](int step, int stage) {
+    const int hh = step / qtiles;
+    const int q0 = k0 + (step - hh * qtiles) * kTile;
+    const int h = kvh * sh.group + hh;
+    T* q_dst = qd_s + 2 * stage * kTileElems;
+    load_tile_async<T, HS>(q_dst, rows + static_cast<int64_t>(h) * HS, sh.row, q0, sh.T);
+    load_tile_async<T, HS>(q_dst + kTileElems,
+                           dout + static_cast<int64_t>(b) * sh.T * sh.orow +
+                               static_cast<int64_t>(h) * HS,
+                           sh.orow, q0, sh.T);
+    if (threadIdx.x < kTile) {
+      const int i = q0 + threadIdx.x;
+      const int64_t stat0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
+      float* st = stat_s + 2 * kTile * stage;
+      st[threadIdx.x] = i < sh.T ? lse[stat0 + i] * kLog2e : 0.0f;
+      st[kTile + threadIdx.x] = i < sh.T ? D[stat0 + i] : 0.0f;
+    }
+  };
+
+  load_tile_async<T, HS>(k_s, k_base, sh.row, k0, sh.T);
+  load_tile_async<T, HS>(v_s, v_base, sh.row, k0, sh.T);
+  issue(0, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
   uint32_t kf[kK][4], vf[kK][4];
 #pragma unroll
@@ -503,82 +570,77 @@ __global__ void __launch_bounds__(kThreads)
     dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
   }
 
-  for (int hh = 0; hh < sh.group; ++hh) {
-    const int h = kvh * sh.group + hh;
-    const T* q_base = rows + static_cast<int64_t>(h) * HS;
-    const T* do_base = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * HS;
-    const int64_t stat0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
-    for (int q0 = k0; q0 < sh.T; q0 += kTile) {
-      __syncthreads();  // the previous Q/dO tiles and statistics are consumed
-      load_tile<T, HS>(q_s, q_base, sh.row, q0, sh.T);
-      load_tile<T, HS>(do_s, do_base, sh.orow, q0, sh.T);
-      if (threadIdx.x < kTile) {
-        const int i = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < sh.T ? lse[stat0 + i] * kLog2e : 0.0f;
-        d_s[threadIdx.x] = i < sh.T ? D[stat0 + i] : 0.0f;
-      }
-      __syncthreads();
-      // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x the tile's 64 queries.
-      float st[8][4], dpt[8][4];
+  for (int step = 0, stage = 0; step < steps; ++step, stage ^= 1) {
+    if (step + 1 < steps) issue(step + 1, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // this stage's tiles and statistics are in place
+    const int q0 = k0 + (step % qtiles) * kTile;
+    const T* q_s = qd_s + 2 * stage * kTileElems;
+    const T* do_s = q_s + kTileElems;
+    const float* lse_s = stat_s + 2 * kTile * stage;  // (64), log2 domain
+    const float* d_s = lse_s + kTile;                  // (64)
+    // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x the tile's 64 queries.
+    float st[8][4], dpt[8][4];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
-      }
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0f;
+    }
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (q0 + 16 * np + 15 < wkey) continue;  // these queries see none of the warp's keys
+    for (int np = 0; np < 4; ++np) {
+      if (q0 + 16 * np + 15 < wkey) continue;  // these queries see none of the warp's keys
 #pragma unroll
-        for (int kk = 0; kk < kK; ++kk) {
-          uint32_t qf[4], of[4];
-          ldsm_x4(qf, bn_addr(q_s, kLd, 16 * np, 16 * kk, lane));
-          mma<T>(st[2 * np], kf[kk], qf[0], qf[1]);
-          mma<T>(st[2 * np + 1], kf[kk], qf[2], qf[3]);
-          ldsm_x4(of, bn_addr(do_s, kLd, 16 * np, 16 * kk, lane));
-          mma<T>(dpt[2 * np], vf[kk], of[0], of[1]);
-          mma<T>(dpt[2 * np + 1], vf[kk], of[2], of[3]);
-        }
-      }
-      // P^T (into st) and dS^T (into dpt): query i sees key j iff j <= i < T.
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int qi = 8 * j + 2 * t4;  // the tile's query of columns c0 / c2 (c1 / c3: qi + 1)
-        const int i0 = q0 + qi;
-        const int i1 = i0 + 1;
-        const float l0 = lse_s[qi], l1 = lse_s[qi + 1];
-        const float D0 = d_s[qi], D1 = d_s[qi + 1];
-        const float p0 = (key_a <= i0 && i0 < sh.T) ? exp2f(st[j][0] * sl2 - l0) : 0.0f;
-        const float p1 = (key_a <= i1 && i1 < sh.T) ? exp2f(st[j][1] * sl2 - l1) : 0.0f;
-        const float p2 = (key_b <= i0 && i0 < sh.T) ? exp2f(st[j][2] * sl2 - l0) : 0.0f;
-        const float p3 = (key_b <= i1 && i1 < sh.T) ? exp2f(st[j][3] * sl2 - l1) : 0.0f;
-        dpt[j][0] = p0 * (dpt[j][0] - D0);
-        dpt[j][1] = p1 * (dpt[j][1] - D1);
-        dpt[j][2] = p2 * (dpt[j][2] - D0);
-        dpt[j][3] = p3 * (dpt[j][3] - D1);
-        st[j][0] = p0;
-        st[j][1] = p1;
-        st[j][2] = p2;
-        st[j][3] = p3;
-      }
-      // dV += P^T dO and dK += dS^T Q (dO and Q read k-major: their rows are the product's k).
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        if (q0 + 16 * kk + 15 < wkey) continue;
-        uint32_t pa[4], sa[4];
-        c_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
-        c_to_a<T>(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-        for (int dp2 = 0; dp2 < kN / 2; ++dp2) {
-          uint32_t ot[4], qt[4];
-          ldsm_x4_trans(ot, bk_addr(do_s, kLd, 16 * kk, 16 * dp2, lane));
-          mma<T>(dv[2 * dp2], pa, ot[0], ot[1]);
-          mma<T>(dv[2 * dp2 + 1], pa, ot[2], ot[3]);
-          ldsm_x4_trans(qt, bk_addr(q_s, kLd, 16 * kk, 16 * dp2, lane));
-          mma<T>(dk[2 * dp2], sa, qt[0], qt[1]);
-          mma<T>(dk[2 * dp2 + 1], sa, qt[2], qt[3]);
-        }
+      for (int kk = 0; kk < kK; ++kk) {
+        uint32_t qf[4], of[4];
+        ldsm_x4(qf, bn_addr(q_s, kLd, 16 * np, 16 * kk, lane));
+        mma<T>(st[2 * np], kf[kk], qf[0], qf[1]);
+        mma<T>(st[2 * np + 1], kf[kk], qf[2], qf[3]);
+        ldsm_x4(of, bn_addr(do_s, kLd, 16 * np, 16 * kk, lane));
+        mma<T>(dpt[2 * np], vf[kk], of[0], of[1]);
+        mma<T>(dpt[2 * np + 1], vf[kk], of[2], of[3]);
       }
     }
+    // P^T (into st) and dS^T (into dpt): query i sees key j iff j <= i < T.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int qi = 8 * j + 2 * t4;  // the tile's query of columns c0 / c2 (c1 / c3: qi + 1)
+      const int i0 = q0 + qi;
+      const int i1 = i0 + 1;
+      const float l0 = lse_s[qi], l1 = lse_s[qi + 1];
+      const float D0 = d_s[qi], D1 = d_s[qi + 1];
+      const float p0 = (key_a <= i0 && i0 < sh.T) ? exp2f(st[j][0] * sl2 - l0) : 0.0f;
+      const float p1 = (key_a <= i1 && i1 < sh.T) ? exp2f(st[j][1] * sl2 - l1) : 0.0f;
+      const float p2 = (key_b <= i0 && i0 < sh.T) ? exp2f(st[j][2] * sl2 - l0) : 0.0f;
+      const float p3 = (key_b <= i1 && i1 < sh.T) ? exp2f(st[j][3] * sl2 - l1) : 0.0f;
+      dpt[j][0] = p0 * (dpt[j][0] - D0);
+      dpt[j][1] = p1 * (dpt[j][1] - D1);
+      dpt[j][2] = p2 * (dpt[j][2] - D0);
+      dpt[j][3] = p3 * (dpt[j][3] - D1);
+      st[j][0] = p0;
+      st[j][1] = p1;
+      st[j][2] = p2;
+      st[j][3] = p3;
+    }
+    // dV += P^T dO and dK += dS^T Q (dO and Q read k-major: their rows are the product's k).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (q0 + 16 * kk + 15 < wkey) continue;
+      uint32_t pa[4], sa[4];
+      c_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
+      c_to_a<T>(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int dp2 = 0; dp2 < kN / 2; ++dp2) {
+        uint32_t ot[4], qt[4];
+        ldsm_x4_trans(ot, bk_addr(do_s, kLd, 16 * kk, 16 * dp2, lane));
+        mma<T>(dv[2 * dp2], pa, ot[0], ot[1]);
+        mma<T>(dv[2 * dp2 + 1], pa, ot[2], ot[3]);
+        ldsm_x4_trans(qt, bk_addr(q_s, kLd, 16 * kk, 16 * dp2, lane));
+        mma<T>(dk[2 * dp2], sa, qt[0], qt[1]);
+        mma<T>(dk[2 * dp2 + 1], sa, qt[2], qt[3]);
+      }
+    }
+    __syncthreads();  // this stage is consumed before the next iteration loads into it
   }
 
   const int64_t kcol = static_cast<int64_t>(sh.NH + kvh) * HS;
@@ -662,7 +724,7 @@ void attention_mma_forward(Storage dt, void* out, float* lse, const void* qkv,
   dispatch_mma_dtype(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
     constexpr int HS = kMmaHeadSize;
-    const size_t shared = 3 * Smem<HS>::kTileBytes;
+    const size_t shared = 5 * Smem<HS>::kTileBytes;  // Q and two stages of K, V
     auto kernel = mma_forward_kernel<E, HS>;
     allow_mma_shared(kernel, shared, "attention_forward (mma): cudaFuncSetAttribute");
     kernel<<<grid, kThreads, shared, stream>>>(static_cast<E*>(out), lse,
@@ -682,14 +744,15 @@ void attention_mma_backward(Storage dt, void* dqkv, const void* dout, const void
   dispatch_mma_dtype(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
     constexpr int HS = kMmaHeadSize;
-    const size_t dq_shared = 4 * Smem<HS>::kTileBytes;
+    const size_t dq_shared = 6 * Smem<HS>::kTileBytes;  // Q, dO and two stages of K, V
     auto dq_kernel = mma_dq_kernel<E, HS>;
     allow_mma_shared(dq_kernel, dq_shared, "attention_backward dQ (mma): cudaFuncSetAttribute");
     dq_kernel<<<dq_grid, kThreads, dq_shared, stream>>>(
         static_cast<E*>(dqkv), D, static_cast<const E*>(dout), static_cast<const E*>(qkv),
         static_cast<const E*>(out), lse, sh);
     check(cudaGetLastError(), "attention_backward dQ (mma) kernel launch");
-    const size_t dkdv_shared = 4 * Smem<HS>::kTileBytes + 2 * kTile * sizeof(float);
+    // K, V, two stages of (Q, dO) and of (lse, D)
+    const size_t dkdv_shared = 6 * Smem<HS>::kTileBytes + 4 * kTile * sizeof(float);
     auto dkdv_kernel = mma_dkdv_kernel<E, HS>;
     allow_mma_shared(dkdv_kernel, dkdv_shared,
                      "attention_backward dK/dV (mma): cudaFuncSetAttribute");

@@ -287,6 +287,36 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // The cuBLASLt GELU epilogues in 16-bit storage (fp32 keeps the separate GELU kernels, whose
+  // results the CPU backend's match to 1e-5); each falls back to the separate ops when cuBLASLt
+  // has no algorithm with the epilogue for the call.
+  bool fuses_matmul_gelu() const override { return st_ != Storage::kF32; }
+
+  void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                           const void* bias, int64_t N, int C, int OC) override {
+    activate();
+    if (st_ != Storage::kF32 && matmul_->forward_gelu(out, pre, inp, weight, bias, N, C, OC))
+      return;
+    matmul_->forward(pre, inp, weight, bias, N, C, OC);
+    cuda::gelu_forward(st_, out, pre, N * OC, stream_);
+  }
+
+  void matmul_backward_dgelu(void* dpre, void* dweight, void* dbias, const void* dout,
+                             const void* inp, const void* weight, const void* pre, int64_t N,
+                             int C, int OC) override {
+    activate();
+    if (st_ != Storage::kF32 && matmul_->backward_dgelu(dpre, dout, weight, pre, N, C, OC)) {
+      matmul_->backward(nullptr, dweight, dout, inp, weight, N, C, OC, false);
+    } else {
+      matmul_->backward(dpre, dweight, dout, inp, weight, N, C, OC, false);
+      cuda::gelu_backward(st_, dpre, pre, dpre, N * C, stream_);
+    }
+    if (dbias != nullptr) {
+      float* partial = static_cast<float*>(scratch(bias_backward_scratch_bytes(N, OC)));
+      bias_backward(st_, dbias, dout, N, OC, partial, stream_);
+    }
+  }
+
   // ---- attention --------------------------------------------------------------------------------
   void attention_forward(void* out, float* lse, const void* qkv, const AttentionShape& s) override {
     check_attention(s);

@@ -1,7 +1,9 @@
 // Row-major X (rows, cols) is column-major (cols, rows) with the same leading dimension, so each
 // product is handed to cuBLASLt (column-major) on those views:
 //   forward: out as (OC,N)  = op_T(weight as (C,OC)) x inp as (C,N)   [+ bias per row of D]
+//            (before a GELU: the GELU_AUX_BIAS epilogue, pre-GELU values to aux = pre as (OC,N))
 //   dinp:    dinp as (C,N)  = weight as (C,OC) x dout as (OC,N)       [beta 0, or 1 to accumulate]
+//            (after a GELU: the DGELU epilogue, times gelu'(aux = pre as (C,N)))
 //   dweight: dW as (C,OC)  += inp as (C,N) x op_T(dout as (OC,N))     [beta 1]
 // Descriptors are built per call (cheap); the heuristic's choice is cached per shape, operation,
 // pointer alignment and epilogue (Matmul::algos_). For bf16/fp16, split-K partial sums may only be
@@ -97,7 +99,7 @@ Matmul::~Matmul() {
 
 bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
                   int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
-                  const void* bias) {
+                  const Extra& extra) {
   const cudaDataType_t type = data_type(dt_);
   OpDesc op;
   check_lt(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -106,12 +108,22 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublasLtMatmulDescSetAttribute(TRANSA)");
   set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute(TRANSB)");
-  if (bias != nullptr) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (extra.epilogue != Epilogue::kNone) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (extra.epilogue == Epilogue::kGeluAuxBias) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    if (extra.epilogue == Epilogue::kDGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
     set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
            "cublasLtMatmulDescSetAttribute(EPILOGUE)");
-    set_op(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias,
+  }
+  if (extra.bias != nullptr) {
+    set_op(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, extra.bias,
            "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
+  if (extra.aux != nullptr) {
+    set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, extra.aux,
+           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+    set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, extra.aux_ld,
+           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
   }
 
   // Stored shapes (before the op): A is (k,m) when transposed, else (m,k); B likewise.
@@ -123,10 +135,23 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   check_lt(cublasLtMatrixLayoutCreate(&d_layout.d, type, m, n, ldd),
            "cublasLtMatrixLayoutCreate(D)");
 
-  const int64_t bias_alignment = bias == nullptr ? 0 : alignment_of(bias);
-  const AlgoKey key = {
-      trans_a,         trans_b,       m, n, k, lda, ldb, ldd, alignment_of(A), alignment_of(B),
-      alignment_of(D), bias_alignment};
+  const int64_t bias_alignment = extra.bias == nullptr ? 0 : alignment_of(extra.bias);
+  const int64_t aux_alignment = extra.aux == nullptr ? 0 : alignment_of(extra.aux);
+  const AlgoKey key = {trans_a,
+                       trans_b,
+                       m,
+                       n,
+                       k,
+                       lda,
+                       ldb,
+                       ldd,
+                       alignment_of(A),
+                       alignment_of(B),
+                       alignment_of(D),
+                       bias_alignment,
+                       static_cast<int64_t>(extra.epilogue),
+                       aux_alignment,
+                       extra.aux_ld};
   auto cached = algos_.find(key);
   if (cached == algos_.end()) {
     PrefDesc pref;
@@ -145,15 +170,16 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         handle_, op.d, a_layout.d, b_layout.d, d_layout.d, d_layout.d, pref.d, 1, &result, &found);
-    // (An error is thrown, not cached, unless a bias is set: then the plain product is tried.)
-    if (status != CUBLAS_STATUS_SUCCESS && bias == nullptr)
+    // (An error is thrown, not cached, unless an epilogue is asked for: then the caller falls
+    // back to the plain product.)
+    if (status != CUBLAS_STATUS_SUCCESS && extra.epilogue == Epilogue::kNone)
       check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
     std::optional<cublasLtMatmulAlgo_t> algo;
     if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
     cached = algos_.emplace(key, algo).first;
   }
   if (!cached->second) {
-    if (bias != nullptr) return false;
+    if (extra.epilogue != Epilogue::kNone) return false;
     ZD_THROW("cuBLASLt has no algorithm for a (m={}, n={}, k={}) matmul, transa={}, transb={}", m,
              n, k, trans_a, trans_b);
   }
@@ -179,8 +205,11 @@ void Matmul::forward(void* out, const void* inp, const void* weight, const void*
   }
   // The epilogue wants a 16-byte aligned bias; otherwise (or without an algorithm) add it after.
   const bool epilogue = bias != nullptr && alignment_of(bias) >= 16;
-  if (epilogue && gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f, bias)) return;
-  gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f, nullptr);
+  if (epilogue && gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f,
+                       Extra{Epilogue::kBias, bias, nullptr, 0})) {
+    return;
+  }
+  gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f);
   if (bias != nullptr) add_bias(dt_, out, bias, N, OC, /*overwrite=*/false, stream_);
 }
 
@@ -189,15 +218,30 @@ void Matmul::backward(void* dinp, void* dweight, const void* dout, const void* i
   if (N <= 0 || C <= 0) return;
   if (dinp != nullptr) {
     if (OC > 0) {
-      gemm(false, false, C, N, OC, weight, C, dout, OC, dinp, C, accumulate_dinp ? 1.0f : 0.0f,
-           nullptr);
+      gemm(false, false, C, N, OC, weight, C, dout, OC, dinp, C, accumulate_dinp ? 1.0f : 0.0f);
     } else if (!accumulate_dinp) {
       const size_t elem = dt_ == Storage::kF32 ? 4 : 2;
       check(cudaMemsetAsync(dinp, 0, static_cast<size_t>(N) * C * elem, stream_),
             "matmul_backward: cudaMemsetAsync");
     }
   }
-  if (OC > 0) gemm(false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, nullptr);
+  if (OC > 0) gemm(false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f);
+}
+
+bool Matmul::forward_gelu(void* out, void* pre, const void* inp, const void* weight,
+                          const void* bias, int64_t N, int C, int OC) {
+  // cuBLASLt wants the aux leading dimension a multiple of 8 and 16-byte aligned pointers.
+  if (N <= 0 || C <= 0 || OC <= 0 || OC % 8 != 0 || bias == nullptr) return false;
+  if (alignment_of(bias) < 16 || alignment_of(pre) < 16) return false;
+  return gemm(true, false, OC, N, C, weight, C, inp, C, out, OC, 0.0f,
+              Extra{Epilogue::kGeluAuxBias, bias, pre, OC});
+}
+
+bool Matmul::backward_dgelu(void* dpre, const void* dout, const void* weight, const void* pre,
+                            int64_t N, int C, int OC) {
+  if (N <= 0 || C <= 0 || OC <= 0 || C % 8 != 0 || alignment_of(pre) < 16) return false;
+  return gemm(false, false, C, N, OC, weight, C, dout, OC, dpre, C, 0.0f,
+              Extra{Epilogue::kDGelu, nullptr, pre, C});
 }
 
 }  // namespace zerod::cuda

@@ -33,16 +33,39 @@ class Matmul {
   void backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
                 int64_t N, int C, int OC, bool accumulate_dinp);
 
+  // The fully connected layer before a GELU in one product (the GELU_AUX_BIAS epilogue):
+  // pre (N,OC) = inp (N,C) x weight (OC,C)^T + bias (OC), out (N,OC) = gelu(pre), both written.
+  // False (nothing launched) when no algorithm offers the epilogue for these pointers.
+  bool forward_gelu(void* out, void* pre, const void* inp, const void* weight, const void* bias,
+                    int64_t N, int C, int OC);
+  // The input gradient of a layer whose input was gelu(pre), in one product (the DGELU
+  // epilogue): dpre (N,C) = (dout (N,OC) x weight (OC,C)) * gelu'(pre (N,C)). False (nothing
+  // launched) when no algorithm offers it.
+  bool backward_dgelu(void* dpre, const void* dout, const void* weight, const void* pre, int64_t N,
+                      int C, int OC);
+
  private:
-  // Column-major D (m,n) = op(A) (m,k) x op(B) (k,n) + beta D [+ bias (m) per row of D].
-  // Returns false (nothing launched) when `bias` is set and no algorithm has the bias epilogue.
+  enum class Epilogue : int64_t { kNone, kBias, kGeluAuxBias, kDGelu };
+  struct Extra {
+    Epilogue epilogue = Epilogue::kNone;
+    const void* bias = nullptr;  // (m), kBias and kGeluAuxBias
+    const void* aux = nullptr;   // column-major (m,n) with leading dimension aux_ld: the GELU input
+    int64_t aux_ld = 0;
+  };
+  // Column-major D (m,n) = op(A) (m,k) x op(B) (k,n) + beta D, then the epilogue: + bias (m) per
+  // row of D; or that and D = gelu(D) with the pre-GELU values to aux; or D *= gelu'(aux).
+  // Returns false (nothing launched) when an epilogue is asked for and no algorithm offers it.
   bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
-            const void* B, int64_t ldb, void* D, int64_t ldd, float beta, const void* bias);
+            const void* B, int64_t ldb, void* D, int64_t ldd, float beta, const Extra& extra);
+  bool gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
+            const void* B, int64_t ldb, void* D, int64_t ldd, float beta) {
+    return gemm(trans_a, trans_b, m, n, k, A, lda, B, ldb, D, ldd, beta, Extra{});
+  }
 
   // The heuristic's algorithm for a product's shapes, operations, pointer alignments and
   // epilogue (nullopt: none found), asked once per key: the query costs tens of microseconds and
   // a training step repeats the same few shapes.
-  using AlgoKey = std::array<int64_t, 12>;
+  using AlgoKey = std::array<int64_t, 15>;
   std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
 
   Storage dt_;

@@ -224,11 +224,13 @@ if want sanitize; then
 fi
 
 if want memory && [[ -x "$bin/zerod_gpu_bench" ]]; then
-  # ZeRO-3 + optimizer (and parameter) offload to CPU memory: widen GPT-2 until a step fails.
-  for shape in "--layers 24 --heads 16 --embd 1024" "--layers 36 --heads 20 --embd 1280" \
-               "--layers 48 --heads 25 --embd 1600" "--layers 48 --heads 32 --embd 2560"; do
-    say "memory: stage 3 + offload_optimizer cpu, $shape"
-    timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" $shape --stage 3 --offload all --dtype bf16 --batch 8 --steps 3 --warmup 1 2>&1 | tail -3
+  # ZeRO-3 + optimizer and parameter offload to CPU memory at growing GPT-2 shapes
+  # (MEMORY_SHAPES: "layers:heads:embd ...").
+  for shape in ${MEMORY_SHAPES:-24:16:1024 36:20:1280 48:25:1600 48:32:2560}; do
+    IFS=: read -r L H E <<<"$shape"
+    say "memory: stage 3 + offload_optimizer and offload_param cpu, $L layers, $H heads, $E wide"
+    timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" --layers "$L" --heads "$H" --embd "$E" --stage 3 \
+      --offload all --dtype bf16 --batch 8 --steps 3 --warmup 1 2>&1 | tail -3
     echo "session: exit ${PIPESTATUS[0]}"
   done
 fi

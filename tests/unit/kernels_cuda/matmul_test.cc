@@ -87,5 +87,59 @@ TEST(CudaMatmul, BackwardOverwritesOrAccumulatesLikeTheCpu) {
   }
 }
 
+// The fully connected layer and its GELU as one op (cuBLASLt's GELU_AUX_BIAS and DGELU epilogues
+// in 16-bit storage; fp32 and shapes cuBLASLt refuses (OC not a multiple of 8) take the separate
+// ops) against the CPU's separate matmul and GELU, forward (pre and out) and backward (dpre,
+// dweight and dbias accumulated).
+constexpr Shape kGeluShapes[] = {{64, 128, 192}, {1000, 64, 256}, {37, 48, 70}};
+
+TEST(CudaMatmul, FusedGeluForwardAndBackwardMatchTheSeparateOps) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kGeluShapes) {
+      SCOPED_TRACE(label(dt, s));
+      Backends be(dt);
+      EXPECT_EQ(be.gpu->fuses_matmul_gelu(), dt != DType::kF32);
+      EXPECT_FALSE(be.cpu->fuses_matmul_gelu());
+      const int64_t NC = s.N * s.C, NO = s.N * s.OC, OCC = int64_t{s.OC} * s.C;
+      const VecF inp = be.round(test::randn(NC, 90));
+      const VecF w = be.round(test::randn(OCC, 91, 0.2f));
+      const VecF b = be.round(test::randn(s.OC, 92, 0.5f));
+      VecF pre(NO), out(NO);
+      be.cpu->matmul_forward(pre.data(), inp.data(), w.data(), b.data(), s.N, s.C, s.OC);
+      pre = be.round(pre);
+      be.cpu->gelu_forward(out.data(), pre.data(), NO);
+      out = be.round(out);
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_b = be.compute(b);
+      Buffer d_pre = be.poisoned_compute(NO), d_out = be.poisoned_compute(NO);
+      be.gpu->matmul_gelu_forward(d_out.data(), d_pre.data(), d_inp.data(), d_w.data(), d_b.data(),
+                                  s.N, s.C, s.OC);
+      EXPECT_TRUE(test::close(be.read_compute(d_pre, NO), pre, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_compute(d_out, NO), out, test::tolerance(dt)));
+
+      // Backward of the next layer, whose input is out = gelu(pre): a (N, OC) -> (N, C2) matmul.
+      const int C2 = 72;
+      const VecF w2 = be.round(test::randn(int64_t{C2} * s.OC, 93, 0.2f));
+      const VecF dout = be.round(test::randn(s.N * C2, 94));
+      VecF dw2 = be.round(test::randn(int64_t{C2} * s.OC, 95, 0.5f));
+      VecF db2 = be.round(test::randn(C2, 96, 0.5f));
+      Buffer d_w2 = be.compute(w2), d_dout = be.compute(dout), d_dw2 = be.compute(dw2),
+             d_db2 = be.compute(db2), d_gin = be.compute(out), d_gpre = be.compute(pre);
+      VecF dpre(NO);
+      be.cpu->matmul_backward(dpre.data(), dw2.data(), db2.data(), dout.data(), out.data(),
+                              w2.data(), s.N, s.OC, C2, false);
+      dpre = be.round(dpre);
+      be.cpu->gelu_backward(dpre.data(), pre.data(), dpre.data(), NO);
+      Buffer d_dpre = be.poisoned_compute(NO);
+      be.gpu->matmul_backward_dgelu(d_dpre.data(), d_dw2.data(), d_db2.data(), d_dout.data(),
+                                    d_gin.data(), d_w2.data(), d_gpre.data(), s.N, s.OC, C2);
+      EXPECT_TRUE(test::close(be.read_compute(d_dpre, NO), dpre, test::tolerance(dt)));
+      EXPECT_TRUE(
+          test::close(be.read_compute(d_dw2, int64_t{C2} * s.OC), dw2, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_compute(d_db2, C2), db2, test::tolerance(dt)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerod
