@@ -214,9 +214,10 @@ __global__ void residual_layernorm_forward_packed_kernel(T* res, T* __restrict__
   layernorm_packed_finish<T, VEC>(out, mean, rstd, x, sum, weight, bias, row, C, lane);
 }
 
-// dinp += rstd (dn - mean(dn) - norm mean(dn norm)), dn = w dout, norm = (x - mean) rstd.
+// dinp += rstd (dn - mean(dn) - norm mean(dn norm)), dn = w dout, norm = (x - mean) rstd. The
+// row's dout is in registers before dinp is written (dinp may be dout).
 template <class T, int VEC>
-__global__ void layernorm_dinp_packed_kernel(T* __restrict__ dinp, const T* __restrict__ dout,
+__global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout,
                                              const T* __restrict__ inp,
                                              const T* __restrict__ weight,
                                              const float* __restrict__ mean,
