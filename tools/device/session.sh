@@ -7,6 +7,7 @@
 # tools/device/prebuilt carried (made here by tools/device/prebuild.sh: the GPU binaries built on
 # the CPU machine, stripped) or nothing (then build_and_test.sh --build-only builds them there).
 #
+# SESSION_BIN=DIR uses the programs in DIR instead (what the CI test of this script does).
 # Phases (all by default, in this order; each bounded by `timeout`):
 #   env       nvidia-smi, nvcc, driver, torch, glibc: what docs/gpu.md records
 #   tests     each GPU gtest binary (kernels_cuda, train_cuda, comm_nccl) with --gtest_output xml;
@@ -60,7 +61,9 @@ libdirs="$D/lib/x86_64-linux-gnu:$D/lib:$D/lib/x86_64-linux-gnu/openblas-pthread
 # ---- binaries: prebuilt (carried) if they run here, else build ----
 bin=""
 pre="$root/tools/device/prebuilt"
-if [[ -f "$pre/bin.tar.xz" ]]; then
+if [[ -n "${SESSION_BIN:-}" ]]; then  # a folder of the programs (tests/tools/device_session_test.sh)
+  bin="$SESSION_BIN"
+elif [[ -f "$pre/bin.tar.xz" ]]; then
   mkdir -p "$work/pre" && tar -C "$work/pre" -xJf "$pre/bin.tar.xz"
   bin="$work/pre"
 fi
@@ -99,6 +102,7 @@ if [[ -n "$bin" ]]; then
     ldd "$bin/zerod_test_train_cuda" | grep -i "cublas\|nccl\|openblas\|not found" || true
   fi
 fi
+[[ -z "$bin" && -n "${SESSION_BIN:-}" ]] && { echo "session: SESSION_BIN=$SESSION_BIN does not run"; exit 1; }
 if [[ -z "$bin" ]]; then
   say "build (no usable prebuilt binaries)"
   OUT="$out" timeout 420 tools/device/build_and_test.sh --build-only >"$work/build.out" 2>&1

@@ -66,6 +66,42 @@ TEST(CpuBackend, RoundToComputeFollowsTheDtype) {
   }
 }
 
+// The CPU backend does not fuse a matmul with its GELU (the models call the separate ops and
+// round between them); the interface's fused ops, which a backend without its own fusion
+// inherits, are exactly those separate ops.
+TEST(CpuBackend, FusedMatmulGeluDefaultsAreTheSeparateOps) {
+  auto be = make_cpu_backend(DType::kF32);
+  EXPECT_FALSE(be->fuses_matmul_gelu());
+  const int64_t N = 6;
+  const int C = 5, OC = 7;
+  const VecF inp = test::randn(N * C, 11), w = test::randn(int64_t{OC} * C, 12),
+             b = test::randn(OC, 13);
+  VecF pre(N * OC), out(N * OC), pre_ref(N * OC), out_ref(N * OC);
+  be->matmul_gelu_forward(out.data(), pre.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  be->matmul_forward(pre_ref.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  be->gelu_forward(out_ref.data(), pre_ref.data(), N * OC);
+  EXPECT_EQ(pre, pre_ref);
+  EXPECT_EQ(out, out_ref);
+  // Backward of a (N, OC) -> (N, C2) layer whose input was gelu(pre).
+  const int C2 = 3;
+  const VecF w2 = test::randn(int64_t{C2} * OC, 14), dout = test::randn(N * C2, 15);
+  VecF dpre(N * OC), dw2(int64_t{C2} * OC, 0.5f), db2(C2, 0.25f);
+  VecF dpre_ref(N * OC), dw2_ref = dw2, db2_ref = db2;
+  be->matmul_backward_dgelu(dpre.data(), dw2.data(), db2.data(), dout.data(), out.data(),
+                            w2.data(), pre.data(), N, OC, C2);
+  be->matmul_backward(dpre_ref.data(), dw2_ref.data(), db2_ref.data(), dout.data(), out.data(),
+                      w2.data(), N, OC, C2, false);
+  be->gelu_backward(dpre_ref.data(), pre.data(), dpre_ref.data(), N * OC);
+  EXPECT_EQ(dpre, dpre_ref);
+  EXPECT_EQ(dw2, dw2_ref);
+  EXPECT_EQ(db2, db2_ref);
+  // (and the GELU did something: dpre is not the plain matmul gradient)
+  VecF plain(N * OC), dw_tmp(int64_t{C2} * OC, 0.0f);
+  be->matmul_backward(plain.data(), dw_tmp.data(), nullptr, dout.data(), out.data(), w2.data(), N,
+                      OC, C2, false);
+  EXPECT_NE(plain, dpre);
+}
+
 TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
   auto be = make_cpu_backend(DType::kBF16);
   const int64_t N = 9;
