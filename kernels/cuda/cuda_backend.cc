@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_oom.h"
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cuda/adamw.h"
@@ -110,8 +111,8 @@ class CudaBackend final : public Backend {
     const cudaError_t status = cudaMalloc(&p, bytes);
     if (status != cudaSuccess) {
       cudaGetLastError();
-      ZD_THROW("out of GPU memory on device {} allocating {} bytes for {}: {}", device_, bytes,
-               mem_category_name(category), cudaGetErrorString(status));
+      out_of_memory(bytes, std::string(mem_category_name(category)),
+                    tracker != nullptr ? tracker->total() : -1, status);
     }
     Buffer buffer(p, bytes, device_release, category, tracker);
     // Zeroed like host_alloc(), ordered before every later op of this backend.
@@ -506,6 +507,22 @@ class CudaBackend final : public Backend {
   // Makes this backend's device current for the calling thread (cheap when it already is).
   void activate() { check(cudaSetDevice(device_), "cudaSetDevice"); }
 
+  // A cudaMalloc of `bytes` for `what` failed: the user-facing error (core/device_oom.h, exit 2)
+  // with the device's free and total memory. A status other than out-of-memory is a CUDA error.
+  [[noreturn]] void out_of_memory(size_t bytes, const std::string& what, int64_t held,
+                                  cudaError_t status) {
+    if (status != cudaErrorMemoryAllocation) {
+      ZD_THROW("cudaMalloc of {} bytes for {} on device {}: CUDA error {}: {}", bytes, what,
+               device_, cudaGetErrorName(status), cudaGetErrorString(status));
+    }
+    size_t free_bytes = 0, total_bytes = 0;
+    const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+    if (!known) cudaGetLastError();
+    throw_device_oom(device_, bytes, what, known ? static_cast<int64_t>(free_bytes) : -1,
+                     known ? static_cast<int64_t>(total_bytes) : -1, held,
+                     cudaGetErrorString(status));
+  }
+
   // Device scratch of at least `bytes`, owned by the backend and reused by every op (all ops are
   // ordered on one stream). Growing it waits for the stream (cudaFree synchronizes).
   void* scratch(size_t bytes) {
@@ -518,8 +535,7 @@ class CudaBackend final : public Backend {
       const cudaError_t status = cudaMalloc(&scratch_, grown);
       if (status != cudaSuccess) {
         cudaGetLastError();
-        ZD_THROW("out of GPU memory on device {} allocating {} bytes of kernel scratch: {}",
-                 device_, grown, cudaGetErrorString(status));
+        out_of_memory(grown, "kernel scratch", -1, status);
       }
       scratch_bytes_ = grown;
     }
