@@ -14,14 +14,14 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-std::string device_oom_message(int device, size_t bytes, std::string_view what,
-                               int64_t free_bytes, int64_t total_bytes, int64_t held_bytes,
-                               std::string_view cause) {
+std::string device_oom_message(int device, size_t bytes, std::string_view what, int64_t free_bytes,
+                               int64_t total_bytes, int64_t held_bytes, std::string_view cause) {
   std::string msg = fmt::format("out of GPU memory on device {}: {} ({} bytes) for {} do not fit",
                                 device, gib(static_cast<int64_t>(bytes)), bytes, what);
   if (free_bytes >= 0 && total_bytes > 0) {
     msg += fmt::format(" (the device has {} free of {}", gib(free_bytes), gib(total_bytes));
-    if (held_bytes >= 0) msg += fmt::format("; this rank's tracked buffers hold {}", gib(held_bytes));
+    if (held_bytes >= 0)
+      msg += fmt::format("; this rank's tracked buffers hold {}", gib(held_bytes));
     msg += ")";
   } else if (held_bytes >= 0) {
     msg += fmt::format(" (this rank's tracked buffers hold {})", gib(held_bytes));

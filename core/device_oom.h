@@ -12,9 +12,8 @@
 namespace zerod {
 
 // free_bytes / total_bytes < 0: unknown (cudaMemGetInfo failed); held_bytes < 0: unknown.
-std::string device_oom_message(int device, size_t bytes, std::string_view what,
-                               int64_t free_bytes, int64_t total_bytes, int64_t held_bytes,
-                               std::string_view cause);
+std::string device_oom_message(int device, size_t bytes, std::string_view what, int64_t free_bytes,
+                               int64_t total_bytes, int64_t held_bytes, std::string_view cause);
 
 [[noreturn]] void throw_device_oom(int device, size_t bytes, std::string_view what,
                                    int64_t free_bytes, int64_t total_bytes, int64_t held_bytes,

@@ -183,8 +183,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
     });
   } else {
     timed(timer(), times_.matmul_bwd, [&] {
-      be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_),
-                          dout, a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
+      be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
+                          a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
     });
     round(d_a_, N * F);
     timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });

@@ -39,7 +39,6 @@ constexpr int kTile = 32;  // queries per query tile and keys per key tile
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kTile / kWarps;
-constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 struct Shape {
   int T, NH, KVH, group, hs;
@@ -485,16 +484,6 @@ void dispatch_head_size(int hs, Fn&& fn) {
   }
 }
 
-// Allows `bytes` of dynamic shared memory for `kernel` when over the default 48 KiB.
-template <class Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* what) {
-  if (bytes > kDefaultSharedBytes) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          what);
-  }
-}
-
 // `span`: the positions a query may see at most (T, or pos0 + T with a cache); a window at least
 // that wide is no window.
 Shape make_shape(const AttentionDims& s, int span) {
@@ -569,7 +558,7 @@ void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const
     using E = typename decltype(tag)::type;
     dispatch_head_size(sh.hs, [&](auto dpl) {
       auto kernel = attention_forward_kernel<E, decltype(dpl)::value>;
-      allow_shared(kernel, shared, "attention_forward: cudaFuncSetAttribute");
+      allow_dynamic_shared(kernel, shared, "attention_forward: cudaFuncSetAttribute");
       kernel<<<grid, kThreads, shared, stream>>>(static_cast<E*>(out), lse,
                                                  static_cast<const E*>(qkv), sh);
     });
@@ -617,12 +606,13 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
     dispatch_head_size(sh.hs, [&](auto dpl) {
       constexpr int kDpl = decltype(dpl)::value;
       auto dq_kernel = attention_dq_kernel<E, kDpl>;
-      allow_shared(dq_kernel, dq_shared, "attention_backward dQ: cudaFuncSetAttribute");
+      allow_dynamic_shared(dq_kernel, dq_shared, "attention_backward dQ: cudaFuncSetAttribute");
       dq_kernel<<<dq_grid, kThreads, dq_shared, stream>>>(static_cast<E*>(dqkv), dout_t, qkv_t, lse,
                                                           D, sh);
       check(cudaGetLastError(), "attention_backward dQ kernel launch");
       auto dkdv_kernel = attention_dkdv_kernel<E, kDpl>;
-      allow_shared(dkdv_kernel, dkdv_shared, "attention_backward dK/dV: cudaFuncSetAttribute");
+      allow_dynamic_shared(dkdv_kernel, dkdv_shared,
+                           "attention_backward dK/dV: cudaFuncSetAttribute");
       dkdv_kernel<<<dkdv_grid, kThreads, dkdv_shared, stream>>>(static_cast<E*>(dqkv), dout_t,
                                                                 qkv_t, lse, D, sh);
       check(cudaGetLastError(), "attention_backward dK/dV kernel launch");

@@ -28,7 +28,6 @@ constexpr int kTile = 32;  // queries per query tile and keys per key tile
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kTile / kWarps;
-constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 struct BlockShape {
   int Tq, Tk, NH, KVH, group, hs;
@@ -436,16 +435,6 @@ void dispatch_head_size(int hs, Fn&& fn) {
   }
 }
 
-// Allows `bytes` of dynamic shared memory for `kernel` when over the default 48 KiB.
-template <class Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* what) {
-  if (bytes > kDefaultSharedBytes) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          what);
-  }
-}
-
 BlockShape make_shape(const AttentionDims& s, int Tk) {
   if (s.NH <= 0 || s.KVH <= 0 || s.NH % s.KVH != 0 || s.HS < 1 || s.HS > kAttentionMaxHeadSize ||
       s.window < 0 || Tk < 0) {
@@ -486,7 +475,7 @@ void attention_block_forward(Storage dt, void* out, float* lse, const void* qkv,
     using E = typename decltype(tag)::type;
     dispatch_head_size(sh.hs, [&](auto dpl) {
       auto kernel = block_forward_kernel<E, decltype(dpl)::value>;
-      allow_shared(kernel, shared, "attention_block_forward: cudaFuncSetAttribute");
+      allow_dynamic_shared(kernel, shared, "attention_block_forward: cudaFuncSetAttribute");
       kernel<<<grid, kThreads, shared, stream>>>(static_cast<E*>(out), lse,
                                                  static_cast<const E*>(qkv), qpos,
                                                  static_cast<const E*>(kv), kpos, sh, first_block);
@@ -536,13 +525,14 @@ void attention_block_backward(Storage dt, void* dqkv, void* dkv, const void* dou
     dispatch_head_size(sh.hs, [&](auto dpl) {
       constexpr int kDpl = decltype(dpl)::value;
       auto dq_kernel = block_dq_kernel<E, kDpl>;
-      allow_shared(dq_kernel, dq_shared, "attention_block_backward dQ: cudaFuncSetAttribute");
+      allow_dynamic_shared(dq_kernel, dq_shared,
+                           "attention_block_backward dQ: cudaFuncSetAttribute");
       dq_kernel<<<dq_grid, kThreads, dq_shared, stream>>>(static_cast<E*>(dqkv), dout_t, qkv_t,
                                                           qpos, kv_t, kpos, lse, D, sh);
       check(cudaGetLastError(), "attention_block_backward dQ kernel launch");
       auto dkdv_kernel = block_dkdv_kernel<E, kDpl>;
-      allow_shared(dkdv_kernel, dkdv_shared,
-                   "attention_block_backward dK/dV: cudaFuncSetAttribute");
+      allow_dynamic_shared(dkdv_kernel, dkdv_shared,
+                           "attention_block_backward dK/dV: cudaFuncSetAttribute");
       dkdv_kernel<<<dkdv_grid, kThreads, dkdv_shared, stream>>>(
           static_cast<E*>(dkv), dout_t, qkv_t, qpos, kv_t, kpos, lse, D, sh, accumulate_dkv);
       check(cudaGetLastError(), "attention_block_backward dK/dV kernel launch");

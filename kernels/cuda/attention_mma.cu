@@ -170,10 +170,10 @@ __device__ __forceinline__ void load_tile_async(T* dst, const T* src, int64_t st
     const int t = t0 + r;
     const T* from = t < T_ ? src + static_cast<int64_t>(t) * stride + c : src;  // (not read)
     const int bytes = t < T_ ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     smem_address(dst + r * kLd + c)),
-                 "l"(from), "r"(bytes)
-                 : "memory");
+    asm volatile(
+        "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst + r * kLd + c)),
+        "l"(from), "r"(bytes)
+        : "memory");
   }
 }
 
@@ -324,7 +324,8 @@ __global__ void __launch_bounds__(kThreads)
   l_b = quad_sum(l_b);
   const float inv_a = 1.0f / l_a;
   const float inv_b = 1.0f / l_b;
-  T* out_a = out + (static_cast<int64_t>(b) * sh.T + row_a) * sh.orow + static_cast<int64_t>(h) * HS;
+  T* out_a =
+      out + (static_cast<int64_t>(b) * sh.T + row_a) * sh.orow + static_cast<int64_t>(h) * HS;
   T* out_b = out_a + 8 * sh.orow;
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
@@ -488,11 +489,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < kN; ++n) {
     const int d = 8 * n + 2 * t4;
     if (row_a < sh.T)
-      *reinterpret_cast<uint32_t*>(dq_a + d) =
-          pack2<T>(dq[n][0] * sh.scale, dq[n][1] * sh.scale);
+      *reinterpret_cast<uint32_t*>(dq_a + d) = pack2<T>(dq[n][0] * sh.scale, dq[n][1] * sh.scale);
     if (row_b < sh.T)
-      *reinterpret_cast<uint32_t*>(dq_b + d) =
-          pack2<T>(dq[n][2] * sh.scale, dq[n][3] * sh.scale);
+      *reinterpret_cast<uint32_t*>(dq_b + d) = pack2<T>(dq[n][2] * sh.scale, dq[n][3] * sh.scale);
   }
 }
 
@@ -538,10 +537,10 @@ __global__ void __launch_bounds__(kThreads)
     const int h = kvh * sh.group + hh;
     T* q_dst = qd_s + 2 * stage * kTileElems;
     load_tile_async<T, HS>(q_dst, rows + static_cast<int64_t>(h) * HS, sh.row, q0, sh.T);
-    load_tile_async<T, HS>(q_dst + kTileElems,
-                           dout + static_cast<int64_t>(b) * sh.T * sh.orow +
-                               static_cast<int64_t>(h) * HS,
-                           sh.orow, q0, sh.T);
+    load_tile_async<T, HS>(
+        q_dst + kTileElems,
+        dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * HS, sh.orow, q0,
+        sh.T);
     if (threadIdx.x < kTile) {
       const int i = q0 + threadIdx.x;
       const int64_t stat0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
@@ -579,7 +578,7 @@ __global__ void __launch_bounds__(kThreads)
     const T* q_s = qd_s + 2 * stage * kTileElems;
     const T* do_s = q_s + kTileElems;
     const float* lse_s = stat_s + 2 * kTile * stage;  // (64), log2 domain
-    const float* d_s = lse_s + kTile;                  // (64)
+    const float* d_s = lse_s + kTile;                 // (64)
     // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys x the tile's 64 queries.
     float st[8][4], dpt[8][4];
 #pragma unroll
@@ -665,26 +664,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- host side -------------------------------------------------------------------------------
 
-template <class Fn>
-void dispatch_mma_dtype(Storage dt, Fn&& fn) {
-  if (dt == Storage::kBF16) {
-    fn(TypeTag<__nv_bfloat16>{});
-  } else if (dt == Storage::kF16) {
-    fn(TypeTag<__half>{});
-  } else {
-    check(cudaErrorInvalidValue, "attention (mma): unsupported storage dtype");
-  }
-}
-
-template <class Kernel>
-void allow_mma_shared(Kernel kernel, size_t bytes, const char* what) {
-  if (bytes > 48 * 1024) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          what);
-  }
-}
-
 MmaShape make_mma_shape(const AttentionDims& s) {
   if (s.NH <= 0 || s.KVH <= 0 || s.NH % s.KVH != 0) {
     check(cudaErrorInvalidValue, "attention (mma): invalid heads");
@@ -721,12 +700,12 @@ void attention_mma_forward(Storage dt, void* out, float* lse, const void* qkv,
   if (s.B <= 0 || s.T <= 0) return;
   const MmaShape sh = make_mma_shape(s);
   const dim3 grid(mma_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
-  dispatch_mma_dtype(dt, [&](auto tag) {
+  dispatch_16bit(dt, "attention (mma): unsupported storage dtype", [&](auto tag) {
     using E = typename decltype(tag)::type;
     constexpr int HS = kMmaHeadSize;
     const size_t shared = 5 * Smem<HS>::kTileBytes;  // Q and two stages of K, V
     auto kernel = mma_forward_kernel<E, HS>;
-    allow_mma_shared(kernel, shared, "attention_forward (mma): cudaFuncSetAttribute");
+    allow_dynamic_shared(kernel, shared, "attention_forward (mma): cudaFuncSetAttribute");
     kernel<<<grid, kThreads, shared, stream>>>(static_cast<E*>(out), lse,
                                                static_cast<const E*>(qkv), sh);
   });
@@ -741,12 +720,12 @@ void attention_mma_backward(Storage dt, void* dqkv, const void* dout, const void
   const dim3 dq_grid(mma_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
   const dim3 dkdv_grid(mma_tiles(s.T), static_cast<unsigned>(s.KVH), static_cast<unsigned>(s.B));
   float* D = scratch;
-  dispatch_mma_dtype(dt, [&](auto tag) {
+  dispatch_16bit(dt, "attention (mma): unsupported storage dtype", [&](auto tag) {
     using E = typename decltype(tag)::type;
     constexpr int HS = kMmaHeadSize;
     const size_t dq_shared = 6 * Smem<HS>::kTileBytes;  // Q, dO and two stages of K, V
     auto dq_kernel = mma_dq_kernel<E, HS>;
-    allow_mma_shared(dq_kernel, dq_shared, "attention_backward dQ (mma): cudaFuncSetAttribute");
+    allow_dynamic_shared(dq_kernel, dq_shared, "attention_backward dQ (mma): cudaFuncSetAttribute");
     dq_kernel<<<dq_grid, kThreads, dq_shared, stream>>>(
         static_cast<E*>(dqkv), D, static_cast<const E*>(dout), static_cast<const E*>(qkv),
         static_cast<const E*>(out), lse, sh);
@@ -754,11 +733,10 @@ void attention_mma_backward(Storage dt, void* dqkv, const void* dout, const void
     // K, V, two stages of (Q, dO) and of (lse, D)
     const size_t dkdv_shared = 6 * Smem<HS>::kTileBytes + 4 * kTile * sizeof(float);
     auto dkdv_kernel = mma_dkdv_kernel<E, HS>;
-    allow_mma_shared(dkdv_kernel, dkdv_shared,
-                     "attention_backward dK/dV (mma): cudaFuncSetAttribute");
+    allow_dynamic_shared(dkdv_kernel, dkdv_shared,
+                         "attention_backward dK/dV (mma): cudaFuncSetAttribute");
     dkdv_kernel<<<dkdv_grid, kThreads, dkdv_shared, stream>>>(
-        static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D,
-        sh);
+        static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, sh);
     check(cudaGetLastError(), "attention_backward dK/dV (mma) kernel launch");
   });
 }

@@ -52,7 +52,6 @@ constexpr int kTcThreads = 32 * kTcWarps;
 constexpr int kTcMinBlocks = 2;
 constexpr int kLdS = kTcTile + 4;  // fp32 row stride of the per-warp (16, 64) score tiles
 constexpr int kLdP = kTcTile + 8;  // 16-bit row stride of the per-warp (16, 64) P / dS tiles
-constexpr size_t kTcDefaultSharedBytes = 48 * 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -535,27 +534,6 @@ void dispatch_tc_head_size(int hs, Fn&& fn) {
   }
 }
 
-// Calls fn(TypeTag<T>{}) for the 16-bit storage types.
-template <class Fn>
-void dispatch_tc_dtype(Storage dt, Fn&& fn) {
-  if (dt == Storage::kBF16) {
-    fn(TypeTag<__nv_bfloat16>{});
-  } else if (dt == Storage::kF16) {
-    fn(TypeTag<__half>{});
-  } else {
-    check(cudaErrorInvalidValue, "attention (tensor cores): unsupported storage dtype");
-  }
-}
-
-template <class Kernel>
-void allow_tc_shared(Kernel kernel, size_t bytes, const char* what) {
-  if (bytes > kTcDefaultSharedBytes) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          what);
-  }
-}
-
 TcShape make_tc_shape(const AttentionDims& s) {
   if (s.NH <= 0 || s.KVH <= 0 || s.NH % s.KVH != 0 || s.window < 0) {
     check(cudaErrorInvalidValue, "attention (tensor cores): invalid heads or window");
@@ -590,13 +568,14 @@ void attention_tc_forward(Storage dt, void* out, float* lse, const void* qkv,
   if (s.B <= 0 || s.T <= 0) return;
   const TcShape sh = make_tc_shape(s);
   const dim3 grid(tc_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
-  dispatch_tc_dtype(dt, [&](auto tag) {
+  dispatch_16bit(dt, "attention (tensor cores): unsupported storage dtype", [&](auto tag) {
     using E = typename decltype(tag)::type;
     dispatch_tc_head_size(s.HS, [&](auto hs_tag) {
       constexpr int HS = decltype(hs_tag)::value;
       const size_t shared = Layout<HS>::kFwd;
       auto kernel = attention_tc_forward_kernel<E, HS>;
-      allow_tc_shared(kernel, shared, "attention_forward (tensor cores): cudaFuncSetAttribute");
+      allow_dynamic_shared(kernel, shared,
+                           "attention_forward (tensor cores): cudaFuncSetAttribute");
       kernel<<<grid, kTcThreads, shared, stream>>>(static_cast<E*>(out), lse,
                                                    static_cast<const E*>(qkv), sh);
     });
@@ -612,22 +591,22 @@ void attention_tc_backward(Storage dt, void* dqkv, const void* dout, const void*
   const dim3 dq_grid(tc_tiles(s.T), static_cast<unsigned>(s.NH), static_cast<unsigned>(s.B));
   const dim3 dkdv_grid(tc_tiles(s.T), static_cast<unsigned>(s.KVH), static_cast<unsigned>(s.B));
   float* D = scratch;
-  dispatch_tc_dtype(dt, [&](auto tag) {
+  dispatch_16bit(dt, "attention (tensor cores): unsupported storage dtype", [&](auto tag) {
     using E = typename decltype(tag)::type;
     dispatch_tc_head_size(s.HS, [&](auto hs_tag) {
       constexpr int HS = decltype(hs_tag)::value;
       const size_t dq_shared = Layout<HS>::kDq;
       auto dq_kernel = attention_tc_dq_kernel<E, HS>;
-      allow_tc_shared(dq_kernel, dq_shared,
-                      "attention_backward dQ (tensor cores): cudaFuncSetAttribute");
+      allow_dynamic_shared(dq_kernel, dq_shared,
+                           "attention_backward dQ (tensor cores): cudaFuncSetAttribute");
       dq_kernel<<<dq_grid, kTcThreads, dq_shared, stream>>>(
           static_cast<E*>(dqkv), D, static_cast<const E*>(dout), static_cast<const E*>(qkv),
           static_cast<const E*>(out), lse, sh);
       check(cudaGetLastError(), "attention_backward dQ (tensor cores) kernel launch");
       const size_t dkdv_shared = Layout<HS>::kDkdv;
       auto dkdv_kernel = attention_tc_dkdv_kernel<E, HS>;
-      allow_tc_shared(dkdv_kernel, dkdv_shared,
-                      "attention_backward dK/dV (tensor cores): cudaFuncSetAttribute");
+      allow_dynamic_shared(dkdv_kernel, dkdv_shared,
+                           "attention_backward dK/dV (tensor cores): cudaFuncSetAttribute");
       dkdv_kernel<<<dkdv_grid, kTcThreads, dkdv_shared, stream>>>(
           static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D,
           sh);

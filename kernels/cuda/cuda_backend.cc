@@ -303,8 +303,8 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_backward_dgelu(void* dpre, void* dweight, void* dbias, const void* dout,
-                             const void* inp, const void* weight, const void* pre, int64_t N,
-                             int C, int OC) override {
+                             const void* inp, const void* weight, const void* pre, int64_t N, int C,
+                             int OC) override {
     activate();
     if (st_ != Storage::kF32 && matmul_->backward_dgelu(dpre, dout, weight, pre, N, C, OC)) {
       matmul_->backward(nullptr, dweight, dout, inp, weight, N, C, OC, false);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/storage.h"
 
 namespace zerod::cuda {
@@ -61,6 +62,29 @@ void dispatch(Storage s, Fn&& fn) {
     case Storage::kF16:
       fn(TypeTag<__half>{});
       return;
+  }
+}
+
+// Calls fn(TypeTag<T>{}) for the 16-bit storage types (the tensor-core kernels); fp32 is a CUDA
+// "invalid value" error naming `what`.
+template <class Fn>
+void dispatch_16bit(Storage s, const char* what, Fn&& fn) {
+  if (s == Storage::kBF16) {
+    fn(TypeTag<__nv_bfloat16>{});
+  } else if (s == Storage::kF16) {
+    fn(TypeTag<__half>{});
+  } else {
+    check(cudaErrorInvalidValue, what);
+  }
+}
+
+// Allows `bytes` of dynamic shared memory for `kernel` when over the default 48 KiB.
+template <class Kernel>
+void allow_dynamic_shared(Kernel kernel, size_t bytes, const char* what) {
+  if (bytes > size_t{48} * 1024) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          what);
   }
 }
 

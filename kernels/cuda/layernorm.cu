@@ -176,12 +176,9 @@ __global__ void layernorm_forward_packed_kernel(T* __restrict__ out, float* __re
 // res = a + b (rounded to T and stored; the rounded values are normalised). res may be a or b:
 // each pack is read before it is written, by the same lane.
 template <class T, int VEC>
-__global__ void residual_layernorm_forward_packed_kernel(T* res, T* __restrict__ out,
-                                                         float* __restrict__ mean,
-                                                         float* __restrict__ rstd, const T* a,
-                                                         const T* b, const T* __restrict__ weight,
-                                                         const T* __restrict__ bias, int64_t N,
-                                                         int C) {
+__global__ void residual_layernorm_forward_packed_kernel(
+    T* res, T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd, const T* a,
+    const T* b, const T* __restrict__ weight, const T* __restrict__ bias, int64_t N, int C) {
   using P = Pack16<T>;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -217,8 +214,7 @@ __global__ void residual_layernorm_forward_packed_kernel(T* res, T* __restrict__
 // dinp += rstd (dn - mean(dn) - norm mean(dn norm)), dn = w dout, norm = (x - mean) rstd. The
 // row's dout is in registers before dinp is written (dinp may be dout).
 template <class T, int VEC>
-__global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout,
-                                             const T* __restrict__ inp,
+__global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout, const T* __restrict__ inp,
                                              const T* __restrict__ weight,
                                              const float* __restrict__ mean,
                                              const float* __restrict__ rstd, int64_t N, int C) {

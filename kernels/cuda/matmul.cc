@@ -188,10 +188,11 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
       cublasLtMatmul(handle_, op.d, &alpha, A, a_layout.d, B, b_layout.d, &beta, D, d_layout.d, D,
                      d_layout.d, &*cached->second, workspace_, workspace_bytes_, stream_);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    ZD_THROW("cublasLtMatmul (m={}, n={}, k={}, transa={}, transb={}, epilogue {}): cuBLASLt error "
-             "{}: {}",
-             m, n, k, trans_a, trans_b, static_cast<int>(extra.epilogue),
-             cublasLtGetStatusName(status), cublasLtGetStatusString(status));
+    ZD_THROW(
+        "cublasLtMatmul (m={}, n={}, k={}, transa={}, transb={}, epilogue {}): cuBLASLt error "
+        "{}: {}",
+        m, n, k, trans_a, trans_b, static_cast<int>(extra.epilogue), cublasLtGetStatusName(status),
+        cublasLtGetStatusString(status));
   }
   return true;
 }

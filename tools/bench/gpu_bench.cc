@@ -41,7 +41,8 @@ std::string g_offload = "none";  // --offload: none, optimizer (to CPU memory), 
 JobConfig gpu_job(const bench::BenchShape& shape, const bench::SyntheticData& data, int64_t steps,
                   int stage) {
   std::string zero = fmt::format(R"({{"stage": {})", stage);
-  if (g_offload != "none") zero += R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+  if (g_offload != "none")
+    zero += R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
   if (g_offload == "all") zero += R"(, "offload_param": {"device": "cpu", "pin_memory": true})";
   zero += "}";
   JobConfig cfg = bench::bench_job(shape, data, steps, 1, zero);
@@ -187,8 +188,9 @@ int main(int argc, char** argv) {
         {"max_mem_gib", static_cast<double>(trainer.memory().total_peak()) / (1 << 30)},
         {"max_mem_what", "zerod's tracker: device and host buffers of the rank together"},
         {"gpu_used_peak_gib", static_cast<double>(gpu_used_peak) / (1 << 30)},
-        {"gpu_used_what", "cudaMemGetInfo total - free after each step, the most seen (CUDA "
-                          "context and cuBLASLt workspace included)"},
+        {"gpu_used_what",
+         "cudaMemGetInfo total - free after each step, the most seen (CUDA "
+         "context and cuBLASLt workspace included)"},
     };
     if (breakdown) {
       // 1 unmeasured + 2 measured steps with every op synchronized and timed.

@@ -87,8 +87,8 @@ TEST(CpuBackend, FusedMatmulGeluDefaultsAreTheSeparateOps) {
   const VecF w2 = test::randn(int64_t{C2} * OC, 14), dout = test::randn(N * C2, 15);
   VecF dpre(N * OC), dw2(int64_t{C2} * OC, 0.5f), db2(C2, 0.25f);
   VecF dpre_ref(N * OC), dw2_ref = dw2, db2_ref = db2;
-  be->matmul_backward_dgelu(dpre.data(), dw2.data(), db2.data(), dout.data(), out.data(),
-                            w2.data(), pre.data(), N, OC, C2);
+  be->matmul_backward_dgelu(dpre.data(), dw2.data(), db2.data(), dout.data(), out.data(), w2.data(),
+                            pre.data(), N, OC, C2);
   be->matmul_backward(dpre_ref.data(), dw2_ref.data(), db2_ref.data(), dout.data(), out.data(),
                       w2.data(), N, OC, C2, false);
   be->gelu_backward(dpre_ref.data(), pre.data(), dpre_ref.data(), N * OC);
