@@ -6,7 +6,8 @@
 //                [--tls-cert C --tls-key K]]
 //   zerod check JOB.json [--world-size N] [--config-only]
 //   zerod eval JOB.json [--from CKPT_DIR|HF_DIR] [--tokens N]
-//   zerod generate --from CKPT_DIR|HF_DIR --prompt-tokens 1,2,3 [--max-new-tokens N]
+//   zerod generate --from CKPT_DIR|HF_DIR (--prompt-tokens 1,2,3 | --prompt TEXT)
+//                  [--tokenizer PATH] [--max-new-tokens N]
 //                  [--temperature T] [--top-k K] [--top-p P] [--seed S] [--eos-token ID]
 //   zerod serve [--listen unix:PATH|ADDR:PORT] [--token-file F | --insecure-loopback]
 //               [--tls-cert C --tls-key K] [--state-dir DIR] [--max-watchers N]
@@ -20,7 +21,9 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include <unistd.h>
@@ -33,6 +36,7 @@
 #include "engine/runtime/launch.h"
 #include "engine/runtime/local_session.h"
 #include "engine/runtime/signals.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/train/demo.h"
 #include "engine/train/eval_job.h"
 #include "engine/train/generate.h"
@@ -378,19 +382,44 @@ int run_eval(const std::string& path, const zerod::EvalOptions& o) {
 
 struct GenerateFlags {
   zerod::GenerateOptions options;
-  std::string prompt_tokens, prompt_text;
+  std::string prompt_tokens, prompt_text, tokenizer;
   int64_t eos = -1;
 };
 
+// The tokenizer of a generate call: --tokenizer, else the --from directory's own (a Hugging Face
+// directory holding tokenizer.json or vocab.json + merges.txt), else none.
+std::unique_ptr<zerod::tokenizer::Tokenizer> generate_tokenizer(const GenerateFlags& f) {
+  namespace fs = std::filesystem;
+  if (!f.tokenizer.empty()) return zerod::tokenizer::load_tokenizer(f.tokenizer);
+  const fs::path from(f.options.from);
+  std::error_code ec;
+  if (fs::is_regular_file(from / "tokenizer.json", ec) ||
+      (fs::is_regular_file(from / "vocab.json", ec) &&
+       fs::is_regular_file(from / "merges.txt", ec)))
+    return zerod::tokenizer::load_tokenizer(from);
+  return nullptr;
+}
+
 int run_generate(GenerateFlags& f) {
-  if (!f.prompt_text.empty()) {
+  if (f.prompt_text.empty() && f.prompt_tokens.empty()) {
     ZD_THROW_INPUT(
-        "--prompt \"...\": zerod has no tokenizer yet; give the prompt as token ids with "
-        "--prompt-tokens 1,2,3");
+        "give the prompt: --prompt \"text\" (with a tokenizer) or --prompt-tokens 1,2,3");
   }
-  if (f.prompt_tokens.empty()) ZD_THROW_INPUT("give the prompt: --prompt-tokens 1,2,3");
+  if (!f.prompt_text.empty() && !f.prompt_tokens.empty()) {
+    ZD_THROW_INPUT("give the prompt once: --prompt or --prompt-tokens, not both");
+  }
+  const std::unique_ptr<zerod::tokenizer::Tokenizer> tok = generate_tokenizer(f);
+  if (!f.prompt_text.empty()) {
+    ZD_CHECK_INPUT(tok != nullptr,
+                   "--prompt \"...\" needs a tokenizer: give --tokenizer PATH (tokenizer.json, "
+                   "vocab.json + merges.txt, or the directory holding them), or --from a Hugging "
+                   "Face directory that holds one, or the prompt as token ids with "
+                   "--prompt-tokens 1,2,3");
+    f.options.prompt = tok->encode_with_specials(f.prompt_text);
+    ZD_CHECK_INPUT(!f.options.prompt.empty(), "--prompt: the text encodes to no tokens");
+  }
   size_t start = 0;
-  while (start <= f.prompt_tokens.size()) {
+  while (!f.prompt_tokens.empty() && start <= f.prompt_tokens.size()) {
     const size_t comma = f.prompt_tokens.find(',', start);
     const std::string item = f.prompt_tokens.substr(
         start, comma == std::string::npos ? std::string::npos : comma - start);
@@ -406,12 +435,24 @@ int run_generate(GenerateFlags& f) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (f.eos >= 0) f.options.eos_token = static_cast<int32_t>(f.eos);
+  if (f.eos >= 0) {
+    f.options.eos_token = static_cast<int32_t>(f.eos);
+  } else if (tok != nullptr && tok->eos_id()) {
+    f.options.eos_token = *tok->eos_id();  // the tokenizer's end of text
+  }
   const zerod::GenerateResult r = zerod::generate(f.options);
-  std::string out;
-  for (int32_t t : r.tokens) out += (out.empty() ? "" : " ") + std::to_string(t);
-  std::printf("%s\n", out.c_str());
-  std::fflush(stdout);
+  std::string ids;
+  for (int32_t t : r.tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+  if (tok != nullptr) {
+    // With a tokenizer: the new text on stdout, the ids on stderr.
+    std::printf("%s\n", tok->decode(r.tokens).c_str());
+    std::fflush(stdout);
+    std::fprintf(stderr, "zerod: tokenizer %s; prompt ids %zu, new ids: %s\n",
+                 tok->describe().c_str(), f.options.prompt.size(), ids.c_str());
+  } else {
+    std::printf("%s\n", ids.c_str());
+    std::fflush(stdout);
+  }
   const double per = r.tokens.size() > 1 ? r.decode_seconds / (r.tokens.size() - 1) : 0;
   std::fprintf(stderr,
                "zerod: %zu prompt tokens, %zu new from %s | load %.2f s | prefill %.1f ms | "
@@ -505,7 +546,12 @@ int main(int argc, char** argv) {
   gen->add_option("--tag", gf.options.tag, "checkpoint tag (checkpoint dirs)")
       ->capture_default_str();
   gen->add_option("--prompt-tokens", gf.prompt_tokens, "prompt token ids: 1,2,3");
-  gen->add_option("--prompt", gf.prompt_text, "prompt text (needs a tokenizer)");
+  gen->add_option("--prompt", gf.prompt_text,
+                  "prompt text, encoded with the tokenizer (the new text is printed, its ids go "
+                  "to stderr)");
+  gen->add_option("--tokenizer", gf.tokenizer,
+                  "tokenizer.json, vocab.json + merges.txt or their directory (default: the "
+                  "--from directory's, if it holds one)");
   gen->add_option("--max-new-tokens", gf.options.max_new_tokens, "tokens to generate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -77,6 +77,19 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& file)
 
 bool have_sentencepiece_support() { return true; }
 
+#elif defined(ZEROD_SENTENCEPIECE_CLASH)
+
+// The zerod binary: libsentencepiece's bundled protobuf cannot share a process with gRPC's.
+std::unique_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& file) {
+  ZD_THROW_INPUT("{}: the zerod command cannot load SentencePiece .model files (libsentencepiece "
+                 "carries its own protobuf, which clashes with gRPC's in one process); give the "
+                 "model's tokenizer.json instead (transformers' save_pretrained writes one), or "
+                 "token ids (--prompt-tokens); zerod-shards does read .model files",
+                 file.string());
+}
+
+bool have_sentencepiece_support() { return false; }
+
 #else
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& file) {

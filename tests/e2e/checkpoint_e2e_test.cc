@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -124,6 +127,105 @@ TEST_F(CheckpointCli, BadResumeRequestsExit2AndTouchNothing) {
   }
   EXPECT_EQ(fs::last_write_time(dir_ / "ckpt" / "latest"), before);
   EXPECT_EQ(read_latest((dir_ / "ckpt").string()).value_or(""), "global_step4");
+}
+
+// GPT-2's byte-level alphabet (bytes_to_unicode): the character byte b is written as, UTF-8.
+std::string gpt2_byte_char(int b) {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256);
+    uint32_t next = 256;
+    for (int c = 0; c < 256; ++c) {
+      const bool direct = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174);
+      t[static_cast<size_t>(c)] = direct ? static_cast<uint32_t>(c) : next++;
+    }
+    return t;
+  }();
+  const uint32_t cp = table[static_cast<size_t>(b)];
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {  // (all below 0x800)
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+// zerod generate with a tokenizer: --prompt TEXT is encoded with it and the new tokens are
+// printed as text; the same as --prompt-tokens with the text's ids. The tokenizer is GPT-2's
+// file format with the 256 byte tokens as ids 0..255 and no merges, so its ids are the bytes the
+// byte-level model was trained on. A .model file is refused with the reason; --prompt without a
+// tokenizer names the ways to give one.
+TEST_F(CheckpointCli, GenerateTakesAndPrintsTextWithATokenizer) {
+  write_job(6, 6);
+  auto t = start({"train", "job.json"}, "train.log");
+  ASSERT_EQ(t->wait_for(60s), 0) << t->output();
+  fs::create_directories(dir_ / "tok");
+  {
+    std::ofstream vocab(dir_ / "tok" / "vocab.json", std::ios::binary);
+    vocab << "{";
+    for (int b = 0; b < 256; ++b) {
+      std::string key = gpt2_byte_char(b);
+      if (key == "\"" || key == "\\") key = "\\" + key;
+      vocab << (b ? "," : "") << "\"" << key << "\":" << b;
+    }
+    vocab << "}";
+    std::ofstream(dir_ / "tok" / "merges.txt") << "#version: 0.2\n";
+  }
+  auto run = [&](std::vector<std::string> args, const std::string& log) {
+    auto p = start(std::move(args), log);
+    const int rc = p->wait_for(60s);
+    return std::make_pair(rc, p->output());
+  };
+  const std::string prompt = "check";  // (5 + 10 new tokens: within seq_len 16)
+  std::string prompt_ids;
+  for (unsigned char c : prompt) prompt_ids += (prompt_ids.empty() ? "" : ",") + std::to_string(c);
+  auto [rc_ids, out_ids] =
+      run({"generate", "--from", "ckpt", "--prompt-tokens", prompt_ids, "--max-new-tokens", "10"},
+          "ids.log");
+  ASSERT_EQ(rc_ids, 0) << out_ids;
+  // stdout's line of ids (log lines on stderr may come before it).
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out_ids, m, std::regex("(^|\n)([0-9]+( [0-9]+)*)\n"))) << out_ids;
+  const std::string ids_line = m[2].str();
+  std::string expected;  // the bytes of those ids
+  {
+    std::istringstream in(ids_line);
+    int id;
+    int n = 0;
+    while (in >> id) {
+      ASSERT_GE(id, 0);
+      ASSERT_LT(id, 256);
+      expected += static_cast<char>(id);
+      ++n;
+    }
+    ASSERT_EQ(n, 10) << out_ids;
+  }
+  auto [rc_text, out_text] = run({"generate", "--from", "ckpt", "--tokenizer", "tok", "--prompt",
+                                  prompt, "--max-new-tokens", "10"},
+                                 "text.log");
+  ASSERT_EQ(rc_text, 0) << out_text;
+  EXPECT_NE(out_text.find(expected + "\n"), std::string::npos)
+      << "expected the text \"" << expected << "\" on a line; got: " << out_text;
+  EXPECT_NE(out_text.find("prompt ids " + std::to_string(prompt.size()) + ", new ids: " + ids_line),
+            std::string::npos)
+      << out_text;
+  EXPECT_NE(out_text.find("GPT-2 vocab.json + merges.txt"), std::string::npos) << out_text;
+  // Refusals: exit 2 with the reason.
+  std::ofstream(dir_ / "tok.model") << "not a model";
+  auto [rc_sp, out_sp] =
+      run({"generate", "--from", "ckpt", "--tokenizer", "tok.model", "--prompt", prompt}, "sp.log");
+  EXPECT_EQ(rc_sp, 2) << out_sp;
+  EXPECT_NE(out_sp.find("cannot load SentencePiece .model files"), std::string::npos) << out_sp;
+  auto [rc_none, out_none] = run({"generate", "--from", "ckpt", "--prompt", prompt}, "none.log");
+  EXPECT_EQ(rc_none, 2) << out_none;
+  EXPECT_NE(out_none.find("--prompt \"...\" needs a tokenizer: give --tokenizer PATH"),
+            std::string::npos)
+      << out_none;
+  auto [rc_both, out_both] =
+      run({"generate", "--from", "ckpt", "--prompt", prompt, "--prompt-tokens", "1"}, "both.log");
+  EXPECT_EQ(rc_both, 2) << out_both;
+  EXPECT_NE(out_both.find("not both"), std::string::npos) << out_both;
 }
 
 TEST_F(CheckpointCli, ZeroctlExportAndInitFrom) {
