@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -387,17 +386,10 @@ struct GenerateFlags {
 };
 
 // The tokenizer of a generate call: --tokenizer, else the --from directory's own (a Hugging Face
-// directory holding tokenizer.json or vocab.json + merges.txt), else none.
+// directory holding one this binary loads), else none.
 std::unique_ptr<zerod::tokenizer::Tokenizer> generate_tokenizer(const GenerateFlags& f) {
-  namespace fs = std::filesystem;
   if (!f.tokenizer.empty()) return zerod::tokenizer::load_tokenizer(f.tokenizer);
-  const fs::path from(f.options.from);
-  std::error_code ec;
-  if (fs::is_regular_file(from / "tokenizer.json", ec) ||
-      (fs::is_regular_file(from / "vocab.json", ec) &&
-       fs::is_regular_file(from / "merges.txt", ec)))
-    return zerod::tokenizer::load_tokenizer(from);
-  return nullptr;
+  return zerod::tokenizer::load_tokenizer_in(f.options.from);
 }
 
 int run_generate(GenerateFlags& f) {

@@ -130,4 +130,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
                  kSupported);
 }
 
+std::unique_ptr<Tokenizer> load_tokenizer_in(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return nullptr;
+  const bool holds = is_file(dir / "tokenizer.json") ||
+                     (is_file(dir / "vocab.json") && is_file(dir / "merges.txt")) ||
+                     (have_sentencepiece_support() && is_file(dir / "tokenizer.model"));
+  return holds ? load_tokenizer(dir) : nullptr;
+}
+
 }  // namespace zerod::tokenizer

@@ -77,6 +77,11 @@ class Tokenizer {
 // Anything else is an InputError naming what was found and listing what is supported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
+// The tokenizer a model directory holds, loaded as load_tokenizer loads a directory, or nullptr
+// when it is no directory or holds none this build can load (a tokenizer.model counts only with
+// libsentencepiece).
+std::unique_ptr<Tokenizer> load_tokenizer_in(const std::filesystem::path& dir);
+
 // Whether this build can load each kind (the optional libraries: PCRE2 for tokenizer.json
 // regex pre-tokenizers and GPT-2 files, libsentencepiece for .model files).
 bool have_regex_support();

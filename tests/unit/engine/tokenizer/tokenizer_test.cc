@@ -156,6 +156,29 @@ TEST_F(TokenizerTest, ByteLevelWithGpt2PatternAndGpt2Files) {
   }
 }
 
+// load_tokenizer_in: a model directory's own tokenizer, or none (no error) where there is none.
+TEST_F(TokenizerTest, LoadTokenizerInFindsADirectorysTokenizerOrNone) {
+  if (!have_regex_support()) GTEST_SKIP() << "built without PCRE2";
+  write("m/vocab.json", R"({"h": 0, "i": 1, "hi": 2})");
+  write("m/merges.txt", "#version: 0.2\nh i\n");
+  const auto tok = load_tokenizer_in(dir_ / "m");
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->encode("hi"), ids({2}));
+  write("w/model.safetensors", "x");
+  EXPECT_EQ(load_tokenizer_in(dir_ / "w"), nullptr);                 // a directory without one
+  EXPECT_EQ(load_tokenizer_in(dir_ / "nope"), nullptr);              // no such directory
+  EXPECT_EQ(load_tokenizer_in(dir_ / "m" / "vocab.json"), nullptr);  // not a directory
+  write("v/vocab.json", R"({"a": 0})");                              // half a GPT-2 pair
+  EXPECT_EQ(load_tokenizer_in(dir_ / "v"), nullptr);
+  write("s/tokenizer.model", "not a model");  // counted only where libsentencepiece is built in
+  if (have_sentencepiece_support()) {
+    EXPECT_NE(refusal(dir_ / "s").find("not a SentencePiece model"), std::string::npos);
+    EXPECT_THROW(load_tokenizer_in(dir_ / "s"), InputError);
+  } else {
+    EXPECT_EQ(load_tokenizer_in(dir_ / "s"), nullptr);
+  }
+}
+
 TEST_F(TokenizerTest, RefusesUnsupportedKinds) {
   const std::string bin = refusal(write("weights.bin", std::string("\x01\x02\x03", 3)));
   EXPECT_NE(bin.find("weights.bin: a file of unknown kind"), std::string::npos) << bin;
