@@ -44,7 +44,12 @@ while (($#)); do
     *) echo "session: unknown argument $1"; exit 2 ;;
   esac
 done
-want() { [[ ",$phases," == *",$1,"* ]] && (( deadline - SECONDS > 25 )) || { [[ ",$phases," == *",$1,"* ]] && echo "session: no time left for $1"; false; }; }
+want() {  # phase $1 was asked for, and there is time left for it
+  [[ ",$phases," == *",$1,"* ]] || return 1
+  ((deadline - SECONDS > 25)) && return 0
+  echo "session: no time left for $1"
+  return 1
+}
 lim() { local l=$((deadline - SECONDS - 5)); ((l < $1)) && echo "$l" || echo "$1"; }  # a phase's limit
 say() { echo; echo "=== session [$((SECONDS))s] $*"; }
 t0=$SECONDS
