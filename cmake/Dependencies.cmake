@@ -62,6 +62,29 @@ if(PkgConfig_FOUND AND ZEROD_SENTENCEPIECE)
   endif()
 endif()
 
+# zlib and zstd: zerod-shards reads .gz and .zst inputs. Optional: without them such inputs
+# are refused with a message naming the library.
+set(ZEROD_HAVE_ZLIB OFF)
+set(ZEROD_HAVE_ZSTD OFF)
+find_package(ZLIB QUIET)
+if(ZLIB_FOUND)
+  set(ZEROD_HAVE_ZLIB ON)
+endif()
+if(PkgConfig_FOUND)
+  pkg_check_modules(ZEROD_ZSTD_PC QUIET IMPORTED_TARGET libzstd)
+  if(ZEROD_ZSTD_PC_FOUND)
+    set(ZEROD_HAVE_ZSTD ON)
+  endif()
+endif()
+
+# OpenSSL's libcrypto: SHA-256 of shards and tokenizers in zerod-shards' manifest. Optional:
+# without it the manifest records CRC32C instead.
+set(ZEROD_HAVE_OPENSSL OFF)
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(OpenSSL_FOUND OR OPENSSL_FOUND)
+  set(ZEROD_HAVE_OPENSSL ON)
+endif()
+
 if(ZEROD_TESTS)
   find_package(GTest REQUIRED)
 endif()

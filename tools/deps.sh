@@ -21,6 +21,7 @@ packages=(
   munge slurmctld slurmd slurm-client  # launchers_test.cc starts a one-node Slurm cluster
   libpcre2-dev libsentencepiece-dev  # engine/tokenizer: tokenizer.json regexes, .model files
   python3-sentencepiece  # tests/tokenizer: the reference for libsentencepiece (same version)
+  zlib1g-dev libzstd-dev  # zerod-shards: .gz and .zst inputs
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

@@ -68,30 +68,20 @@ std::string head(const fs::path& p, size_t n) {
   return s;
 }
 
-std::unique_ptr<Tokenizer> load_json_file(const fs::path& p) {
-  const std::string name = p.filename().string();
-  const fs::path merges = p.parent_path() / "merges.txt";
-  if (name == "vocab.json") {
-    ZD_CHECK_INPUT(is_file(merges), "{}: a GPT-2 vocab.json needs merges.txt beside it, and {} is "
-                   "not there ({})", p.string(), merges.string(), kSupported);
-    return load_gpt2_files(p, merges);
-  }
-  return load_hf_tokenizer_json(p);
-}
-
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
+TokenizerFiles find_tokenizer(const fs::path& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   ZD_CHECK_INPUT(fs::exists(status), "tokenizer {}: no such file or directory ({})", path.string(),
                  kSupported);
   if (fs::is_directory(status)) {
-    if (is_file(path / "tokenizer.json")) return load_hf_tokenizer_json(path / "tokenizer.json");
-    if (is_file(path / "vocab.json") && is_file(path / "merges.txt")) {
-      return load_gpt2_files(path / "vocab.json", path / "merges.txt");
-    }
-    if (is_file(path / "tokenizer.model")) return load_sentencepiece(path / "tokenizer.model");
+    if (is_file(path / "tokenizer.json"))
+      return {TokenizerKind::kHfJson, {path / "tokenizer.json"}};
+    if (is_file(path / "vocab.json") && is_file(path / "merges.txt"))
+      return {TokenizerKind::kGpt2Files, {path / "vocab.json", path / "merges.txt"}};
+    if (is_file(path / "tokenizer.model"))
+      return {TokenizerKind::kSentencePiece, {path / "tokenizer.model"}};
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(path, ec)) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
@@ -114,13 +104,20 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
     const fs::path vocab = path.parent_path() / "vocab.json";
     ZD_CHECK_INPUT(is_file(vocab), "{}: GPT-2's merges.txt needs vocab.json beside it ({})",
                    path.string(), kSupported);
-    return load_gpt2_files(vocab, path);
+    return {TokenizerKind::kGpt2Files, {vocab, path}};
   }
-  if (ext == ".model") return load_sentencepiece(path);
+  if (ext == ".model") return {TokenizerKind::kSentencePiece, {path}};
   const std::string first = head(path, 64);
   const size_t nonspace = first.find_first_not_of(" \t\r\n");
   if (ext == ".json" || (nonspace != std::string::npos && first[nonspace] == '{')) {
-    return load_json_file(path);
+    if (name == "vocab.json") {
+      const fs::path merges = path.parent_path() / "merges.txt";
+      ZD_CHECK_INPUT(is_file(merges),
+                     "{}: a GPT-2 vocab.json needs merges.txt beside it, and {} is not there ({})",
+                     path.string(), merges.string(), kSupported);
+      return {TokenizerKind::kGpt2Files, {path, merges}};
+    }
+    return {TokenizerKind::kHfJson, {path}};
   }
   std::string what = "a file of unknown kind";
   if (ext == ".tiktoken") what = "a tiktoken BPE file";
@@ -128,6 +125,29 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   else if (ext == ".txt") what = "a text file";
   ZD_THROW_INPUT("tokenizer {}: {}, not a tokenizer zerod can load ({})", path.string(), what,
                  kSupported);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
+  const TokenizerFiles found = find_tokenizer(path);
+  switch (found.kind) {
+    case TokenizerKind::kHfJson:
+      return load_hf_tokenizer_json(found.files[0]);
+    case TokenizerKind::kGpt2Files:
+      return load_gpt2_files(found.files[0], found.files[1]);
+    case TokenizerKind::kSentencePiece:
+      return load_sentencepiece(found.files[0]);
+  }
+  ZD_THROW("tokenizer {}: unknown kind", path.string());
+}
+
+std::vector<fs::path> tokenizer_companion_files(const TokenizerFiles& found) {
+  std::vector<fs::path> out;
+  if (found.files.empty()) return out;
+  const fs::path dir = found.files.front().parent_path();
+  for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    if (is_file(dir / name)) out.push_back(dir / name);
+  }
+  return out;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_in(const fs::path& dir) {

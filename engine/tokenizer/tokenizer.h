@@ -70,6 +70,23 @@ class Tokenizer {
   SpecialPolicy policy_;
 };
 
+enum class TokenizerKind { kHfJson, kGpt2Files, kSentencePiece };
+
+// The files a tokenizer is read from.
+struct TokenizerFiles {
+  TokenizerKind kind = TokenizerKind::kHfJson;
+  // kHfJson: {tokenizer.json}; kGpt2Files: {vocab.json, merges.txt}; kSentencePiece: {.model}.
+  std::vector<std::filesystem::path> files;
+};
+
+// Which files load_tokenizer(path) reads and as what kind (the rules below), without reading
+// them; an InputError as load_tokenizer's when path holds no tokenizer.
+TokenizerFiles find_tokenizer(const std::filesystem::path& path);
+
+// The files beside found.files that Hugging Face's AutoTokenizer reads with them
+// (tokenizer_config.json, special_tokens_map.json), those that exist.
+std::vector<std::filesystem::path> tokenizer_companion_files(const TokenizerFiles& found);
+
 // Loads the tokenizer at path, detecting its kind:
 //   - a Hugging Face tokenizer.json (or a directory holding one) with a BPE model;
 //   - GPT-2's vocab.json + merges.txt (the directory holding them, or vocab.json);

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iterator>
 #include <utility>
 
 #include "core/error.h"
@@ -14,21 +13,6 @@
 namespace zerod::shards {
 
 namespace {
-
-void check_readable(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    ZD_THROW_INPUT("input '{}' is a directory, expected a text or JSONL file", path);
-}
-
-std::string read_whole(const std::string& path) {
-  check_readable(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ZD_THROW_INPUT("cannot read input file '{}': {}", path, std::strerror(errno));
-  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) ZD_THROW_INPUT("error while reading input file '{}'", path);
-  return text;
-}
 
 bool blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\n") == std::string::npos;
@@ -42,9 +26,9 @@ DocumentReader::DocumentReader(std::vector<std::string> files, DocumentOptions o
 bool DocumentReader::open_next_file() {
   if (file_index_ >= files_.size()) return false;
   jsonl_path_ = files_[file_index_++];
-  check_readable(jsonl_path_);
-  jsonl_ = std::ifstream(jsonl_path_, std::ios::binary);
-  if (!jsonl_) ZD_THROW_INPUT("cannot read input file '{}': {}", jsonl_path_, std::strerror(errno));
+  std::unique_ptr<ByteSource> source = open_byte_source(jsonl_path_);
+  inputs_.push_back(InputStats{jsonl_path_, source->kind()});
+  jsonl_ = std::make_unique<LineReader>(std::move(source));
   line_ = 0;
   return true;
 }
@@ -52,18 +36,24 @@ bool DocumentReader::open_next_file() {
 std::optional<std::string> DocumentReader::next() {
   if (!options_.jsonl) {
     if (file_index_ >= files_.size()) return std::nullopt;
+    const std::string& path = files_[file_index_++];
+    std::unique_ptr<ByteSource> source = open_byte_source(path);
+    InputStats stats{path, source->kind()};
+    std::string text = read_all(*source);
+    stats.bytes = static_cast<int64_t>(text.size());
+    stats.documents = 1;
+    inputs_.push_back(std::move(stats));
     ++documents_;
-    return read_whole(files_[file_index_++]);
+    return text;
   }
   std::string line;
   for (;;) {
-    if (!jsonl_.is_open() || !std::getline(jsonl_, line)) {
-      if (jsonl_.is_open() && jsonl_.bad())
-        ZD_THROW_INPUT("error while reading input file '{}'", jsonl_path_);
-      jsonl_.close();
+    if (!jsonl_ || !jsonl_->next(line)) {
+      jsonl_.reset();
       if (!open_next_file()) return std::nullopt;
       continue;
     }
+    inputs_.back().bytes = jsonl_->bytes();
     ++line_;
     if (blank(line)) continue;
     std::string problem;
@@ -81,6 +71,7 @@ std::optional<std::string> DocumentReader::next() {
                               it->type_name());
       else {
         ++documents_;
+        ++inputs_.back().documents;
         return it->get<std::string>();
       }
     }
@@ -89,6 +80,7 @@ std::optional<std::string> DocumentReader::next() {
                      jsonl_path_, line_, problem);
     }
     ++bad_lines_;
+    ++inputs_.back().bad_lines;
     std::fprintf(stderr, "zerod-shards: skipped %s:%lld: %s\n", jsonl_path_.c_str(),
                  static_cast<long long>(line_), problem.c_str());
   }

@@ -9,7 +9,8 @@
 namespace zerod::shards {
 
 void encode_documents(const tokenizer::Tokenizer& tok, const std::vector<std::string>& docs,
-                      int32_t eos, int threads, std::vector<uint32_t>& out) {
+                      int32_t eos, int threads, std::vector<uint32_t>& out,
+                      std::vector<int64_t>* starts) {
   const size_t n = docs.size();
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads =
@@ -36,6 +37,7 @@ void encode_documents(const tokenizer::Tokenizer& tok, const std::vector<std::st
   for (const auto& v : ids) total += v.size() + (eos >= 0 ? 1 : 0);
   out.reserve(out.size() + total);
   for (const auto& v : ids) {
+    if (starts) starts->push_back(static_cast<int64_t>(out.size()));
     out.insert(out.end(), v.begin(), v.end());
     if (eos >= 0) out.push_back(static_cast<uint32_t>(eos));
   }

@@ -11,8 +11,10 @@
 namespace zerod::shards {
 
 // Appends encode(doc) of every document to `out`, in order, each followed by `eos` when given
-// (eos < 0: nothing). Uses up to `threads` threads (0: the hardware's count).
+// (eos < 0: nothing). Uses up to `threads` threads (0: the hardware's count). With `starts`,
+// appends there the index in `out` where each document's ids begin.
 void encode_documents(const tokenizer::Tokenizer& tok, const std::vector<std::string>& docs,
-                      int32_t eos, int threads, std::vector<uint32_t>& out);
+                      int32_t eos, int threads, std::vector<uint32_t>& out,
+                      std::vector<int64_t>* starts = nullptr);
 
 }  // namespace zerod::shards

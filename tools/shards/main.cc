@@ -18,18 +18,16 @@
 //
 // The last --val-fraction of the tokens become DIR/NAME_val_*.bin, the rest
 // DIR/NAME_train_*.bin, at most --shard-tokens tokens per shard, each written to a temporary
-// name and renamed. The output depends only on the inputs and flags. Exit codes: 0 success,
+// name and renamed, then DIR/NAME_manifest.json (manifest.h: tokenizer and its hash, inputs,
+// documents, each shard's tokens, documents and hash). Inputs may be gzip (.gz) or zstd (.zst)
+// compressed. The output depends only on the inputs and flags. Exit codes: 0 success,
 // 2 bad flags or input (a bad JSONL line names the file and line), 1 internal.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,21 +39,9 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/shards/documents.h"
 #include "tools/shards/encode.h"
+#include "tools/shards/manifest.h"
 
 namespace {
-
-// Appends the bytes of `path` to `out`, then a newline if the file does not end in one.
-void append_file(const std::string& path, std::vector<uint8_t>& out) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    ZD_THROW_INPUT("input '{}' is a directory, expected a text file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ZD_THROW_INPUT("cannot read input file '{}': {}", path, std::strerror(errno));
-  const size_t before = out.size();
-  out.insert(out.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) ZD_THROW_INPUT("error while reading input file '{}'", path);
-  if (out.size() > before && out.back() != '\n') out.push_back('\n');
-}
 
 // A default prefix from a file name: its stem with characters outside [A-Za-z0-9._-] as '_'.
 std::string prefix_from(const std::string& path) {
@@ -83,8 +69,23 @@ struct Options {
   std::vector<std::string> files;
 };
 
+// The manifest fields common to both tokenizers.
+zerod::shards::ManifestInfo manifest_info(const Options& o,
+                                          const zerod::shards::DocumentReader& reader) {
+  zerod::shards::ManifestInfo info;
+  info.append_eos = o.append_eos;
+  info.val_fraction = o.val_fraction;
+  info.shard_tokens = o.shard_tokens;
+  if (o.docs.jsonl) info.jsonl_text_key = o.docs.text_key;
+  info.inputs = reader.inputs();
+  info.documents = reader.documents();
+  info.bad_lines = reader.bad_lines();
+  return info;
+}
+
 void print_summary(const zerod::CorpusShards& result, const Options& o, const std::string& what,
-                   const std::string& tokenizer, int64_t vocab_size, int token_bytes) {
+                   const std::string& tokenizer, int64_t vocab_size, int token_bytes,
+                   const std::string& manifest) {
   for (const std::string& path : result.removed) fmt::print("removed stale {}\n", path);
   for (const zerod::WrittenShard& s : result.shards)
     fmt::print("wrote {}  ({} tokens, {})\n", s.path, s.num_tokens, s.split);
@@ -96,6 +97,7 @@ void print_summary(const zerod::CorpusShards& result, const Options& o, const st
       "shard(s); tokenizer {}, vocab_size {}{}\n",
       what, o.files.size(), result.train_tokens, train_files, result.val_tokens, val_files,
       tokenizer, vocab_size, token_bytes == 4 ? ", uint32 tokens" : "");
+  fmt::print("manifest {}\n", manifest);
   const std::string dir = std::filesystem::path(o.out_dir).string();
   if (val_files > 0) {
     fmt::print(
@@ -118,14 +120,13 @@ int run_bytes(const Options& o) {
         "pass --tokenizer PATH");
   }
   std::vector<uint8_t> bytes;
-  if (o.docs.jsonl) {
-    zerod::shards::DocumentReader reader(o.files, o.docs);
-    while (std::optional<std::string> doc = reader.next()) {
-      bytes.insert(bytes.end(), doc->begin(), doc->end());
-      bytes.push_back('\n');
-    }
-  } else {
-    for (const std::string& f : o.files) append_file(f, bytes);
+  std::vector<int64_t> starts;
+  zerod::shards::DocumentReader reader(o.files, o.docs);
+  while (std::optional<std::string> doc = reader.next()) {
+    if (doc->empty() && !o.docs.jsonl) continue;
+    starts.push_back(static_cast<int64_t>(bytes.size()));
+    bytes.insert(bytes.end(), doc->begin(), doc->end());
+    if (o.docs.jsonl || doc->back() != '\n') bytes.push_back('\n');
   }
   if (bytes.empty()) {
     ZD_THROW_INPUT("the input file(s) are empty: {} file(s), 0 bytes; expected some text",
@@ -133,7 +134,14 @@ int run_bytes(const Options& o) {
   }
   const zerod::CorpusShards result =
       zerod::write_text_shards(bytes, o.out_dir, o.val_fraction, o.shard_tokens, o.prefix);
-  print_summary(result, o, fmt::format("{} bytes", bytes.size()), "byte", zerod::kByteVocabSize, 2);
+  zerod::shards::ManifestInfo info = manifest_info(o, reader);
+  info.tokenizer_path = "byte";
+  info.tokenizer_kind = "byte";
+  info.vocab_size = zerod::kByteVocabSize;
+  info.document_starts = std::move(starts);
+  const std::string manifest = zerod::shards::write_manifest(result, info, o.out_dir, o.prefix);
+  print_summary(result, o, fmt::format("{} bytes", bytes.size()), "byte", zerod::kByteVocabSize, 2,
+                manifest);
   return 0;
 }
 
@@ -156,10 +164,11 @@ int run_tokenizer(const Options& o) {
   }
   zerod::shards::DocumentReader reader(o.files, o.docs);
   std::vector<uint32_t> tokens;
+  std::vector<int64_t> starts;
   std::vector<std::string> batch;
   size_t batch_bytes = 0;
   auto flush = [&] {
-    zerod::shards::encode_documents(*tok, batch, eos, o.threads, tokens);
+    zerod::shards::encode_documents(*tok, batch, eos, o.threads, tokens, &starts);
     batch.clear();
     batch_bytes = 0;
   };
@@ -179,10 +188,19 @@ int run_tokenizer(const Options& o) {
   const int64_t vocab_size = tok->vocab_size();
   const zerod::CorpusShards result = zerod::write_token_shards(
       tokens, vocab_size, o.out_dir, o.val_fraction, o.shard_tokens, o.prefix);
+  const int token_bytes = vocab_size <= zerod::kShardU16MaxVocab ? 2 : 4;
+  zerod::shards::ManifestInfo info = manifest_info(o, reader);
+  info.tokenizer_path = o.tokenizer;
+  info.tokenizer_kind = tok->describe();
+  info.tokenizer_files = zerod::tokenizer::find_tokenizer(o.tokenizer).files;
+  info.vocab_size = vocab_size;
+  info.eos_id = tok->eos_id();
+  info.token_bytes = token_bytes;
+  info.document_starts = std::move(starts);
+  const std::string manifest = zerod::shards::write_manifest(result, info, o.out_dir, o.prefix);
   std::string what = fmt::format("{} document(s)", reader.documents());
   if (reader.bad_lines() > 0) what += fmt::format(" ({} bad line(s) skipped)", reader.bad_lines());
-  print_summary(result, o, what, tok->describe(), vocab_size,
-                vocab_size <= zerod::kShardU16MaxVocab ? 2 : 4);
+  print_summary(result, o, what, tok->describe(), vocab_size, token_bytes, manifest);
   return 0;
 }
 
