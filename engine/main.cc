@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -40,6 +41,7 @@
 #include "engine/train/eval_job.h"
 #include "engine/train/generate.h"
 #include "engine/train/job_environment.h"
+#include "engine/train/job_tokenizer.h"
 #include "engine/train/run_job.h"
 #ifdef ZEROD_HAVE_PROMETHEUS
 #include "engine/metrics/prometheus_exporter.h"
@@ -370,12 +372,33 @@ int run_check(const std::string& path, int world_size, bool config_only) {
   return 0;
 }
 
-int run_eval(const std::string& path, const zerod::EvalOptions& o) {
+int run_eval(const std::string& path, zerod::EvalOptions o) {
   zerod::ParsedJob job = zerod::load_job_file(path);
   print_warnings(job);
+  // The sample's tokenizer: the job's data.tokenizer, else the one the weights' directory
+  // carries (--from, or the job's own checkpoint dir). Without one there is no sample.
+  std::shared_ptr<const zerod::tokenizer::Tokenizer> tok;
+  if (std::optional<zerod::JobTokenizer> jt = zerod::load_job_tokenizer(job.config)) {
+    tok = jt->tokenizer;
+  } else {
+    std::error_code ec;
+    const std::string& ckpt = job.config.train.checkpoint_dir;
+    const std::string from =
+        !o.from.empty() ? o.from
+        : (!ckpt.empty() && std::filesystem::exists(std::filesystem::path(ckpt) / "latest", ec))
+            ? ckpt
+            : std::string();
+    tok = zerod::load_source_tokenizer(from, "latest");
+  }
+  if (!tok) o.sample_tokens = 0;
   const zerod::EvalResult r = zerod::evaluate_job(job.config, o);
   std::printf("val loss %.6f | perplexity %.4f | %lld tokens | %s\n", r.loss, r.perplexity,
               static_cast<long long>(r.tokens), r.source.c_str());
+  if (r.sample && tok) {
+    // The first validation sample's start, then what the model writes after it (greedy).
+    std::printf("sample (%s): %s[[%s]]\n", tok->describe().c_str(),
+                tok->decode(r.sample->prompt).c_str(), tok->decode(r.sample->generated).c_str());
+  }
   return 0;
 }
 
@@ -386,10 +409,10 @@ struct GenerateFlags {
 };
 
 // The tokenizer of a generate call: --tokenizer, else the --from directory's own (a Hugging Face
-// directory holding one this binary loads), else none.
+// directory holding one this binary loads, or the tokenizer a checkpoint's job had), else none.
 std::unique_ptr<zerod::tokenizer::Tokenizer> generate_tokenizer(const GenerateFlags& f) {
   if (!f.tokenizer.empty()) return zerod::tokenizer::load_tokenizer(f.tokenizer);
-  return zerod::tokenizer::load_tokenizer_in(f.options.from);
+  return zerod::load_source_tokenizer(f.options.from, f.options.tag);
 }
 
 int run_generate(GenerateFlags& f) {
@@ -529,6 +552,12 @@ int main(int argc, char** argv) {
                    "(default: the job's train.checkpoint_dir, else its initial weights)");
   eval->add_option("--tokens", eo.tokens, "evaluate about N tokens (default: all)")
       ->check(CLI::PositiveNumber);
+  eval->add_option("--sample-tokens", eo.sample_tokens,
+                   "with a tokenizer (data.tokenizer, or the --from directory's): print the first "
+                   "validation sample's start and the model's greedy continuation of N tokens "
+                   "(0: no sample)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
 
   GenerateFlags gf;
   auto* gen = app.add_subcommand(

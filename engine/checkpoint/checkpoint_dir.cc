@@ -262,7 +262,12 @@ std::vector<std::string> apply_retention(const std::string& dir, int64_t keep_la
 }
 
 void verify_checkpoint(const std::string& path, const Manifest& manifest, bool checksums) {
-  for (const CheckpointFile& f : manifest.files) {
+  std::vector<SideFile> all;
+  for (const CheckpointFile& f : manifest.files) all.push_back({f.name, f.bytes, f.crc32c});
+  if (manifest.tokenizer) {
+    all.insert(all.end(), manifest.tokenizer->files.begin(), manifest.tokenizer->files.end());
+  }
+  for (const SideFile& f : all) {
     const std::string file = (fs::path(path) / f.name).string();
     std::error_code ec;
     const auto size = fs::file_size(file, ec);

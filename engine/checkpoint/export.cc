@@ -64,8 +64,15 @@ ExportReport export_checkpoint(const std::string& checkpoint_dir, const std::str
     report.file = export_hf_safetensors(layout, read_unit, out, dtype);
     report.files = {out};
   } else {
+    // The job's tokenizer (data.tokenizer), when the checkpoint carries one: AutoTokenizer
+    // loads it from the exported directory.
+    std::vector<std::string> extra;
+    if (m.tokenizer) {
+      for (const SideFile& f : m.tokenizer->files)
+        extra.push_back((fs::path(found.path) / f.name).string());
+    }
     const HfDirectoryReport d =
-        export_hf_directory(layout, read_unit, out, dtype, max_shard_bytes, overwrite);
+        export_hf_directory(layout, read_unit, out, dtype, max_shard_bytes, overwrite, extra);
     report.file.bytes = static_cast<uint64_t>(d.bytes);
     for (const auto& f : d.files) report.files.push_back((fs::path(out) / f).string());
   }

@@ -486,7 +486,7 @@ struct DirTensor {
 HfDirectoryReport export_hf_directory(const ParamLayout& layout,
                                       const std::function<void(int unit, float* out)>& read_unit,
                                       const std::string& dir, DType dtype, int64_t max_shard_bytes,
-                                      bool overwrite) {
+                                      bool overwrite, const std::vector<std::string>& extra_files) {
   namespace fs = std::filesystem;
   if (dtype != DType::kF32 && dtype != DType::kBF16)
     ZD_THROW_INPUT("{}: Hugging Face export supports fp32 and bf16, not {}", dir,
@@ -587,6 +587,11 @@ HfDirectoryReport export_hf_directory(const ParamLayout& layout,
     for (const auto& f : {std::string("config.json"), std::string("generation_config.json")})
       fsync_path(tmp / f, false);
     if (shards > 1) fsync_path(tmp / "model.safetensors.index.json", false);
+    for (const std::string& f : extra_files) {
+      const fs::path to = tmp / fs::path(f).filename();
+      fs::copy_file(f, to, fs::copy_options::overwrite_existing);
+      fsync_path(to, false);
+    }
     fsync_path(tmp, true);
     // Replace: the old directory moves aside first, so a failure leaves one of the two whole.
     const fs::path old = final_dir.string() + ".old";

@@ -54,11 +54,14 @@ struct HfDirectoryReport {
 // lm_head.weight is written too, so a strict load_state_dict of GPT2LMHeadModel also works.
 // Streams like export_hf_safetensors (one unit in memory; read_unit may be called again for the
 // embedding unit). The directory appears complete or not at all (written as dir.tmp, renamed);
-// an existing `dir` is replaced only with overwrite, else InputError.
+// an existing `dir` is replaced only with overwrite, else InputError. extra_files (the
+// checkpoint's tokenizer files) are copied in by their file names, in the same all-or-nothing
+// way.
 HfDirectoryReport export_hf_directory(const ParamLayout& layout,
                                       const std::function<void(int unit, float* out)>& read_unit,
                                       const std::string& dir, DType dtype, int64_t max_shard_bytes,
-                                      bool overwrite);
+                                      bool overwrite,
+                                      const std::vector<std::string>& extra_files = {});
 
 // The safetensors files of `path`: the file itself, or a save_pretrained directory's
 // model.safetensors, or every shard its model.safetensors.index.json names (sorted). InputError

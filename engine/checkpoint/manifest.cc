@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -61,6 +62,14 @@ json Manifest::to_json() const {
               {"files", files_j},
               {"job", job}};
   if (tensor_parallel > 1) out["tensor_parallel"] = tensor_parallel;
+  if (tokenizer) {
+    json tf = json::array();
+    for (const SideFile& f : tokenizer->files) {
+      tf.push_back(
+          {{"name", f.name}, {"bytes", f.bytes}, {"crc32c", fmt::format("{:08x}", f.crc32c)}});
+    }
+    out["tokenizer"] = {{"source", tokenizer->source}, {"kind", tokenizer->kind}, {"files", tf}};
+  }
   if (p.csv_run >= 0 || p.tensorboard_run >= 0) {
     out["monitors"] = {{"csv_run", p.csv_run}, {"tensorboard_run", p.tensorboard_run}};
   }
@@ -144,6 +153,28 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
     p.tensorboard_run = field<int64_t>(mon, "tensorboard_run", where, "monitors.");
     if (p.csv_run < -1 || p.tensorboard_run < -1)
       ZD_THROW_INPUT("{}: monitors: run numbers must be >= -1", where);
+  }
+  if (j.contains("tokenizer")) {  // absent when the job had no data.tokenizer
+    const json& t = field<json>(j, "tokenizer", where, "");
+    CheckpointTokenizer tok;
+    tok.source = field<std::string>(t, "source", where, "tokenizer.");
+    tok.kind = field<std::string>(t, "kind", where, "tokenizer.");
+    for (const json& f : field<json>(t, "files", where, "tokenizer.")) {
+      SideFile sf;
+      sf.name = field<std::string>(f, "name", where, "tokenizer.files[].");
+      // "tokenizer/NAME": one plain name under tokenizer/, no way out of the checkpoint.
+      const std::string prefix = "tokenizer/";
+      const std::string rest = sf.name.substr(std::min(sf.name.size(), prefix.size()));
+      if (sf.name.compare(0, prefix.size(), prefix) != 0 || rest.empty() ||
+          rest.find('/') != std::string::npos || rest[0] == '.') {
+        ZD_THROW_INPUT("{}: tokenizer file name \"{}\" must be tokenizer/NAME", where, sf.name);
+      }
+      sf.bytes = field<int64_t>(f, "bytes", where, "tokenizer.files[].");
+      sf.crc32c = static_cast<uint32_t>(
+          std::stoul(field<std::string>(f, "crc32c", where, "tokenizer.files[]."), nullptr, 16));
+      tok.files.push_back(std::move(sf));
+    }
+    m.tokenizer = std::move(tok);
   }
   for (const json& f : field<json>(j, "files", where, "")) {
     CheckpointFile cf;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,20 @@ struct CheckpointFile {
   int64_t bytes = 0;
   uint32_t crc32c = 0;
   std::vector<ShardSlice> slices;
+};
+
+// A file a checkpoint carries beside the rank files (the job's tokenizer), checked as they are.
+struct SideFile {
+  std::string name;  // relative to the checkpoint directory: "tokenizer/tokenizer.json"
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+// The job's tokenizer (data.tokenizer), copied into CHECKPOINT/tokenizer/.
+struct CheckpointTokenizer {
+  std::string source;  // data.tokenizer when saved
+  std::string kind;    // Tokenizer::describe()
+  std::vector<SideFile> files;
 };
 
 struct UnitShape {
@@ -81,6 +96,8 @@ struct Manifest {
   std::vector<UnitShape> units;
   TrainingProgress progress;
   std::vector<CheckpointFile> files;
+  // The job's tokenizer files ("tokenizer" in manifest.json; absent: the job had none).
+  std::optional<CheckpointTokenizer> tokenizer;
 
   nlohmann::json to_json() const;
   // Parses and validates (format name and version, required fields, slices inside their

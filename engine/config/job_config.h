@@ -225,6 +225,10 @@ struct ModelConfig {
 
 struct DataConfig {
   std::vector<std::string> train;  // globs of llm.c .bin shards
+  // Empty, or one weight > 0 per `train` glob: the samples are blended in these proportions
+  // (data.train as [{"path": GLOB, "weight": W}, ...]; engine/data/blend.h).
+  std::vector<double> train_weights;
+  std::string tokenizer;           // "" or a tokenizer (file or directory, engine/tokenizer)
   std::vector<std::string> val;    // globs; empty: carve val_fraction out of train
   double val_fraction = 0.0;       // share of train samples held out when `val` is empty
   uint64_t seed = 1337;

@@ -21,6 +21,7 @@ void for_each_path(JobConfig& c, const std::function<void(const std::string&, st
   for (size_t i = 0; i < c.data.train.size(); ++i)
     f(fmt::format("data.train[{}]", i), c.data.train[i]);
   for (size_t i = 0; i < c.data.val.size(); ++i) f(fmt::format("data.val[{}]", i), c.data.val[i]);
+  if (!c.data.tokenizer.empty()) f("data.tokenizer", c.data.tokenizer);
   if (c.model.init_from) f("model.init_from", *c.model.init_from);
   if (!c.train.checkpoint_dir.empty()) f("train.checkpoint_dir", c.train.checkpoint_dir);
   if (c.csv_monitor.enabled) f("csv_monitor.output_path", c.csv_monitor.output_path);

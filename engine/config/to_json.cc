@@ -136,6 +136,22 @@ Json rank_layout_json(const JobConfig& cfg) {
 
 namespace {
 // GPT-2 with zerod's keys, the Llama family with Hugging Face config.json names.
+Json data_json(const DataConfig& d) {
+  Json train = d.train;
+  if (!d.train_weights.empty()) {  // a blend
+    train = Json::array();
+    for (size_t i = 0; i < d.train.size(); ++i)
+      train.push_back({{"path", d.train[i]}, {"weight", d.train_weights[i]}});
+  }
+  Json out = {{"train", train},
+              {"val", d.val},
+              {"val_fraction", d.val_fraction},
+              {"seed", d.seed},
+              {"shuffle", d.shuffle}};
+  if (!d.tokenizer.empty()) out["tokenizer"] = d.tokenizer;
+  return out;
+}
+
 Json model_json(const ModelConfig& m) {
   if (!m.llama_family()) {
     return {{"type", m.type},
@@ -245,12 +261,7 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"debug", cl.debug},
         {"prof_ops", cl.prof_ops}}},
       {"model", model_json(m)},
-      {"data",
-       {{"train", d.train},
-        {"val", d.val},
-        {"val_fraction", d.val_fraction},
-        {"seed", d.seed},
-        {"shuffle", d.shuffle}}},
+      {"data", data_json(d)},
       {"train",
        {{"steps", t.steps},
         {"device", train_device_name(t.device)},

@@ -120,6 +120,12 @@ void validate_zerod_sections(const JobConfig& cfg, Problems& p) {
                         "data.train when data.val is not given)",
                         d.val_fraction));
   }
+  if (!d.train_weights.empty() && d.val_fraction > 0.0) {
+    p.error("data.val_fraction",
+            fmt::format("{} cannot be combined with a blend (data.train as weighted paths): "
+                        "give the validation shards as data.val",
+                        d.val_fraction));
+  }
   const TrainConfig& t = cfg.train;
   if (t.save_interval > 0 && t.checkpoint_dir.empty()) {
     p.error("train.save_interval",

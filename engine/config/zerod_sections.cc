@@ -2,6 +2,8 @@
 // prints, accepted back so that its output is itself a valid job file).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/config/sections.h"
 
 namespace zerod::config {
@@ -31,6 +33,40 @@ void read_globs(ObjectReader& r, const char* key, std::vector<std::string>& out)
   out = v->get<std::vector<std::string>>();
 }
 
+// data.train: globs (read_globs), or a blend: an array of {"path": GLOB, "weight": W > 0}.
+void read_train_sources(ObjectReader& r, DataConfig& d) {
+  const Json* v = r.find("train");
+  const bool blend = v != nullptr && v->is_array() && !v->empty() &&
+                     std::any_of(v->begin(), v->end(), [](const Json& e) { return e.is_object(); });
+  if (!blend) {
+    read_globs(r, "train", d.train);
+    return;
+  }
+  std::vector<std::string> globs;
+  std::vector<double> weights;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& e = (*v)[i];
+    const std::string where = fmt::format("{}[{}]", r.path_of("train"), i);
+    if (!e.is_object()) {
+      r.type_error(where, "{\"path\": GLOB, \"weight\": W} (a blend lists only such objects)", e);
+      return;
+    }
+    ObjectReader item(e, where, r.problems());
+    std::string path;
+    double weight = 0.0;
+    if (!item.has("path")) r.problems().error(item.path_of("path"), "required (a glob of shards)");
+    if (!item.has("weight")) r.problems().error(item.path_of("weight"), "required (a number > 0)");
+    const bool got_path = item.read_string("path", path, /*allow_empty=*/false);
+    const bool got_weight = item.read_real("weight", weight, real_above(0.0));
+    item.finish();
+    if (!got_path || !got_weight) return;
+    globs.push_back(path);
+    weights.push_back(weight);
+  }
+  d.train = std::move(globs);
+  d.train_weights = std::move(weights);
+}
+
 }  // namespace
 
 void read_data(ObjectReader& top, JobConfig& cfg) {
@@ -38,8 +74,9 @@ void read_data(ObjectReader& top, JobConfig& cfg) {
   if (obj == nullptr) return;
   DataConfig& d = cfg.data;
   ObjectReader r(*obj, "data", top.problems());
-  read_globs(r, "train", d.train);
+  read_train_sources(r, d);
   read_globs(r, "val", d.val);
+  r.read_string("tokenizer", d.tokenizer, /*allow_empty=*/false);
   r.read_real("val_fraction", d.val_fraction, real_between(0.0, 1.0, /*max_open=*/true));
   r.read_u64("seed", d.seed);
   r.read_bool("shuffle", d.shuffle);

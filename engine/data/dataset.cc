@@ -59,6 +59,11 @@ int64_t TokenDataset::num_tokens() const {
   return shards_->num_tokens;
 }
 
+int64_t TokenDataset::shard_first_sample(int64_t i) const {
+  ZD_CHECK(i >= 0 && i <= num_shards(), "shard {} of {}", i, num_shards());
+  return shards_->first_sample[static_cast<size_t>(i)];
+}
+
 const TokenShard& TokenDataset::shard(int64_t i) const {
   ZD_CHECK(i >= 0 && i < num_shards(), "shard {} of {}", i, num_shards());
   return shards_->shards[static_cast<size_t>(i)];

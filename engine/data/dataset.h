@@ -39,6 +39,9 @@ class TokenDataset {
   int64_t num_shards() const;
   int64_t num_tokens() const;
   const TokenShard& shard(int64_t i) const;
+  // The index of shard i's first sample in the underlying files' numbering (i = num_shards():
+  // all their samples).
+  int64_t shard_first_sample(int64_t i) const;
 
   // Where sample `index` (0 <= index < num_samples()) starts: a shard and a token offset in it.
   struct Location {

@@ -7,7 +7,8 @@
 namespace zerod {
 
 DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_t global_batch,
-                       int64_t micro_batch, int world_size, int rank)
+                       int64_t micro_batch, int world_size, int rank,
+                       std::vector<int64_t> blend_samples, std::vector<double> blend_weights)
     : dataset_(std::move(dataset)),
       sampler_(dataset_.num_samples(), seed, shuffle),
       global_batch_(global_batch),
@@ -28,6 +29,13 @@ DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_
                  "train_micro_batch_size_per_gpu {}",
                  global_batch, world_size, per_rank, micro_batch);
   micro_per_step_ = per_rank / micro_batch;
+  if (!blend_samples.empty()) {
+    int64_t total = 0;
+    for (int64_t n : blend_samples) total += n;
+    ZD_CHECK(total == dataset_.num_samples(), "blend of {} samples over a dataset of {}", total,
+             dataset_.num_samples());
+    blend_.emplace(std::move(blend_samples), std::move(blend_weights), seed, shuffle);
+  }
 }
 
 void DataLoader::next_micro_batch(int32_t* inputs, int32_t* targets, int64_t* sample_indices) {
@@ -35,7 +43,7 @@ void DataLoader::next_micro_batch(int32_t* inputs, int32_t* targets, int64_t* sa
   const int64_t first =
       position_ + rank_ * (global_batch_ / world_size_) + micro_index_ * micro_batch_;
   for (int64_t b = 0; b < micro_batch_; ++b) {
-    const int64_t sample = sampler_.at(first + b);
+    const int64_t sample = blend_ ? blend_->at(first + b) : sampler_.at(first + b);
     dataset_.read_sample(sample, inputs + b * T, targets + b * T);
     if (sample_indices != nullptr) sample_indices[b] = sample;
   }

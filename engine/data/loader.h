@@ -8,11 +8,15 @@
 // So the set of samples in a step depends only on (dataset, seed, global_batch, position),
 // never on the world size or the micro-batch size: world 1 x accumulation 4, world 2 x 2 and
 // world 4 x 1 train on the same samples, and a checkpoint taken at one world size resumes
-// at another.
+// at another. With a blend (blend.h), the stream's positions map to the sources' samples by
+// their weights instead of one permutation of the whole dataset.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
+#include "engine/data/blend.h"
 #include "engine/data/dataset.h"
 #include "engine/data/sampler.h"
 
@@ -30,8 +34,11 @@ class DataLoader {
   // Requires global_batch % world_size == 0 and (global_batch / world_size) % micro_batch == 0
   // (InputError naming the batch keys otherwise) and 0 <= rank < world_size.
   // shuffle = false visits the samples in order, epoch after epoch (data.shuffle).
+  // blend_samples: empty, or the samples of each blended source (in dataset order, summing to
+  // dataset.num_samples()), with blend_weights one weight > 0 each.
   DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_t global_batch,
-             int64_t micro_batch, int world_size, int rank);
+             int64_t micro_batch, int world_size, int rank, std::vector<int64_t> blend_samples = {},
+             std::vector<double> blend_weights = {});
 
   int64_t global_batch() const { return global_batch_; }
   int64_t micro_batch() const { return micro_batch_; }
@@ -39,6 +46,8 @@ class DataLoader {
   // Micro-batches this rank serves per step (the gradient accumulation steps).
   int64_t micro_batches_per_step() const { return micro_per_step_; }
   const TokenDataset& dataset() const { return dataset_; }
+  // The blend, when the loader has one.
+  const BlendSampler* blend() const { return blend_ ? &*blend_ : nullptr; }
 
   // The next micro-batch of this rank's share of the current step: inputs (B,T) and targets
   // (B,T), overwritten, B = micro_batch, T = seq_len. `sample_indices` (B), when not null,
@@ -69,6 +78,7 @@ class DataLoader {
  private:
   TokenDataset dataset_;
   Sampler sampler_;
+  std::optional<BlendSampler> blend_;
   int64_t global_batch_;
   int64_t micro_batch_;
   int world_size_;

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "engine/data/glob.h"
@@ -28,7 +32,8 @@ int64_t held_out_samples(int64_t n, double val_fraction) {
 
 TrainValData open_train_val(const std::vector<std::string>& train_globs,
                             const std::vector<std::string>& val_globs, double val_fraction,
-                            int64_t seq_len, int64_t vocab_size) {
+                            int64_t seq_len, int64_t vocab_size,
+                            const std::vector<double>& train_weights) {
   if (train_globs.empty()) {
     ZD_THROW_INPUT(
         "data.train: no shard pattern given; expected a glob of llm.c .bin token shards, e.g. "
@@ -43,8 +48,49 @@ TrainValData open_train_val(const std::vector<std::string>& train_globs,
         val_fraction);
   }
 
-  const std::vector<std::string> train_files = expand_globs(train_globs, "data.train");
+  ZD_CHECK(train_weights.empty() || train_weights.size() == train_globs.size(),
+           "{} weights for {} data.train globs", train_weights.size(), train_globs.size());
+  if (!train_weights.empty() && val_fraction > 0.0) {
+    ZD_THROW_INPUT(
+        "data.val_fraction: found {}, but data.train is a blend (weighted paths); "
+        "give the validation shards as data.val",
+        val_fraction);
+  }
+  std::vector<std::string> train_files;
+  std::vector<size_t> source_end;  // with a blend: one past each source's last file
+  if (train_weights.empty()) {
+    train_files = expand_globs(train_globs, "data.train");
+  } else {
+    std::map<std::string, size_t> seen;  // real path -> its source
+    for (size_t i = 0; i < train_globs.size(); ++i) {
+      const std::string key = fmt::format("data.train[{}].path", i);
+      for (const std::string& f : expand_globs({train_globs[i]}, key)) {
+        const auto [it, fresh] = seen.emplace(real_path(f), i);
+        if (!fresh) {
+          ZD_THROW_INPUT(
+              "{}: file '{}' also matches data.train[{}].path; expected the blended "
+              "sources to share no shard",
+              key, f, it->second);
+        }
+        train_files.push_back(f);
+      }
+      source_end.push_back(train_files.size());
+    }
+  }
   TokenDataset train(train_files, seq_len, vocab_size, "data.train");
+  std::vector<int64_t> source_samples;
+  for (size_t i = 0; i < source_end.size(); ++i) {
+    const size_t begin = i == 0 ? 0 : source_end[i - 1];
+    const int64_t n = train.shard_first_sample(static_cast<int64_t>(source_end[i])) -
+                      train.shard_first_sample(static_cast<int64_t>(begin));
+    if (n == 0) {
+      ZD_THROW_INPUT(
+          "data.train[{}].path '{}': its {} shard(s) give no sample of seq_len + 1 = "
+          "{} tokens; expected longer shards or a smaller seq_len",
+          i, train_globs[i], source_end[i] - begin, seq_len + 1);
+    }
+    source_samples.push_back(n);
+  }
 
   if (!val_globs.empty()) {
     const std::vector<std::string> val_files = expand_globs(val_globs, "data.val");
@@ -61,9 +107,9 @@ TrainValData open_train_val(const std::vector<std::string>& train_globs,
       }
     }
     TokenDataset val(val_files, seq_len, vocab_size, "data.val");
-    return {std::move(train), std::move(val)};
+    return {std::move(train), std::move(val), std::move(source_samples)};
   }
-  if (val_fraction == 0.0) return {std::move(train), std::nullopt};
+  if (val_fraction == 0.0) return {std::move(train), std::nullopt, std::move(source_samples)};
 
   const int64_t n = train.num_samples();
   const int64_t held = held_out_samples(n, val_fraction);

@@ -139,8 +139,8 @@ struct Checkpointer::Pending {
 };
 
 Checkpointer::Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
-                           MemoryTracker* tracker)
-    : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker) {
+                           MemoryTracker* tracker, const JobTokenizer* tokenizer)
+    : cfg_(cfg), ctx_(ctx), engine_(engine), tracker_(tracker), tokenizer_(tokenizer) {
   // One job per checkpoint directory: rank 0 holds its lock for the job's life, and every rank
   // learns whether it got it.
   std::string err;
@@ -263,9 +263,13 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
 
   // Rank 0 prepares TAG.tmp; everyone learns whether that worked.
   std::string err;
+  std::optional<CheckpointTokenizer> saved_tokenizer;
   if (ctx_.rank == 0) {
     try {
-      prepare_save(root, tag);
+      const std::string tmp_dir = prepare_save(root, tag);
+      if (tokenizer_ != nullptr)
+        saved_tokenizer =
+            write_job_tokenizer(*tokenizer_, fs::path(tmp_dir) / "tokenizer", "tokenizer/");
     } catch (const Error& e) {
       err = e.what();
     }
@@ -295,6 +299,7 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
     m.units.push_back({engine_.layout().unit(u).name, engine_.layout().unit(u).numel});
   }
   m.progress = progress;
+  m.tokenizer = std::move(saved_tokenizer);
   const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
   std::vector<ShardData> shards = my_shards();
 

@@ -29,6 +29,7 @@
 #include "engine/checkpoint/shard_io.h"
 #include "engine/config/job_config.h"
 #include "engine/runtime/rank_context.h"
+#include "engine/train/job_tokenizer.h"
 #include "engine/train/state_snapshot.h"
 #include "zero/zero_engine.h"
 
@@ -43,8 +44,9 @@ struct SaveReport {
 
 class Checkpointer {
  public:
+  // tokenizer: the job's (data.tokenizer), copied into every checkpoint; null: none.
   Checkpointer(const JobConfig& cfg, const RankContext& ctx, ZeroEngine& engine,
-               MemoryTracker* tracker);
+               MemoryTracker* tracker, const JobTokenizer* tokenizer = nullptr);
   ~Checkpointer();
 
   // automatic: the job's own save (interval, end, preemption), which keep_last may remove later;
@@ -82,6 +84,7 @@ class Checkpointer {
   RankContext ctx_;
   ZeroEngine& engine_;
   MemoryTracker* tracker_;
+  const JobTokenizer* tokenizer_ = nullptr;
   std::unique_ptr<Pending> pending_;
   std::unique_ptr<StateSnapshot> snapshot_;  // async: copy-on-update of the states being written
   std::unique_ptr<CheckpointDirLock> lock_;  // rank 0: the directory is this job's

@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
 #include "engine/config/parse.h"
+#include "engine/data/train_val.h"
+#include "engine/train/generate.h"
 #include "engine/train/trainer.h"
 
 namespace zerod {
@@ -31,11 +34,15 @@ EvalResult evaluate_job(JobConfig cfg, const EvalOptions& o) {
       resume = true;
       r.source = "checkpoint dir " + o.from;
     }
+    r.weights_dir = o.from;
   } else if (!cfg.train.checkpoint_dir.empty() &&
              fs::exists(fs::path(cfg.train.checkpoint_dir) / "latest", ec)) {
     resume = true;
     r.source = "checkpoint dir " + cfg.train.checkpoint_dir;
+    r.weights_dir = cfg.train.checkpoint_dir;
   } else {
+    if (cfg.model.init_from && fs::is_directory(*cfg.model.init_from, ec))
+      r.weights_dir = *cfg.model.init_from;
     r.source = cfg.model.init_from ? "Hugging Face weights " + *cfg.model.init_from
                                    : "the seeded initialisation (no checkpoint, no init_from)";
   }
@@ -53,6 +60,26 @@ EvalResult evaluate_job(JobConfig cfg, const EvalOptions& o) {
   r.loss = *loss;
   r.perplexity = std::exp(*loss);
   r.tokens = trainer.evaluated_tokens();
+  if (o.sample_tokens > 0 && o.sample_prompt > 0 && !r.weights_dir.empty() &&
+      cfg.model.seq_len >= 2) {
+    // The first validation sample (as the trainer's validation set numbers them).
+    const TrainValData tv =
+        open_train_val(cfg.data.train, cfg.data.val, cfg.data.val_fraction, cfg.model.seq_len,
+                       cfg.model.vocab_size, cfg.data.train_weights);
+    const int64_t T = cfg.model.seq_len;
+    std::vector<int32_t> inputs(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
+    tv.val->read_sample(0, inputs.data(), targets.data());
+    // Prompt and continuation within seq_len (GPT-2 has no positions beyond it).
+    const int64_t prompt = std::min<int64_t>(o.sample_prompt, std::max<int64_t>(1, T / 2));
+    GenerateOptions g;
+    g.from = r.weights_dir;
+    g.prompt.assign(inputs.begin(), inputs.begin() + prompt);
+    g.max_new_tokens = static_cast<int>(std::min<int64_t>(o.sample_tokens, T - prompt));
+    EvalSample sample;
+    sample.prompt = g.prompt;
+    sample.generated = generate(g).tokens;
+    r.sample = std::move(sample);
+  }
   return r;
 }
 

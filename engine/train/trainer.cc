@@ -75,10 +75,13 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   // of a data-parallel replica (its tensor x context group) reads the same micro-batches (a
   // context-parallel model keeps its positions of them).
   const int dp = cfg_.data_parallel_size, dp_rank = mesh.coord(ctx_.rank).data;
+  // The job's tokenizer before its shards: one with more ids than the model is the reason
+  // shards made with it hold tokens the model cannot embed (it goes into every checkpoint).
+  tokenizer_ = load_job_tokenizer(cfg_);
   TrainValData tv = open_train_val(cfg_.data.train, cfg_.data.val, cfg_.data.val_fraction, T,
-                                   cfg_.model.vocab_size);
+                                   cfg_.model.vocab_size, cfg_.data.train_weights);
   data_->train.emplace(std::move(tv.train), cfg_.data.seed, cfg_.data.shuffle, cfg_.global_batch(),
-                       B, dp, dp_rank);
+                       B, dp, dp_rank, std::move(tv.train_source_samples), cfg_.data.train_weights);
   if (tv.val) data_->val.emplace(std::move(*tv.val), B, dp, dp_rank);
   // An unusable checkpoint_dir fails now, not at the first save hundreds of steps in (probed
   // where it is or would be created; nothing is created before the first save).
@@ -205,7 +208,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   model_->set_timing(cfg_.wall_clock_breakdown);
   if (!cfg_.train.checkpoint_dir.empty()) {
-    ckpt_ = std::make_unique<Checkpointer>(cfg_, ctx_, *engine_, &memory_);
+    ckpt_ = std::make_unique<Checkpointer>(cfg_, ctx_, *engine_, &memory_,
+                                           tokenizer_ ? &*tokenizer_ : nullptr);
   }
   std::string peak_source = "train.peak_flops";
   peak_flops_ = cfg_.train.peak_flops;
@@ -242,6 +246,14 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
                    data_->val ? fmt::format(", {} validation micro-batches per rank",
                                             data_->val->num_micro_batches())
                               : std::string());
+      if (const BlendSampler* blend = data_->train->blend()) {
+        // The realised proportions: of every kBlendBlock stream positions, and of this run's.
+        for (const std::string& line :
+             describe_blend(*blend, cfg_.data.train, cfg_.data.train_weights,
+                            cfg_.train.steps * cfg_.global_batch())) {
+          spdlog::info("data blend: {}", line);
+        }
+      }
     }
     spdlog::info("{}", engine_->memory_report());
     spdlog::info("memory: {:.1f} MiB in all; MFU against {:.1f} GFLOP/s per rank ({}); device {}",

@@ -121,7 +121,8 @@ class Trainer {
   // Rank 0: opens the enabled monitors in their run directories and says where they write.
   void open_monitors();
   int64_t checkpoints_saved_ = 0;       // by this trainer
-  std::unique_ptr<Checkpointer> ckpt_;  // when train.checkpoint_dir is set
+  std::optional<JobTokenizer> tokenizer_;  // data.tokenizer, when the job has one
+  std::unique_ptr<Checkpointer> ckpt_;     // when train.checkpoint_dir is set
   int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
   // At every step boundary, collectively: what the ranks agree to do (signals and the
   // controller's commands, offered by rank 0).

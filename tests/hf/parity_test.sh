@@ -2,8 +2,9 @@
 # Parity with Hugging Face transformers: makes (once) a venv over Debian's python3-torch with
 # transformers from PyPI, then runs tests/hf/parity.py (forward and gradients, zerod_hf_probe)
 # tests/hf/train_parity.py (20 steps of `zerod train` against a PyTorch loop; eval, export and
-# from_pretrained of its checkpoint) and tests/hf/generate_parity.py (`zerod generate` against
-# transformers' generate).
+# from_pretrained of its checkpoint), tests/hf/generate_parity.py (`zerod generate` against
+# transformers' generate) and tests/hf/tokenizer_roundtrip.py (a job's data.tokenizer from
+# zerod-shards to checkpoint, eval sample, generate --prompt and AutoTokenizer on the export).
 #   parity_test.sh BUILD_DIR
 # Exits 0 when every case matches; a machine without python3-torch or without access to PyPI
 # (when the venv is not there yet) fails with the reason, it does not skip.
@@ -28,3 +29,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$venv/bin/python" "$here/train_parity.py" "$build/engine/zerod" "$build/tools/zeroctl/zeroctl" \
   "$work/train"
 "$venv/bin/python" "$here/generate_parity.py" "$build/engine/zerod" "$work/generate"
+"$venv/bin/python" "$here/tokenizer_roundtrip.py" "$build/engine/zerod" "$build/tools/zeroctl/zeroctl" \
+  "$build/tools/shards/zerod-shards" "$work/tokenizer"

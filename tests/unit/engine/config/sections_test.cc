@@ -512,3 +512,58 @@ TEST(ConfigSections, UnsupportedDeepSpeedFeatures) {
 
 }  // namespace
 }  // namespace zerod
+
+namespace zerod {
+namespace {
+
+using testing_config::contains;
+using testing_config::job_with;
+using testing_config::parse;
+using testing_config::problems_of;
+
+// data.train as a blend of weighted globs, data.tokenizer; both survive job_to_json.
+TEST(ConfigSections, DataBlendAndTokenizer) {
+  const ParsedJob j = parse(job_with(
+      {{"data",
+        {{"train",
+          {{{"path", "web/*.bin"}, {"weight", 0.7}}, {{"path", "code/*.bin"}, {"weight", 3}}}},
+         {"val", "val/*.bin"},
+         {"tokenizer", "tok/tokenizer.json"}}}}));
+  const DataConfig& d = j.config.data;
+  EXPECT_EQ(d.train, (std::vector<std::string>{"web/*.bin", "code/*.bin"}));
+  EXPECT_EQ(d.train_weights, (std::vector<double>{0.7, 3.0}));
+  EXPECT_EQ(d.tokenizer, "tok/tokenizer.json");
+  EXPECT_EQ(parse(job_to_json(j.config).dump()).config, j.config);
+  // Plain globs: no weights, no tokenizer.
+  const DataConfig plain = parse(job_with({{"data", {{"train", "a/*.bin"}}}})).config.data;
+  EXPECT_TRUE(plain.train_weights.empty());
+  EXPECT_TRUE(plain.tokenizer.empty());
+  EXPECT_FALSE(
+      job_to_json(parse(job_with({{"data", {{"train", "a/*.bin"}}}})).config)["data"].contains(
+          "tokenizer"));
+
+  auto blend = [](const nlohmann::json& train) {
+    return problems_of(job_with({{"data", {{"train", train}, {"val", "v.bin"}}}}));
+  };
+  EXPECT_TRUE(
+      contains(blend({{{"path", "a"}, {"weight", 0}}}), "data.train[0].weight: 0 is out of range"));
+  EXPECT_TRUE(contains(blend({{{"path", "a"}, {"weight", -1}}}), "data.train[0].weight"));
+  EXPECT_TRUE(contains(blend({{{"path", "a"}}}), "data.train[0].weight: required"));
+  EXPECT_TRUE(contains(blend({{{"weight", 1}}}), "data.train[0].path: required"));
+  EXPECT_TRUE(
+      contains(blend({{{"path", ""}, {"weight", 1}}}), "data.train[0].path: must not be empty"));
+  EXPECT_TRUE(contains(blend({{{"path", "a"}, {"weight", "high"}}}), "data.train[0].weight"));
+  EXPECT_TRUE(
+      contains(blend({{{"path", "a"}, {"weight", 1}, {"wieght", 2}}}), "data.train[0].wieght"));
+  EXPECT_TRUE(contains(blend({{{"path", "a"}, {"weight", 1}}, "b/*.bin"}), "data.train[1]"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"data", {{"train", {{{"path", "a"}, {"weight", 1}}}}, {"val_fraction", 0.1}}}})),
+      "data.val_fraction: 0.1 cannot be combined with a blend"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"tokenizer", ""}}}})),
+                       "data.tokenizer: must not be empty"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"tokenizer", 7}}}})), "data.tokenizer"));
+}
+
+}  // namespace
+}  // namespace zerod

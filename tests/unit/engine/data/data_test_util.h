@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/data/shard.h"
 
 namespace zerod::testing {
 
@@ -44,6 +45,16 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A uint16 shard `name` in dir whose n tokens are s*1000 + i, so a token tells its shard and
+// position; returns its path.
+inline std::string make_shard(const TempDir& dir, const std::string& name, int s, int n) {
+  std::vector<uint16_t> tokens(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(s * 1000 + i);
+  const std::string path = dir.file(name);
+  write_shard(path, tokens);
+  return path;
+}
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -13,16 +13,8 @@ namespace zerod {
 namespace {
 
 using testing::expect_input_error;
+using testing::make_shard;
 using testing::TempDir;
-
-// Shard `s` holds tokens s*1000 + i, so a token tells its shard and position.
-std::string make_shard(const TempDir& dir, const std::string& name, int s, int n) {
-  std::vector<uint16_t> tokens(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(s * 1000 + i);
-  const std::string path = dir.file(name);
-  write_shard(path, tokens);
-  return path;
-}
 
 constexpr int64_t kVocab = 65536;
 
