@@ -128,6 +128,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
                       TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel},
                       ContextShard{context.rank(), context.size()});
+  if (cfg_.data.document_masking) {  // (validated: an EOS id in the vocabulary, no context split)
+    model_->set_document_masking(static_cast<int32_t>(cfg_.data.eos_token_id.value_or(-1)));
+  }
   if (tensor.size() > 1) {
     exchange_ =
         std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_, par.sequence_parallel);
