@@ -42,6 +42,14 @@ struct AttentionShape {
   int KVH = 0;     // key/value heads; NH % KVH == 0 (KVH == NH: multi-head attention)
   int HS = 0;      // head size
   int window = 0;  // 0: causal; W > 0: causal within the last W positions (sliding window)
+  // Document masking of packed sequences (null: none): doc_start (B,T) int32, in the backend's
+  // memory (device memory on a GPU, like tokens), the first position of the document that
+  // position t of row b belongs to; 0 <= doc_start[b,t] <= t and non-decreasing in t. Attention
+  // then lets query t see keys j >= doc_start[b,t] only (with a window, the larger of both lower
+  // bounds), and RoPE rotates row (b,t) by the table row t - doc_start[b,t] (its position in its
+  // document). Only attention_forward / attention_backward and rope_forward / rope_backward take
+  // it; the KV cache and block (ring) attention require null.
+  const int32_t* doc_start = nullptr;
 
   int64_t qkv_row() const { return int64_t{NH + 2 * KVH} * HS; }  // channels of a qkv row
   int64_t out_row() const { return int64_t{NH} * HS; }            // channels of an out row
@@ -108,12 +116,14 @@ class Backend {
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T) in [0, Vp); wte (Vp,C); wpe (>=T,C).
   // wpe may be null (models without learned positions: out = wte[tokens]). A token < 0 has no
   // row here (a vocabulary-parallel shard that does not hold it): its wte term is 0 and it gets
-  // no wte gradient.
+  // no wte gradient. doc_start (B,T) int32 in the backend's memory, or null: with it the position
+  // row is wpe[t - doc_start[b,t]] (document masking, see AttentionShape::doc_start).
   virtual void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                               int B, int T, int C) = 0;
+                               int B, int T, int C, const int32_t* doc_start) = 0;
   // dwte (Vp,C) +=, dwpe (T,C) += from dout (B,T,C). dwpe may be null (no position embedding).
+  // doc_start as encoder_forward's (row (b,t) adds to dwpe[t - doc_start[b,t]]).
   virtual void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                int B, int T, int C) = 0;
+                                int B, int T, int C, const int32_t* doc_start) = 0;
 
   // ---- layernorm (eps 1e-5) ------------------------------------------------------------------
   // out (N,C) = (inp - mean) * rstd * weight + bias; mean (N) =, rstd (N) = (fp32).

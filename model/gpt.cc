@@ -70,6 +70,13 @@ int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int 
   return blocks * block + rest + base_activation_bytes(d, shard.size, B, T, esz);
 }
 
+AttentionShape Gpt::attn_shape() const {
+  const ModelSpec& s = spec();
+  AttentionShape a{B_, T_, layout_.local().n_head, layout_.local().n_head, s.n_embd / s.n_head, 0};
+  a.doc_start = doc_start();
+  return a;
+}
+
 void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
   const ModelSpec& s = spec();
   const void* w = params.acquire(layout_.embedding_unit());
@@ -80,7 +87,7 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
       be_.encoder_forward(
           full, inputs, w,
           elem_at(w, layout_.wpe_offset() + int64_t{position_offset()} * s.n_embd, esz_), B_, T_,
-          s.n_embd);
+          s.n_embd, doc_start());
       return;
     }
     // This rank's rows are runs of consecutive global positions: one lookup per sequence and run.
@@ -89,7 +96,7 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
         const int64_t row = int64_t{b} * T_ + r.row;
         be_.encoder_forward(elem_at(full, row * s.n_embd, esz_), inputs + row, w,
                             elem_at(w, layout_.wpe_offset() + int64_t{r.pos} * s.n_embd, esz_), 1,
-                            r.len, s.n_embd);
+                            r.len, s.n_embd, nullptr);
       }
     }
   });
@@ -101,8 +108,7 @@ void Gpt::encoder(const int32_t* inputs, ParamSource& params) {
 
 void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
-            F = layout_.local().ffn;
+  const int C = s.n_embd, A = layout_.local().q_dim, F = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.block();
   // Under sequence parallelism the norms and residuals see R = N/T rows; the inputs of the
@@ -121,9 +127,7 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
                        3 * A);
   });
   round(a.qkv, N * 3 * A);
-  timed(timer(), times_.attention_fwd, [&] {
-    attend(l, a.atty, a.lse, a.qkv, AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
-  });
+  timed(timer(), times_.attention_fwd, [&] { attend(l, a.atty, a.lse, a.qkv, attn_shape()); });
   round(a.atty, N * A);
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(proj_tmp_, a.atty, elem_at(w, o.attproj_w, esz_),
@@ -165,8 +169,7 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
 void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a) {
   const ModelSpec& s = spec();
-  const int C = s.n_embd, NH = layout_.local().n_head, A = layout_.local().q_dim,
-            F = layout_.local().ffn;
+  const int C = s.n_embd, A = layout_.local().q_dim, F = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.block();
   // Under sequence parallelism dres_ holds R rows: the row-parallel backward reads all N rows of
@@ -210,10 +213,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
                         a.atty, elem_at(w, o.attproj_w, esz_), N, A, C, false);
   });
   round(d_c_, N * A);
-  timed(timer(), times_.attention_bwd, [&] {
-    attend_backward(d_b_, d_c_, a.qkv, a.atty, a.lse,
-                    AttentionShape{B_, T_, NH, NH, s.n_embd / s.n_head, 0});
-  });
+  timed(timer(), times_.attention_bwd,
+        [&] { attend_backward(d_b_, d_c_, a.qkv, a.atty, a.lse, attn_shape()); });
   round(d_b_, N * 3 * A);
   void* ln1 = sp_or(proj_tmp_, a.ln1);
   exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
@@ -323,7 +324,8 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   timed(timer(), times_.encoder, [&] {
     if (!context_parallel()) {
       be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
-                           elem_at(dwe, layout_.wpe_offset(), esz_), demb, tokens_, B_, T_, C);
+                           elem_at(dwe, layout_.wpe_offset(), esz_), demb, tokens_, B_, T_, C,
+                           doc_start());
       return;
     }
     for (int b = 0; b < B_; ++b) {
@@ -331,7 +333,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
         const int64_t row = int64_t{b} * T_ + r.row;
         be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_),
                              elem_at(dwe, layout_.wpe_offset() + int64_t{r.pos} * C, esz_),
-                             elem_at(demb, row * C, esz_), tokens_ + row, 1, r.len, C);
+                             elem_at(demb, row * C, esz_), tokens_ + row, 1, r.len, C, nullptr);
       }
     }
   });

@@ -58,6 +58,8 @@ class Gpt final : public ModelBase {
 
   void run_to_logits(ParamSource& params) override;
   void encoder(const int32_t* inputs, ParamSource& params);
+  // The attention call's shape: this rank's heads, the micro-batch's document starts.
+  AttentionShape attn_shape() const;
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);
   // Encoder, blocks, final LayerNorm and logits. Leaves the final-norm unit (returned) and the

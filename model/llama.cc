@@ -153,6 +153,7 @@ AttentionShape Llama::attn_shape() const {
   a.KVH = layout_.local().n_kv_head;
   a.HS = s.head_size();
   a.window = s.sliding_window;
+  a.doc_start = doc_start();
   return a;
 }
 
@@ -296,7 +297,8 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   // Every position's embedding (under sequence parallelism into proj_tmp_, then this rank's rows).
   void* emb = sp_or(proj_tmp_, res_[0]);
   timed(timer(), times_.encoder, [&] {
-    be_.encoder_forward(emb, tokens, elem_at(we, layout_.wte_offset(), esz_), nullptr, B_, T_, C);
+    be_.encoder_forward(emb, tokens, elem_at(we, layout_.wte_offset(), esz_), nullptr, B_, T_, C,
+                        nullptr);
   });
   params.release(eu);
   we = nullptr;
@@ -390,7 +392,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
   exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
   timed(timer(), times_.encoder, [&] {
     be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_), nullptr, demb, tokens_, B_, T_,
-                         C);
+                         C, nullptr);
   });
   round(dwe, layout_.unit(eu).numel);
   grads.unit_done(eu);

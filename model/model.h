@@ -48,6 +48,13 @@ class Model {
   // Positions per sequence of a micro-batch (all of them, also under context parallelism).
   virtual int seq() const = 0;
   virtual const ContextShard& context() const = 0;
+  // Document masking for packed sequences (model/document_mask.h), from the next forward on:
+  // each micro-batch's inputs give every position the start of its document (a new one after
+  // each eos_token_id), attention stays inside documents and positions (GPT-2's learned
+  // positions, Llama's rotary angles) restart at 0 in each. eos_token_id < 0: off (the default).
+  // Generation is never masked. InputError under context parallelism (the sequence split over
+  // ranks is not supported with it).
+  virtual void set_document_masking(int32_t eos_token_id) = 0;
 
   // Mean cross-entropy over the positions whose target is >= 0 (evaluation; no gradients).
   // inputs, targets (B,T), tokens in [0, V), in host memory (copied to the backend's memory).

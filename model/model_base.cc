@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/document_mask.h"
 #include "model/op_timing.h"
 
 namespace zerod {
@@ -77,6 +78,19 @@ void ModelBase::set_exchange(Exchange* exchange) {
   exchange_ = exchange;
 }
 
+void ModelBase::set_document_masking(int32_t eos_token_id) {
+  ZD_CHECK_INPUT(eos_token_id < 0 || !context_parallel(),
+                 "document masking with context parallelism (C = {}) is not supported: each rank "
+                 "holds only part of every sequence",
+                 context_.size);
+  if (eos_token_id >= 0 && doc_start_ == nullptr) {
+    const size_t N = static_cast<size_t>(B_) * T_;
+    doc_start_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
+    host_doc_start_.resize(N);
+  }
+  eos_token_id_ = eos_token_id;
+}
+
 void ModelBase::select_rows(const int32_t* in, std::vector<int32_t>& out) const {
   out.resize(static_cast<size_t>(B_) * T_);
   for (int b = 0; b < B_; ++b)
@@ -113,6 +127,10 @@ void ModelBase::round(void* x, int64_t n) {
 
 void ModelBase::upload(const int32_t* inputs, const int32_t* targets) {
   const size_t n = static_cast<size_t>(B_) * T_, bytes = n * sizeof(int32_t);
+  if (eos_token_id_ >= 0) {  // (from the token ids, before a vocabulary shard's renumbering)
+    document_starts(inputs, B_, T_, eos_token_id_, host_doc_start_.data());
+    be_.copy(doc_start_, host_doc_start_.data(), bytes);
+  }
   if (tensor_parallel()) {
     // The embedding shard holds rows [v0, v0 + Vl): other tokens look up nothing here.
     const int v0 = layout_.local().vocab_begin, Vl = layout_.local().vocab_rows;

@@ -21,6 +21,7 @@ class ModelBase : public Model {
   int seq() const override { return seq_; }
   const ContextShard& context() const final { return context_; }
   void set_exchange(Exchange* exchange) final;
+  void set_document_masking(int32_t eos_token_id) final;
 
   // Logits through run_to_logits, then the mean loss.
   float forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) final;
@@ -83,7 +84,14 @@ class ModelBase : public Model {
   Backend* timer() { return timing_ ? &be_ : nullptr; }  // for timed()
   // inputs and targets (host) into tokens_ and targets_ (the backend's memory). Tensor-parallel,
   // tokens_ holds the rows of this rank's vocabulary shard (-1: a token another rank holds).
+  // With document masking also the micro-batch's document starts (from the inputs) into
+  // doc_start_.
   void upload(const int32_t* inputs, const int32_t* targets);
+  // The (B,T) document starts of the micro-batch for the ops (AttentionShape::doc_start, the
+  // encoder's): doc_start_ with document masking on, null without it and while generating.
+  const int32_t* doc_start() const {
+    return eos_token_id_ >= 0 && cache_pos0_ < 0 ? doc_start_ : nullptr;
+  }
   bool tensor_parallel() const { return layout_.shard().size > 1; }
   // Megatron's sequence parallelism: the norm and residual regions hold rows() = N/T rows (this
   // rank's block of the N = B x T positions), the matmuls and attention all N.
@@ -130,6 +138,9 @@ class ModelBase : public Model {
   int32_t* targets_;                  // (B,T)
   std::vector<float> host_losses_;    // (B,T)
   std::vector<int32_t> host_tokens_;  // tensor-parallel: tokens_ before upload
+  int32_t eos_token_id_ = -1;         // >= 0: document masking on
+  int32_t* doc_start_ = nullptr;      // (B,T) document masking, in the backend's memory
+  std::vector<int32_t> host_doc_start_;
 
   bool timing_ = false;
   OpTimes times_;

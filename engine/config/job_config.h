@@ -233,6 +233,10 @@ struct DataConfig {
   double val_fraction = 0.0;       // share of train samples held out when `val` is empty
   uint64_t seed = 1337;
   bool shuffle = true;  // false: training samples in file order, epoch after epoch
+  // Packed documents: attention stays inside each document of a sample and positions restart
+  // after each eos_token_id among the inputs (model/document_mask.h).
+  bool document_masking = false;
+  std::optional<int64_t> eos_token_id;  // required with document_masking; in [0, vocab_size)
 
   bool operator==(const DataConfig&) const = default;
 };

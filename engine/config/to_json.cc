@@ -147,7 +147,9 @@ Json data_json(const DataConfig& d) {
               {"val", d.val},
               {"val_fraction", d.val_fraction},
               {"seed", d.seed},
-              {"shuffle", d.shuffle}};
+              {"shuffle", d.shuffle},
+              {"document_masking", d.document_masking},
+              {"eos_token_id", optional_json(d.eos_token_id)}};
   if (!d.tokenizer.empty()) out["tokenizer"] = d.tokenizer;
   return out;
 }

@@ -106,6 +106,37 @@ void validate_llama(const ModelConfig& m, Problems& p) {
   }
 }
 
+void validate_document_masking(const JobConfig& cfg, Problems& p) {
+  const DataConfig& d = cfg.data;
+  const int64_t V = cfg.model.vocab_size;
+  if (d.eos_token_id.has_value() && V > 0 && *d.eos_token_id >= V) {
+    p.error("data.eos_token_id",
+            fmt::format("{} is not a token of the model: model.vocab_size is {} (ids 0 to {})",
+                        *d.eos_token_id, V, V - 1));
+  }
+  if (!d.document_masking) {
+    if (d.eos_token_id.has_value()) {
+      p.warn("data.eos_token_id",
+             fmt::format("{} is unused without data.document_masking: true", *d.eos_token_id));
+    }
+    return;
+  }
+  if (!d.eos_token_id.has_value() && d.tokenizer.empty()) {
+    p.error("data.eos_token_id",
+            "required with data.document_masking: true (the id of the token that ends each "
+            "document in the shards, e.g. zerod-shards --append-eos), unless data.tokenizer "
+            "gives it");
+  }
+  if (cfg.parallelism.context > 1) {
+    p.error("data.document_masking",
+            fmt::format("true cannot be combined with parallelism.context {} (context parallelism "
+                        "splits every sequence over ranks; document masking is implemented for "
+                        "whole sequences only): set parallelism.context to 1 or "
+                        "data.document_masking to false",
+                        cfg.parallelism.context));
+  }
+}
+
 void validate_zerod_sections(const JobConfig& cfg, Problems& p) {
   const ModelConfig& m = cfg.model;
   if (!m.llama_family() && m.n_head > 0 && m.n_embd % m.n_head != 0) {
@@ -126,6 +157,7 @@ void validate_zerod_sections(const JobConfig& cfg, Problems& p) {
                         "give the validation shards as data.val",
                         d.val_fraction));
   }
+  validate_document_masking(cfg, p);
   const TrainConfig& t = cfg.train;
   if (t.save_interval > 0 && t.checkpoint_dir.empty()) {
     p.error("train.save_interval",

@@ -80,6 +80,8 @@ void read_data(ObjectReader& top, JobConfig& cfg) {
   r.read_real("val_fraction", d.val_fraction, real_between(0.0, 1.0, /*max_open=*/true));
   r.read_u64("seed", d.seed);
   r.read_bool("shuffle", d.shuffle);
+  r.read_bool("document_masking", d.document_masking);
+  r.read_opt_int("eos_token_id", d.eos_token_id, at_least(0));
   r.finish();
 }
 

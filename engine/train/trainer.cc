@@ -131,6 +131,16 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
                       TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel},
                       ContextShard{context.rank(), context.size()});
+  if (cfg_.data.document_masking) {  // (validated: no context split; an EOS id in the vocabulary
+                                     // or data.tokenizer)
+    std::optional<int64_t> eos = cfg_.data.eos_token_id;
+    if (!eos && tokenizer_ && tokenizer_->tokenizer->eos_id()) eos = *tokenizer_->tokenizer->eos_id();
+    ZD_CHECK_INPUT(eos.has_value(),
+                   "data.document_masking: no data.eos_token_id, and data.tokenizer '{}' ({}) has "
+                   "no EOS token to end documents; give data.eos_token_id",
+                   cfg_.data.tokenizer, tokenizer_ ? tokenizer_->tokenizer->describe() : "none");
+    model_->set_document_masking(static_cast<int32_t>(*eos));
+  }
   if (tensor.size() > 1) {
     exchange_ =
         std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_, par.sequence_parallel);

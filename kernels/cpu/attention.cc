@@ -19,9 +19,13 @@ int64_t score_stride(int64_t n) {
   return (n + 15) / 16 * 16;
 }
 
-// The first key position visible to query position p (keys [first_key, p] are visible).
-inline int first_key(int p, int window) {
-  return window > 0 ? std::max(0, p - window + 1) : 0;
+// The first key position visible to query position p (keys [first_key, p] are visible): the
+// window's first key, and with document masking (ds: the batch row's doc_start, indexed by
+// position; null: none) not before p's document. Both bounds are non-decreasing in p, so the
+// first row of a query block gives the block's first key.
+inline int first_key(int p, int window, const int32_t* ds) {
+  const int w = window > 0 ? std::max(0, p - window + 1) : 0;
+  return ds != nullptr ? std::max(w, static_cast<int>(ds[p])) : w;
 }
 
 // The most keys one query block of a sequence of T positions touches.
@@ -31,22 +35,23 @@ int64_t max_block_keys(int64_t T, int window) {
 
 // Query rows of one (b, h) pair of the forward. q (Tq rows, stride ldq) holds the queries at
 // positions pos0 .. pos0+Tq-1; k, v (stride ldkv) hold the keys and values of positions 0 .. on;
-// out (Tq rows, stride ldo) =; lse (Tq) = unless null. S: kAttentionBlockQ x ldS scratch.
+// out (Tq rows, stride ldo) =; lse (Tq) = unless null. ds: doc_start of the batch row (indexed
+// by position) or null. S: kAttentionBlockQ x ldS scratch.
 void forward_rows(float* out, int64_t ldo, float* lse, const float* q, int64_t ldq, const float* k,
-                  const float* v, int64_t ldkv, int Tq, int pos0, int window, int hs, float scale,
-                  float* S, int64_t ldS) {
+                  const float* v, int64_t ldkv, int Tq, int pos0, int window, const int32_t* ds,
+                  int hs, float scale, float* S, int64_t ldS) {
   for (int i0 = 0; i0 < Tq; i0 += kAttentionBlockQ) {
     const int rows = std::min(kAttentionBlockQ, Tq - i0);
     const int p0 = pos0 + i0;
     // Keys [kbeg, kend) are visible to some query of the block; column c of S is key kbeg + c.
-    const int kbeg = first_key(p0, window);
+    const int kbeg = first_key(p0, window, ds);
     const int kend = p0 + rows;
     const int ncols = kend - kbeg;
     sgemm(false, true, rows, ncols, hs, scale, q + i0 * ldq, ldq, k + kbeg * ldkv, ldkv, 0.0f, S,
           ldS);
     for (int r = 0; r < rows; ++r) {
       const int p = p0 + r;
-      const int lo = first_key(p, window) - kbeg;  // visible columns [lo, hi)
+      const int lo = first_key(p, window, ds) - kbeg;  // visible columns [lo, hi)
       const int hi = p + 1 - kbeg;
       float* srow = S + r * ldS;
       float* s = srow + lo;
@@ -75,13 +80,14 @@ void forward_rows(float* out, int64_t ldo, float* lse, const float* q, int64_t l
 
 // One query head of the backward. q, k, v and dq, dk, dv are strided views (stride ld) of qkv
 // and dqkv; dout, out have stride ldo. dq =; dk, dv += (the caller zeroes them once per kv
-// head). P, dS: kAttentionBlockQ x ldS scratch each.
+// head). ds: doc_start of the batch row or null. P, dS: kAttentionBlockQ x ldS scratch each.
 void backward_head(float* dq, float* dk, float* dv, const float* q, const float* k, const float* v,
                    int64_t ld, const float* dout, const float* out, int64_t ldo, const float* lse,
-                   int T, int window, int hs, float scale, float* P, float* dS, int64_t ldS) {
+                   int T, int window, const int32_t* ds, int hs, float scale, float* P, float* dS,
+                   int64_t ldS) {
   for (int i0 = 0; i0 < T; i0 += kAttentionBlockQ) {
     const int rows = std::min(kAttentionBlockQ, T - i0);
-    const int kbeg = first_key(i0, window);
+    const int kbeg = first_key(i0, window, ds);
     const int kend = i0 + rows;
     const int ncols = kend - kbeg;
     const float* q_blk = q + i0 * ld;
@@ -92,7 +98,7 @@ void backward_head(float* dq, float* dk, float* dv, const float* q, const float*
     sgemm(false, true, rows, ncols, hs, scale, q_blk, ld, k_blk, ld, 0.0f, P, ldS);
     for (int r = 0; r < rows; ++r) {
       const int i = i0 + r;
-      const int lo = first_key(i, window) - kbeg;
+      const int lo = first_key(i, window, ds) - kbeg;
       const int hi = i + 1 - kbeg;
       float* prow = P + r * ldS;
       float* p = prow + lo;
@@ -109,7 +115,7 @@ void backward_head(float* dq, float* dk, float* dv, const float* q, const float*
     sgemm(false, true, rows, ncols, hs, 1.0f, do_blk, ldo, v_blk, ld, 0.0f, dS, ldS);
     for (int r = 0; r < rows; ++r) {
       const int i = i0 + r;
-      const int lo = first_key(i, window) - kbeg;
+      const int lo = first_key(i, window, ds) - kbeg;
       const int hi = i + 1 - kbeg;
       const float* g = do_blk + r * ldo;
       const float* o = out + i * ldo;
@@ -166,7 +172,8 @@ void attention_forward(float* out, float* lse, const float* qkv, const Attention
       forward_rows(out + static_cast<int64_t>(b) * T * ldo + static_cast<int64_t>(h) * hs, ldo,
                    lse + static_cast<int64_t>(task) * T, row0 + static_cast<int64_t>(h) * hs, R,
                    row0 + static_cast<int64_t>(NH + g) * hs,
-                   row0 + static_cast<int64_t>(NH + s.KVH + g) * hs, R, T, /*pos0=*/0, s.window, hs,
+                   row0 + static_cast<int64_t>(NH + s.KVH + g) * hs, R, T, /*pos0=*/0, s.window,
+                   s.doc_start != nullptr ? s.doc_start + static_cast<int64_t>(b) * T : nullptr, hs,
                    scale, S, ldS);
     }
   }
@@ -208,8 +215,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         const int64_t qoff = static_cast<int64_t>(h) * hs;
         backward_head(dx + qoff, dx + koff, dx + voff, x + qoff, x + koff, x + voff, R,
                       dout + bt * ldo + qoff, out + bt * ldo + qoff, ldo,
-                      lse + (static_cast<int64_t>(b) * NH + h) * T, T, s.window, hs, scale, P, dS,
-                      ldS);
+                      lse + (static_cast<int64_t>(b) * NH + h) * T, T, s.window,
+                      s.doc_start != nullptr ? s.doc_start + bt : nullptr, hs, scale, P, dS, ldS);
       }
     }
   }
@@ -218,6 +225,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_kv_cache(float* out, const float* qkv, float* kcache, float* vcache, int pos0,
                         int maxT, const AttentionShape& s) {
   check_attention_shape(s);
+  ZD_CHECK(s.doc_start == nullptr,
+           "attention_kv_cache: document masking (doc_start) is not supported with a KV cache");
   ZD_CHECK(pos0 >= 0 && static_cast<int64_t>(pos0) + s.T <= maxT,
            "kv cache positions [{}, {}) outside the cache of {}", pos0,
            static_cast<int64_t>(pos0) + s.T, maxT);
@@ -257,7 +266,8 @@ void attention_kv_cache(float* out, const float* qkv, float* kcache, float* vcac
       forward_rows(out + static_cast<int64_t>(b) * Tq * ldo + static_cast<int64_t>(h) * hs, ldo,
                    /*lse=*/nullptr,
                    qkv + static_cast<int64_t>(b) * Tq * R + static_cast<int64_t>(h) * hs, R,
-                   kcache + cache0, vcache + cache0, ldkv, Tq, pos0, s.window, hs, scale, S, ldS);
+                   kcache + cache0, vcache + cache0, ldkv, Tq, pos0, s.window, /*ds=*/nullptr, hs,
+                   scale, S, ldS);
     }
   }
 }

@@ -5,7 +5,9 @@
 // KVH key heads, then the KVH value heads, HS channels each (row stride s.qkv_row() =
 // (NH+2*KVH)*HS); query head h reads key/value head h / (NH/KVH) in place (K and V are never
 // copied per query head); out rows hold NH*HS channels. Scores are scaled by 1/sqrt(HS);
-// position i attends to keys j <= i, and with a window W > 0 only to j > i - W.
+// position i attends to keys j <= i, and with a window W > 0 only to j > i - W. With document
+// masking (s.doc_start, (B,T) int32, non-decreasing in t) query i of batch row b also sees only
+// keys j >= doc_start[b,i]; a query block then starts at its first row's lower bound.
 //
 // Forward: work is split over (b, h) pairs (one OpenMP thread each, with its own scratch);
 // within a pair queries are processed in blocks of kAttentionBlockQ rows, and a block only

@@ -83,6 +83,7 @@ VisibleKeys find_visible_keys(const int32_t* qpos, int Tq, const int32_t* kpos, 
 void check_block_args(const char* op, const AttentionShape& s, int Tk) {
   check_attention_shape(s);
   ZD_CHECK(Tk >= 0, "{}: negative key count Tk={}", op, Tk);
+  ZD_CHECK(s.doc_start == nullptr, "{}: document masking (doc_start) is not supported", op);
 }
 
 // The forward of one (b, h) pair. q (Tq rows, stride ldq), k and v (Tk rows, stride ldkv): the

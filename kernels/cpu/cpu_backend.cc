@@ -68,13 +68,13 @@ void CpuBackend::cast_from_compute(float* out, const void* in, int64_t n) {
 }
 
 void CpuBackend::encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                                 int B, int T, int C) {
-  cpu::encoder_forward(F(out), tokens, F(wte), F(wpe), B, T, C);
+                                 int B, int T, int C, const int32_t* doc_start) {
+  cpu::encoder_forward(F(out), tokens, F(wte), F(wpe), B, T, C, doc_start);
 }
 
 void CpuBackend::encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                                  int B, int T, int C) {
-  cpu::encoder_backward(F(dwte), F(dwpe), F(dout), tokens, B, T, C);
+                                  int B, int T, int C, const int32_t* doc_start) {
+  cpu::encoder_backward(F(dwte), F(dwpe), F(dout), tokens, B, T, C, doc_start);
 }
 
 void CpuBackend::layernorm_forward(void* out, float* mean, float* rstd, const void* inp,

@@ -26,9 +26,9 @@ class CpuBackend final : public Backend {
   void cast_from_compute(float* out, const void* in, int64_t n) override;
 
   void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                       int T, int C) override;
+                       int T, int C, const int32_t* doc_start) override;
   void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
-                        int T, int C) override;
+                        int T, int C, const int32_t* doc_start) override;
 
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int64_t N, int C) override;

@@ -8,7 +8,7 @@
 namespace zerod::cpu {
 
 void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C) {
+                     int T, int C, const int32_t* doc_start) {
   const int64_t rows = static_cast<int64_t>(B) * T;
   const bool par = rows * C >= kParallelMinElems;
   // A token < 0 (not in this vocabulary shard) has no wte row: its term is 0, so the row is
@@ -29,7 +29,7 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % T;
-    const float* p = wpe + t * C;
+    const float* p = wpe + (doc_start != nullptr ? t - doc_start[r] : t) * C;
     float* o = out + r * C;
     if (tokens[r] < 0) {
       std::copy(p, p + C, o);
@@ -42,13 +42,27 @@ void encoder_forward(float* out, const int32_t* tokens, const float* wte, const 
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C) {
+                      int T, int C, const int32_t* doc_start) {
   const int64_t rows = static_cast<int64_t>(B) * T;
   if (rows == 0) return;
   const bool par = rows * C >= kParallelMinElems;
 
   // dwpe[t] += sum over b of dout[b,t], b in increasing order: partitioned by t.
-  if (dwpe != nullptr) {
+  if (dwpe != nullptr && doc_start != nullptr) {
+    // dwpe[t - doc_start[b,t]] += dout[b,t], rows in (b, t) order: partitioned by channels.
+    constexpr int kChunk = 64;
+    const int chunks = (C + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (par && chunks > 1)
+    for (int ci = 0; ci < chunks; ++ci) {
+      const int c0 = ci * kChunk, c1 = std::min(C, c0 + kChunk);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* d = dwpe + (r % T - doc_start[r]) * C;
+        const float* g = dout + r * C;
+#pragma omp simd
+        for (int c = c0; c < c1; ++c) d[c] += g[c];
+      }
+    }
+  } else if (dwpe != nullptr) {
 #pragma omp parallel for schedule(static) if (par)
     for (int t = 0; t < T; ++t) {
       float* d = dwpe + static_cast<int64_t>(t) * C;

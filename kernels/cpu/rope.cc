@@ -19,7 +19,7 @@ void rotate(float* qkv, const float* cos, const float* sin, const AttentionShape
   const int64_t rows = static_cast<int64_t>(s.B) * s.T;
 #pragma omp parallel for schedule(static) if (rows * heads * s.HS >= kParallelMinElems)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % s.T;
+    const int64_t t = r % s.T - (s.doc_start != nullptr ? s.doc_start[r] : 0);
     const float* c = cos + t * half;
     const float* sn = sin + t * half;
     float* row = qkv + r * R;

@@ -10,7 +10,8 @@
 
 namespace zerod::cpu {
 
-// The rotation above, in place on qkv; cos, sin (T, HS/2) fp32. HS must be even.
+// The rotation above, in place on qkv; cos, sin (T, HS/2) fp32. HS must be even. With
+// s.doc_start (document masking) row (b,t) takes the table row t - doc_start[b,t].
 void rope_forward(float* qkv, const float* cos, const float* sin, const AttentionShape& s);
 
 // The inverse (transposed) rotation, in place on the q and k heads of dqkv:

@@ -43,6 +43,7 @@ constexpr int kRowsPerWarp = kTile / kWarps;
 struct Shape {
   int T, NH, KVH, group, hs;
   int window;    // 0 (causal) or 0 < window < T (a wider window changes nothing)
+  const int32_t* doc_start;  // (B,T) document masking, or null (see AttentionDims)
   int64_t row;   // elements of a qkv row: (NH + 2 KVH) hs
   int64_t orow;  // elements of an out row: NH hs
   float scale;
@@ -54,11 +55,22 @@ __host__ __device__ inline int padded(int hs) {
   return hs | 1;
 }
 
-// The first key tile query tile q0 needs: the one holding the first key inside q0's window.
-__host__ __device__ inline int first_key_tile(int q0, int window) {
-  if (window <= 0) return 0;
-  const int lo = q0 - window + 1;
-  return lo > 0 ? lo / kTile * kTile : 0;
+// The first key query i sees: the window's first, and with document masking (ds: the batch
+// row's doc_start, or null) not before i's document. Non-decreasing in i, so a query tile's
+// first row gives the tile's first key.
+__device__ inline int first_visible(int i, int window, const int32_t* ds) {
+  const int w = window > 0 ? max(0, i - window + 1) : 0;
+  return ds != nullptr ? max(w, ds[i]) : w;
+}
+
+// The first key tile query tile q0 needs: the one holding q0's first visible key.
+__device__ inline int first_key_tile(int q0, int window, const int32_t* ds) {
+  return first_visible(q0, window, ds) / kTile * kTile;
+}
+
+// The batch row's doc_start (or null without document masking).
+__device__ inline const int32_t* row_doc_start(const Shape& sh, int b) {
+  return sh.doc_start != nullptr ? sh.doc_start + static_cast<int64_t>(b) * sh.T : nullptr;
 }
 
 // dst (kTile, ld) fp32 = rows [t0, t0 + kTile) of a (T, hs) view with row stride `stride`;
@@ -110,8 +122,9 @@ __device__ __forceinline__ void store_row(T* dst, const float (&acc)[DPL], float
 }
 
 // The keys of the key tile at k0 that query i sees: [*lo, *hi] (empty when *lo > *hi).
-__device__ __forceinline__ void visible_keys(int i, int k0, int window, int* lo, int* hi) {
-  *lo = window > 0 ? max(k0, i - window + 1) : k0;
+__device__ __forceinline__ void visible_keys(int i, int k0, int window, const int32_t* ds, int* lo,
+                                             int* hi) {
+  *lo = max(k0, first_visible(i, window, ds));
   *hi = min(k0 + kTile - 1, i);
 }
 
@@ -136,6 +149,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* q_base = rows + static_cast<int64_t>(h) * hs;
   const T* k_base = rows + static_cast<int64_t>(sh.NH + kvh) * hs;
   const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * hs;
+  const int32_t* doc = row_doc_start(sh, b);
 
   load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
   float o[kRowsPerWarp][DPL];
@@ -149,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < DPL; ++e) o[rr][e] = 0.0f;
   }
 
-  for (int k0 = first_key_tile(q0, sh.window); k0 <= q0; k0 += kTile) {
+  for (int k0 = first_key_tile(q0, sh.window, doc); k0 <= q0; k0 += kTile) {
     __syncthreads();  // the previous key tile is consumed (and q_s is loaded, the first time)
     load_tile(k_s, ldk, k_base, sh.row, k0, sh.T, hs);
     load_tile(v_s, ldk, v_base, sh.row, k0, sh.T, hs);
@@ -160,7 +174,7 @@ __global__ void __launch_bounds__(kThreads)
       const int i = q0 + r;
       if (i >= sh.T) continue;  // uniform over the warp
       int jlo, jhi;
-      visible_keys(i, k0, sh.window, &jlo, &jhi);
+      visible_keys(i, k0, sh.window, doc, &jlo, &jhi);
       if (jlo > jhi) continue;  // the row sees no key of this tile (uniform)
       const int j = k0 + lane;
       const bool vis = j >= jlo && j <= jhi;
@@ -231,6 +245,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* v_base = rows + static_cast<int64_t>(sh.NH + sh.KVH + kvh) * hs;
   const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * hs;
   const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;  // of lse and D
+  const int32_t* doc = row_doc_start(sh, b);
 
   load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
   load_tile(do_s, hs, dbase, sh.orow, q0, sh.T, hs);
@@ -246,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < DPL; ++e) dq[rr][e] = 0.0f;
   }
 
-  for (int k0 = first_key_tile(q0, sh.window); k0 <= q0; k0 += kTile) {
+  for (int k0 = first_key_tile(q0, sh.window, doc); k0 <= q0; k0 += kTile) {
     __syncthreads();
     load_tile(k_s, ldk, k_base, sh.row, k0, sh.T, hs);
     load_tile(v_s, ldk, v_base, sh.row, k0, sh.T, hs);
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
       const int i = q0 + r;
       if (i >= sh.T) continue;
       int jlo, jhi;
-      visible_keys(i, k0, sh.window, &jlo, &jhi);
+      visible_keys(i, k0, sh.window, doc, &jlo, &jhi);
       if (jlo > jhi) continue;
       const int j = k0 + lane;
       float ds = 0.0f;
@@ -304,6 +319,7 @@ __global__ void __launch_bounds__(kThreads)
   // Queries [k0, q_end) see some key of the tile (the last key k0 + kTile - 1 is seen up to
   // query k0 + kTile - 1 + window - 1).
   const int q_end = sh.window > 0 ? min(sh.T, k0 + kTile + sh.window - 1) : sh.T;
+  const int32_t* doc = row_doc_start(sh, b);
 
   load_tile(k_s, ldk, rows + k_off, sh.row, k0, sh.T, hs);
   load_tile(v_s, ldk, rows + v_off, sh.row, k0, sh.T, hs);
@@ -326,6 +342,9 @@ __global__ void __launch_bounds__(kThreads)
     const T* dbase = dout + static_cast<int64_t>(b) * sh.T * sh.orow + static_cast<int64_t>(h) * hs;
     const int64_t row0 = (static_cast<int64_t>(b) * sh.NH + h) * sh.T;
     for (int q0 = k0; q0 < q_end; q0 += kTile) {
+      // Document masking: from the first query tile whose first row's document starts after the
+      // tile's last key on, no query sees a key of the tile (uniform over the block).
+      if (doc != nullptr && doc[q0] > k0 + kTile - 1) break;
       __syncthreads();  // the previous query tile is consumed
       load_tile(q_s, hs, q_base, sh.row, q0, sh.T, hs);
       load_tile(do_s, hs, dbase, sh.orow, q0, sh.T, hs);
@@ -342,7 +361,8 @@ __global__ void __launch_bounds__(kThreads)
         const int i = q0 + r;
         const int j = k0 + lane;
         float p = 0.0f, ds = 0.0f;
-        if (i < sh.T && j <= i && (sh.window == 0 || j > i - sh.window)) {
+        if (i < sh.T && j <= i && (sh.window == 0 || j > i - sh.window) &&
+            (doc == nullptr || j >= doc[i])) {
           p = expf(dot(q_s + r * hs, k_s + lane * ldk, hs) * sh.scale - lse_s[r]);
           ds = p * (dot(do_s + r * hs, v_s + lane * ldk, hs) - d_s[r]);
         }
@@ -354,8 +374,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kRowsPerWarp; ++u) {
         const int jl = warp + kWarps * u;
         const int j = k0 + jl;
-        // Query rows that see key j: i = q0 + r in [j, j + window) and below T (the others
-        // hold P = dS = 0; skipping them only saves work).
+        // Query rows that see key j: i = q0 + r in [j, j + window) and below T (the others,
+        // also those of a later document, hold P = dS = 0; skipping them only saves work).
         const int r_begin = max(0, j - q0);
         const int r_end = min(kTile, (sh.window > 0 ? min(sh.T, j + sh.window) : sh.T) - q0);
         for (int r = r_begin; r < r_end; ++r) {
@@ -498,6 +518,7 @@ Shape make_shape(const AttentionDims& s, int span) {
   sh.group = s.NH / s.KVH;
   sh.hs = s.HS;
   sh.window = s.window < span ? s.window : 0;
+  sh.doc_start = s.doc_start;
   sh.row = s.qkv_row();
   sh.orow = s.out_row();
   sh.scale = 1.0f / sqrtf(static_cast<float>(s.HS));
@@ -542,11 +563,13 @@ void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const
                        cudaStream_t stream) {
   if (s.B <= 0 || s.T <= 0) return;
   const Shape sh = make_shape(s, s.T);
-  if (allow_mma() && attention_mma_supported(dt, s, out, qkv)) {
+  // Document masking runs the SIMT kernels below (the only ones that implement it).
+  const bool fast = s.doc_start == nullptr;
+  if (fast && allow_mma() && attention_mma_supported(dt, s, out, qkv)) {
     attention_mma_forward(dt, out, lse, qkv, s, stream);
     return;
   }
-  if (!force_simt() && attention_tc_supported(dt, s.HS, out, qkv)) {
+  if (fast && !force_simt() && attention_tc_supported(dt, s.HS, out, qkv)) {
     attention_tc_forward(dt, out, lse, qkv, s, stream);
     return;
   }
@@ -576,11 +599,12 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
                         cudaStream_t stream) {
   if (s.B <= 0 || s.T <= 0) return;
   const Shape sh = make_shape(s, s.T);
-  if (allow_mma() && attention_mma_supported(dt, s, dqkv, dout, qkv, out)) {
+  const bool fast = s.doc_start == nullptr;  // (document masking: SIMT, as the forward)
+  if (fast && allow_mma() && attention_mma_supported(dt, s, dqkv, dout, qkv, out)) {
     attention_mma_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
     return;
   }
-  if (!force_simt() && attention_tc_supported(dt, s.HS, dqkv, dout, qkv, out)) {
+  if (fast && !force_simt() && attention_tc_supported(dt, s.HS, dqkv, dout, qkv, out)) {
     attention_tc_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
     return;
   }
@@ -625,6 +649,9 @@ void attention_kv_cache(Storage dt, void* out, const void* qkv, void* kcache, vo
   if (s.B <= 0 || s.T <= 0) return;
   if (pos0 < 0 || maxT < 0 || static_cast<int64_t>(pos0) + s.T > maxT) {
     check(cudaErrorInvalidValue, "attention_kv_cache: positions past the cache");
+  }
+  if (s.doc_start != nullptr) {
+    check(cudaErrorInvalidValue, "attention_kv_cache: document masking is not supported");
   }
   const Shape sh = make_shape(s, pos0 + s.T);
   const int64_t kv_elems = static_cast<int64_t>(s.B) * s.T * s.KVH * s.HS;

@@ -42,13 +42,20 @@ struct AttentionDims {
   int KVH = 0;     // key/value heads
   int HS = 0;      // head size
   int window = 0;  // 0: causal; W > 0: position i sees j in (i - W, i]
+  // Document masking (null: none): (B,T) int32 device array, position i of row b sees only
+  // j >= doc_start[b,i] (non-decreasing in i; see zerod::AttentionShape). Only
+  // attention_forward / attention_backward take it, and only their SIMT kernels implement it:
+  // a call with doc_start always runs the SIMT kernels of attention.cu (the mma.sync and WMMA
+  // kernels are not extended). Compiled, not yet run on a GPU.
+  const int32_t* doc_start = nullptr;
 
   int64_t qkv_row() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
   int64_t out_row() const { return static_cast<int64_t>(NH) * HS; }
 };
 
 // Which kernels run: kAuto, the fastest that applies: the mma.sync kernels of attention_mma.cu
-// (bf16/fp16, head size 64, no window), else the WMMA tensor-core ones, else SIMT; kWmma, the
+// (bf16/fp16, head size 64, no window), else the WMMA tensor-core ones, else SIMT (always SIMT
+// with document masking, doc_start); kWmma, the
 // WMMA ones where they apply (else SIMT); kSimt, always the SIMT ones. Starts as set by the
 // environment variable ZEROD_ATTENTION (simt or wmma) at start, else kAuto; process-wide (tests
 // run every path).

@@ -235,16 +235,17 @@ class CudaBackend final : public Backend {
 
   // ---- encoder ----------------------------------------------------------------------------------
   void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                       int T, int C) override {
+                       int T, int C, const int32_t* doc_start) override {
     activate();
-    cuda::encoder_forward(st_, out, tokens, wte, wpe, B, T, C, stream_);
+    cuda::encoder_forward(st_, out, tokens, wte, wpe, B, T, C, stream_, doc_start);
   }
 
   void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
-                        int T, int C) override {
+                        int T, int C, const int32_t* doc_start) override {
     activate();
     const size_t bytes = encoder_backward_scratch_bytes(static_cast<int64_t>(B) * T);
-    cuda::encoder_backward(st_, dwte, dwpe, dout, tokens, B, T, C, scratch(bytes), bytes, stream_);
+    cuda::encoder_backward(st_, dwte, dwpe, dout, tokens, B, T, C, scratch(bytes), bytes, stream_,
+                           doc_start);
   }
 
   // ---- layernorm --------------------------------------------------------------------------------
@@ -341,6 +342,7 @@ class CudaBackend final : public Backend {
     ZD_CHECK(pos0 >= 0 && end <= maxT,
              "attention_kv_cache: positions {}..{} do not fit a cache of {} positions", pos0,
              end - 1, maxT);
+    ZD_CHECK(s.doc_start == nullptr, "attention_kv_cache: document masking is not supported");
     activate();
     cuda::attention_kv_cache(st_, out, qkv, kcache, vcache, pos0, maxT, dims(s), stream_);
   }
@@ -350,6 +352,7 @@ class CudaBackend final : public Backend {
                                bool first_block) override {
     check_attention(s);
     ZD_CHECK(Tk >= 0, "attention_block_forward: negative key count Tk={}", Tk);
+    ZD_CHECK(s.doc_start == nullptr, "attention_block_forward: document masking is not supported");
     activate();
     cuda::attention_block_forward(st_, out, lse, qkv, qpos, kv, kpos, Tk, dims(s), first_block,
                                   stream_);
@@ -361,6 +364,7 @@ class CudaBackend final : public Backend {
                                 bool accumulate_dkv) override {
     check_attention(s);
     ZD_CHECK(Tk >= 0, "attention_block_backward: negative key count Tk={}", Tk);
+    ZD_CHECK(s.doc_start == nullptr, "attention_block_backward: document masking is not supported");
     activate();
     const AttentionDims d = dims(s);
     float* D = static_cast<float*>(scratch(attention_block_backward_scratch_bytes(d)));
@@ -387,14 +391,14 @@ class CudaBackend final : public Backend {
                     const AttentionShape& s) override {
     check_rope(s);
     activate();
-    cuda::rope_forward(st_, qkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_);
+    cuda::rope_forward(st_, qkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_, s.doc_start);
   }
 
   void rope_backward(void* dqkv, const float* cos, const float* sin,
                      const AttentionShape& s) override {
     check_rope(s);
     activate();
-    cuda::rope_backward(st_, dqkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_);
+    cuda::rope_backward(st_, dqkv, cos, sin, s.B, s.T, s.NH, s.KVH, s.HS, stream_, s.doc_start);
   }
 
   // ---- SwiGLU -----------------------------------------------------------------------------------
@@ -582,6 +586,7 @@ class CudaBackend final : public Backend {
     d.KVH = s.KVH;
     d.HS = s.HS;
     d.window = s.window;
+    d.doc_start = s.doc_start;
     return d;
   }
 

@@ -33,11 +33,11 @@ size_t sort_temp_bytes(int64_t rows) {
 
 template <class T>
 __global__ void encoder_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
-                                       int T_, int C, int64_t total) {
+                                       const int32_t* doc_start, int T_, int C, int64_t total) {
   for (int64_t i = global_thread(); i < total; i += grid_threads()) {
     const int64_t row = i / C;
     const int c = static_cast<int>(i - row * C);
-    const int64_t t = row % T_;
+    const int64_t t = row % T_ - (doc_start != nullptr ? doc_start[row] : 0);
     // A token < 0 has no row in this vocabulary shard: its wte term is 0 (out = wpe[t], or 0).
     const int32_t token = tokens[row];
     const float e = token >= 0 ? to_f32(wte[static_cast<int64_t>(token) * C + c]) : 0.0f;
@@ -54,6 +54,39 @@ __global__ void encoder_dwpe_kernel(T* dwpe, const T* dout, int B, int T_, int C
   for (int64_t i = global_thread(); i < total; i += grid_threads()) {
     float acc = to_f32(dwpe[i]);
     for (int b = 0; b < B; ++b) acc += to_f32(dout[b * batch_stride + i]);
+    dwpe[i] = from_f32<T>(acc);
+  }
+}
+
+// Document masking: dwpe[p, c] += dout[b, t, c] over the rows (b, t) with t - doc_start[b,t] = p,
+// b then t in order. Within a batch row the candidates are t = s + p for each document start s:
+// from a candidate start s (t = s + p, d = doc_start[t]) d == s is a match (the next start is
+// after t); d > s skips the starts in [s, d), whose documents end before t (so before their own
+// position p); d < s means t's document began before s, so no start lies in [s, t].
+template <class T>
+__global__ void encoder_dwpe_doc_kernel(T* dwpe, const T* dout, const int32_t* doc_start, int B,
+                                        int T_, int C) {
+  const int64_t total = static_cast<int64_t>(T_) * C;
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const int p = static_cast<int>(i / C);
+    const int c = static_cast<int>(i - static_cast<int64_t>(p) * C);
+    float acc = to_f32(dwpe[i]);
+    for (int b = 0; b < B; ++b) {
+      const int32_t* ds = doc_start + static_cast<int64_t>(b) * T_;
+      int s = 0;
+      while (s + p < T_) {
+        const int t = s + p;
+        const int d = ds[t];
+        if (d == s) {
+          acc += to_f32(dout[(static_cast<int64_t>(b) * T_ + t) * C + c]);
+          s = t + 1;
+        } else if (d > s) {
+          s = d;
+        } else {
+          s = t + 1;
+        }
+      }
+    }
     dwpe[i] = from_f32<T>(acc);
   }
 }
@@ -84,14 +117,14 @@ __global__ void encoder_dwte_kernel(T* dwte, const T* dout, const int32_t* sorte
 }  // namespace
 
 void encoder_forward(Storage dt, void* out, const int32_t* tokens, const void* wte, const void* wpe,
-                     int B, int T, int C, cudaStream_t stream) {
+                     int B, int T, int C, cudaStream_t stream, const int32_t* doc_start) {
   const int64_t total = static_cast<int64_t>(B) * T * C;
   if (total <= 0) return;
   dispatch(dt, [&](auto tag) {
     using E = typename decltype(tag)::type;
     encoder_forward_kernel<E><<<grid_stride_blocks(total), kElementwiseThreads, 0, stream>>>(
-        static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe), T, C,
-        total);
+        static_cast<E*>(out), tokens, static_cast<const E*>(wte), static_cast<const E*>(wpe),
+        doc_start, T, C, total);
   });
   check(cudaGetLastError(), "encoder_forward kernel launch");
 }
@@ -103,8 +136,8 @@ size_t encoder_backward_scratch_bytes(int64_t rows) {
 }
 
 void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
-                      int B, int T, int C, void* scratch, size_t scratch_bytes,
-                      cudaStream_t stream) {
+                      int B, int T, int C, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                      const int32_t* doc_start) {
   const int64_t rows = static_cast<int64_t>(B) * T;
   if (rows <= 0 || C <= 0) return;
   // Scratch: sorted tokens, row indices, sorted row indices, the sort's temporary storage.
@@ -117,9 +150,14 @@ void encoder_backward(Storage dt, void* dwte, void* dwpe, const void* dout, cons
   if (dwpe != nullptr) {  // (null: a model without position embedding)
     dispatch(dt, [&](auto tag) {
       using E = typename decltype(tag)::type;
-      encoder_dwpe_kernel<E>
-          <<<grid_stride_blocks(static_cast<int64_t>(T) * C), kElementwiseThreads, 0, stream>>>(
-              static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
+      const int64_t n = static_cast<int64_t>(T) * C;
+      if (doc_start != nullptr) {
+        encoder_dwpe_doc_kernel<E><<<grid_stride_blocks(n), kElementwiseThreads, 0, stream>>>(
+            static_cast<E*>(dwpe), static_cast<const E*>(dout), doc_start, B, T, C);
+      } else {
+        encoder_dwpe_kernel<E><<<grid_stride_blocks(n), kElementwiseThreads, 0, stream>>>(
+            static_cast<E*>(dwpe), static_cast<const E*>(dout), B, T, C);
+      }
     });
     check(cudaGetLastError(), "encoder_backward dwpe kernel launch");
   }

@@ -95,6 +95,27 @@ TEST_F(Cli, TrainsAJobAndWritesItsMetrics) {
   EXPECT_EQ(r.output.find("\033[K"), std::string::npos) << r.output;
 }
 
+// Document masking on packed byte-level text (every space ends a document, so a 17-token
+// sample holds several), on two local ranks (data parallelism) with validation; and tensor
+// parallelism with sequence parallelism on two ranks.
+TEST_F(Cli, TrainsWithDocumentMasking) {
+  const std::string masking = R"(, "document_masking": true, "eos_token_id": 32)";
+  std::string j = job();
+  j.replace(j.find(R"("val": "data/t_val_*.bin")"), 0, masking.substr(2) + ", ");
+  write("job.json", j);
+  const RunResult r = run("train job.json --nproc-per-node 2", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 10/10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("val "), std::string::npos) << r.output;
+  std::string tp =
+      job("data/t_train_*.bin", R"(, "parallelism": {"tensor": 2, "sequence_parallel": true})");
+  tp.replace(tp.find(R"("val": "data/t_val_*.bin")"), 0, masking.substr(2) + ", ");
+  write("tp.json", tp);
+  const RunResult t = run("train tp.json --nproc-per-node 2 --steps 3", dir_);
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("step 3/3"), std::string::npos) << t.output;
+}
+
 // On a terminal (a pseudo-terminal here) the run draws a live progress line between its log
 // lines: a bar, the step, the loss and the ETA, redrawn in place; the log lines stay whole.
 TEST_F(Cli, ATerminalShowsALiveProgressLine) {
@@ -241,6 +262,18 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3},
            "train": {"steps": 1}})",
        "model.num_attention_heads: 4 is not divisible by model.num_key_value_heads 3"},
+      {"document masking with context parallelism", "check j.json --world-size 2", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "parallelism": {"context": 2},
+           "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "data": {"train": "data/t_train_*.bin", "document_masking": true, "eos_token_id": 32},
+           "train": {"steps": 1}})",
+       "data.document_masking: true cannot be combined with parallelism.context 2"},
+      {"document masking with an EOS id outside the vocabulary", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4,
+           "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "data": {"train": "data/t_train_*.bin", "document_masking": true, "eos_token_id": 256},
+           "train": {"steps": 1}})",
+       "data.eos_token_id: 256 is not a token of the model"},
       {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
       {"unknown flag", "train --bogus", "", "", "bogus"},
       {"bad log level", "--log-level loud check j.json", "j.json", job(), "loud"},

@@ -102,6 +102,23 @@ TEST_F(JobTokenizer, GoesIntoCheckpointsAndServesGenerateEvalAndExport) {
   EXPECT_NE(bad.output.find("corrupt"), std::string::npos) << bad.output;
 }
 
+// data.document_masking takes its EOS id from data.tokenizer when data.eos_token_id is absent.
+TEST_F(JobTokenizer, DocumentMaskingTakesTheTokenizersEos) {
+  std::string masked = job(262, "tok");
+  masked.replace(masked.find("\"tokenizer\""), 0, "\"document_masking\": true, ");
+  write("masked.json", masked);
+  const RunResult t = run_in(dir_, kZerod, "train masked.json");
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("step 4/4"), std::string::npos) << t.output;
+  // Without a tokenizer the id is required.
+  write("bare.json", R"({"train_micro_batch_size_per_gpu": 4,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 262, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin", "document_masking": true}, "train": {"steps": 1}})");
+  const RunResult bare = run_in(dir_, kZerod, "train bare.json");
+  EXPECT_EQ(bare.code, 2) << bare.output;
+  EXPECT_NE(bare.output.find("data.eos_token_id: required"), std::string::npos) << bare.output;
+}
+
 TEST_F(JobTokenizer, BadTokenizerStopsTheJobNamingTheKey) {
   write("small.json", job(256, "tok/tokenizer.json"));
   const RunResult small = run_in(dir_, kZerod, "train small.json");

@@ -41,8 +41,12 @@ struct Idx {
   }
   size_t lse(int b, int h, int t) const { return (static_cast<size_t>(b) * s.NH + h) * s.T + t; }
   int kv_head(int h) const { return h / (s.NH / s.KVH); }
-  // Keys visible to query i: [first(i), i].
-  int first(int i) const { return s.window > 0 ? std::max(0, i - s.window + 1) : 0; }
+  // Keys visible to query i of batch row b: [first(b, i), i] (window, document masking).
+  int first(int b, int i) const {
+    const int w = s.window > 0 ? std::max(0, i - s.window + 1) : 0;
+    return s.doc_start != nullptr ? std::max(w, int{s.doc_start[static_cast<size_t>(b) * s.T + i]})
+                                  : w;
+  }
 };
 
 struct AttnRef {
@@ -61,7 +65,7 @@ AttnRef attention_ref(const VecD& qkv, const AttentionShape& s) {
       for (int i = 0; i < s.T; ++i) {
         const double* q = &qkv[x.q(b, i, h)];
         double m = -INFINITY;
-        for (int j = x.first(i); j <= i; ++j) {
+        for (int j = x.first(b, i); j <= i; ++j) {
           const double* k = &qkv[x.k(b, j, g)];
           double d = 0.0;
           for (int c = 0; c < s.HS; ++c) d += q[c] * k[c];
@@ -69,10 +73,10 @@ AttnRef attention_ref(const VecD& qkv, const AttentionShape& s) {
           m = std::max(m, sc[j]);
         }
         double sum = 0.0;
-        for (int j = x.first(i); j <= i; ++j) sum += std::exp(sc[j] - m);
+        for (int j = x.first(b, i); j <= i; ++j) sum += std::exp(sc[j] - m);
         r.lse[x.lse(b, h, i)] = m + std::log(sum);
         double* o = &r.out[x.o(b, i, h)];
-        for (int j = x.first(i); j <= i; ++j) {
+        for (int j = x.first(b, i); j <= i; ++j) {
           const double p = std::exp(sc[j] - m) / sum;
           const double* v = &qkv[x.v(b, j, g)];
           for (int c = 0; c < s.HS; ++c) o[c] += p * v[c];
@@ -97,7 +101,7 @@ VecD attention_backward_ref(const VecD& qkv, const VecD& dout, const AttentionSh
         const double* go = &dout[x.o(b, i, h)];
         const double l = fwd.lse[x.lse(b, h, i)];
         double D = 0.0;
-        for (int j = x.first(i); j <= i; ++j) {
+        for (int j = x.first(b, i); j <= i; ++j) {
           double qk = 0.0, gv = 0.0;
           for (int c = 0; c < s.HS; ++c) {
             qk += q[c] * qkv[x.k(b, j, g) + c];
@@ -107,7 +111,7 @@ VecD attention_backward_ref(const VecD& qkv, const VecD& dout, const AttentionSh
           dP[j] = gv;
           D += P[j] * gv;
         }
-        for (int j = x.first(i); j <= i; ++j) {
+        for (int j = x.first(b, i); j <= i; ++j) {
           const double ds = P[j] * (dP[j] - D);
           for (int c = 0; c < s.HS; ++c) {
             d[x.q(b, i, h) + c] += scale * ds * qkv[x.k(b, j, g) + c];
@@ -121,8 +125,8 @@ VecD attention_backward_ref(const VecD& qkv, const VecD& dout, const AttentionSh
 }
 
 std::string describe(const AttentionShape& s) {
-  return fmt::format("B={} T={} NH={} KVH={} HS={} window={}", s.B, s.T, s.NH, s.KVH, s.HS,
-                     s.window);
+  return fmt::format("B={} T={} NH={} KVH={} HS={} window={}{}", s.B, s.T, s.NH, s.KVH, s.HS,
+                     s.window, s.doc_start != nullptr ? " doc_start" : "");
 }
 
 // Forward (out, lse) and backward (dq, dk, dv) against the double references; with
@@ -210,6 +214,64 @@ TEST(Attention, SlidingWindow) {
   check_attention({2, 2 * kAttentionBlockQ + 22, 4, 2, 16, 70}, 450);
   check_attention({1, 3 * kAttentionBlockQ + 1, 2, 1, 8, kAttentionBlockQ}, 460);
   check_attention({1, 3 * kAttentionBlockQ + 1, 2, 2, 8, 5}, 470);
+}
+
+// doc_start (B,T) of rows whose documents start at the given positions (besides 0).
+std::vector<int32_t> doc_starts(int T, const std::vector<std::vector<int>>& starts) {
+  std::vector<int32_t> ds;
+  for (const auto& row : starts) {
+    int cur = 0;
+    for (int t = 0; t < T; ++t) {
+      if (std::find(row.begin(), row.end(), t) != row.end()) cur = t;
+      ds.push_back(cur);
+    }
+  }
+  return ds;
+}
+
+TEST(Attention, DocumentMasking) {
+  // {B, T, NH, KVH, HS, window}: several documents per row (a different split per row), one of
+  // a single position, documents across query blocks, with and without a window, GQA and MHA.
+  struct Case {
+    AttentionShape s;
+    std::vector<std::vector<int>> starts;
+    bool fd;
+  };
+  const int L = 2 * kAttentionBlockQ + 9;
+  const std::vector<Case> cases = {
+      {{2, 11, 4, 2, 5, 0}, {{3, 4, 8}, {6}}, true},
+      {{2, 11, 4, 2, 5, 3}, {{5}, {1, 2, 9}}, true},
+      {{1, 9, 2, 1, 4, 0}, {{1, 2, 3, 4, 5, 6, 7, 8}}, true},  // every position its own document
+      {{2, 37, 4, 1, 16, 0}, {{10, 30}, {}}, false},
+      {{2, L, 4, 2, 16, 0}, {{20, kAttentionBlockQ + 3, 2 * kAttentionBlockQ + 1}, {100}}, false},
+      {{2, L, 4, 4, 8, 40}, {{kAttentionBlockQ - 1, kAttentionBlockQ + 50}, {5, 6, 7}}, false},
+      {{1, L, 6, 2, 32, 70}, {{kAttentionBlockQ, kAttentionBlockQ + 1}}, false},
+  };
+  uint64_t seed = 600;
+  for (const Case& c : cases) {
+    const std::vector<int32_t> ds = doc_starts(c.s.T, c.starts);
+    AttentionShape s = c.s;
+    s.doc_start = ds.data();
+    check_attention(s, seed++, c.fd);
+  }
+}
+
+TEST(Attention, DocumentMaskingOfOneDocumentChangesNothing) {
+  // doc_start all 0 gives the unmasked results bit for bit.
+  AttentionShape s{2, 2 * kAttentionBlockQ + 3, 4, 2, 16, 20};
+  const VecF qkv = test::randn(static_cast<int64_t>(qkv_size(s)), 700);
+  const VecF g = test::randn(static_cast<int64_t>(out_size(s)), 701);
+  const std::vector<int32_t> zeros(static_cast<size_t>(s.B) * s.T, 0);
+  auto run = [&](const AttentionShape& a) {
+    VecF out(out_size(a)), lse(static_cast<size_t>(a.B) * a.NH * a.T), d(qkv.size());
+    attention_forward(out.data(), lse.data(), qkv.data(), a);
+    attention_backward(d.data(), g.data(), qkv.data(), out.data(), lse.data(), a);
+    return std::vector<VecF>{out, lse, d};
+  };
+  const auto a = run(s);
+  s.doc_start = zeros.data();
+  const auto b = run(s);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(test::bitwise_equal(a[i], b[i])) << i;
 }
 
 TEST(Attention, WindowOfAtLeastTIsCausal) {

@@ -176,5 +176,43 @@ TEST(Encoder, VocabularyShardsMatchTheReferenceOnTheirSubVocabulary) {
   }
 }
 
+TEST(Encoder, DocumentMaskingUsesPositionsWithinEachDocument) {
+  const int B = 2, T = 7, C = 70, Vp = 5;  // C > 64: more than one channel chunk in backward
+  const std::vector<int32_t> tok = {1, 2, 0, 3, 4, 1, 1, 2, 2, 0, 3, 3, 4, 0};
+  // Row 0: documents [0,3), [3,4), [4,7); row 1: [0,5), [5,7).
+  const std::vector<int32_t> ds = {0, 0, 0, 3, 4, 4, 4, 0, 0, 0, 0, 0, 5, 5};
+  const VecF wte = test::randn(Vp * C, 11), wpe = test::randn(T * C, 12);
+  VecF out(static_cast<size_t>(B) * T * C);
+  encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C, ds.data());
+  const VecF g = test::randn(B * T * C, 13);
+  const VecF dwpe0 = test::randn(T * C, 14);
+  VecF dwte(static_cast<size_t>(Vp) * C, 0.0f), dwpe = dwpe0;
+  encoder_backward(dwte.data(), dwpe.data(), g.data(), tok.data(), B, T, C, ds.data());
+  VecD want_dwpe = test::to_double(dwpe0);
+  for (int r = 0; r < B * T; ++r) {
+    const int p = r % T - ds[static_cast<size_t>(r)];
+    for (int c = 0; c < C; ++c) {
+      const size_t i = static_cast<size_t>(r) * C + c;
+      ASSERT_EQ(out[i], wte[static_cast<size_t>(tok[static_cast<size_t>(r)]) * C + c] +
+                            wpe[static_cast<size_t>(p) * C + c])
+          << r << " " << c;
+      want_dwpe[static_cast<size_t>(p) * C + c] += g[i];
+    }
+  }
+  EXPECT_LT(test::rel_err(dwpe, want_dwpe), 1e-6);
+  // The wte gradient does not depend on positions.
+  VecF dwte_plain(dwte.size(), 0.0f), dwpe_plain = dwpe0;
+  encoder_backward(dwte_plain.data(), dwpe_plain.data(), g.data(), tok.data(), B, T, C);
+  EXPECT_TRUE(test::bitwise_equal(dwte, dwte_plain));
+  // One document per row (doc_start 0) is the unmasked encoder bit for bit.
+  const std::vector<int32_t> zeros(static_cast<size_t>(B) * T, 0);
+  VecF out0(out.size()), out1(out.size()), dwpe_zero = dwpe0, dwte_zero(dwte.size(), 0.0f);
+  encoder_forward(out0.data(), tok.data(), wte.data(), wpe.data(), B, T, C, zeros.data());
+  encoder_forward(out1.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  EXPECT_TRUE(test::bitwise_equal(out0, out1));
+  encoder_backward(dwte_zero.data(), dwpe_zero.data(), g.data(), tok.data(), B, T, C, zeros.data());
+  EXPECT_TRUE(test::bitwise_equal(dwpe_zero, dwpe_plain));
+}
+
 }  // namespace
 }  // namespace zerod::cpu

@@ -114,6 +114,40 @@ TEST(Rope, PositionZeroIsTheIdentity) {
   EXPECT_TRUE(test::bitwise_equal(x, y));
 }
 
+TEST(Rope, DocumentMaskingRotatesEachDocumentFromPositionZero) {
+  // Row 0: documents [0,3), [3,4), [4,9); row 1: [0,6), [6,9). Each document's rows, rotated
+  // with s.doc_start, equal the document rotated alone as a sequence of its own.
+  const AttentionShape plain{2, 9, 3, 1, 8, 0};
+  const std::vector<int32_t> ds = {0, 0, 0, 3, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 6, 6, 6};
+  AttentionShape s = plain;
+  s.doc_start = ds.data();
+  const Tables tb = rope_tables(s.T, s.HS, 0);
+  const int64_t R = s.qkv_row(), n = int64_t{s.B} * s.T * R;
+  const VecF x = test::randn(n, 60);
+  VecF fwd = x, bwd = x;
+  rope_forward(fwd.data(), tb.cos.data(), tb.sin.data(), s);
+  rope_backward(bwd.data(), tb.cos.data(), tb.sin.data(), s);
+  for (int b = 0; b < s.B; ++b) {
+    for (int t0 = 0; t0 < s.T;) {
+      int t1 = t0 + 1;
+      while (t1 < s.T && ds[static_cast<size_t>(b * s.T + t1)] == t0) ++t1;
+      AttentionShape one = plain;
+      one.B = 1;
+      one.T = t1 - t0;
+      const auto begin = x.begin() + (int64_t{b} * s.T + t0) * R;
+      VecF f(begin, begin + one.T * R), g = f;
+      rope_forward(f.data(), tb.cos.data(), tb.sin.data(), one);
+      rope_backward(g.data(), tb.cos.data(), tb.sin.data(), one);
+      for (int64_t i = 0; i < one.T * R; ++i) {
+        const size_t at = static_cast<size_t>((int64_t{b} * s.T + t0) * R + i);
+        ASSERT_EQ(fwd[at], f[static_cast<size_t>(i)]) << "b=" << b << " t0=" << t0 << " i=" << i;
+        ASSERT_EQ(bwd[at], g[static_cast<size_t>(i)]) << "b=" << b << " t0=" << t0 << " i=" << i;
+      }
+      t0 = t1;
+    }
+  }
+}
+
 TEST(Rope, RejectsOddHeadSize) {
   const AttentionShape s{1, 1, 1, 1, 5, 0};
   VecF qkv(15), cs(2), sn(2);

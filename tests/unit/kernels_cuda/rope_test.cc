@@ -94,5 +94,30 @@ TEST(CudaRope, BackwardInvertsForward) {
   EXPECT_TRUE(test::close(be.read_compute(d_x, n), x, 1e-6));
 }
 
+// Document masking: row (b,t) rotated by the table row t - doc_start[b,t].
+TEST(CudaRope, DocumentMaskingMatchesTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  const test::VecI ds = {0, 0, 0, 3, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 6, 6, 6};  // (2, 9)
+  for (DType dt : test::kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    AttentionShape s = attention_shape({2, 9, 4, 2, 32});
+    Backends be(dt);
+    const int64_t n = int64_t{s.B} * s.T * s.qkv_row();
+    VecF cos, sin;
+    tables(s.T, s.HS, 0, &cos, &sin);
+    Buffer d_cos = be.f32(cos), d_sin = be.f32(sin), d_ds = be.i32(ds);
+    VecF qkv = be.round(test::randn(n, 200)), dqkv = be.round(test::randn(n, 201));
+    Buffer d_qkv = be.compute(qkv), d_dqkv = be.compute(dqkv);
+    s.doc_start = ds.data();
+    be.cpu->rope_forward(qkv.data(), cos.data(), sin.data(), s);
+    be.cpu->rope_backward(dqkv.data(), cos.data(), sin.data(), s);
+    s.doc_start = d_ds.as<int32_t>();
+    be.gpu->rope_forward(d_qkv.data(), d_cos.as<float>(), d_sin.as<float>(), s);
+    be.gpu->rope_backward(d_dqkv.data(), d_cos.as<float>(), d_sin.as<float>(), s);
+    EXPECT_TRUE(test::close(be.read_compute(d_qkv, n), qkv, test::tolerance(dt)));
+    EXPECT_TRUE(test::close(be.read_compute(d_dqkv, n), dqkv, test::tolerance(dt)));
+  }
+}
+
 }  // namespace
 }  // namespace zerod

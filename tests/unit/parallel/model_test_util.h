@@ -1,6 +1,6 @@
-// Shared by the model-level parallelism tests (tensor, sequence, context): tiny specs, random
-// micro-batches, weights and gradients per unit in host memory, the single-rank reference, and a
-// closeness check.
+// Shared by the model-level parallelism tests (tensor, sequence, context) and the document
+// masking test (tests/unit/model): tiny specs, random micro-batches, weights and gradients per
+// unit in host memory, the single-rank reference, and a closeness check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -101,11 +101,12 @@ struct Reference {
 };
 
 // Forward and backward of each batch (gradients accumulated), then an evaluation of the last:
-// the loss of the last batch.
+// the loss of the last batch. eos >= 0: with document masking at that EOS id.
 inline Reference single_rank(const ModelSpec& s, const std::vector<Batch>& batches, int B, int T,
-                             bool ckpt) {
+                             bool ckpt, int32_t eos = -1) {
   auto be = make_cpu_backend(DType::kF32);
   auto model = make_model(s, *be, B, T, ckpt, nullptr);
+  model->set_document_masking(eos);
   States st(global_weights(model->layout()));
   Reference r;
   for (const Batch& b : batches)

@@ -42,12 +42,13 @@ struct Case {
   bool sp = false;  // sequence parallelism
   int B = 2, T = 9;
   int micro_batches = 1;
+  int32_t eos = -1;  // >= 0: document masking, EOS tokens put into the batches
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << model_arch_name(c.spec.arch) << " T=" << c.tp << (c.sp ? " sequence-parallel" : "")
       << (c.ckpt ? " checkpointing" : "") << " micro-batch " << c.B << "x" << c.T << " times "
-      << c.micro_batches;
+      << c.micro_batches << (c.eos >= 0 ? " document masking" : "");
 }
 
 class TensorParallelModel : public testing::TestWithParam<Case> {};
@@ -56,9 +57,15 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
   const Case c = GetParam();
   const int B = c.B, T = c.T;
   std::vector<Batch> batches;
-  for (int m = 0; m < c.micro_batches; ++m)
+  for (int m = 0; m < c.micro_batches; ++m) {
     batches.push_back(random_batch(B, T, c.spec.vocab_size, 3 + static_cast<uint64_t>(m)));
-  const Reference ref = single_rank(c.spec, batches, B, T, c.ckpt);
+    if (c.eos < 0) continue;
+    // Documents of 1 to 4 positions, split differently in each row.
+    std::vector<int32_t>& in = batches.back().inputs;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (i % 4 == static_cast<size_t>(m) || i % 7 == 5) in[i] = c.eos;
+  }
+  const Reference ref = single_rank(c.spec, batches, B, T, c.ckpt, c.eos);
   const ParamLayout global(c.spec);
   test::World world = test::make_world(c.tp);
   std::vector<float> losses(static_cast<size_t>(c.tp)), evals(static_cast<size_t>(c.tp));
@@ -79,6 +86,7 @@ TEST_P(TensorParallelModel, LossAndGradientsEqualTheSingleRankModel) {
     TensorParallelExchange ex(comm, *be, c.sp);
     TensorParallelGrads sink(local, st, *be, &comm);
     model->set_exchange(&ex);
+    model->set_document_masking(c.eos);
     for (const Batch& b : batches) {
       losses[static_cast<size_t>(r)] =
           model->forward_backward(b.inputs.data(), b.targets.data(), st, sink, 1.0f);
@@ -109,7 +117,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(model_arch_name(c.spec.arch)) + "_T" + std::to_string(c.tp) +
          (c.sp ? "_sequence" : "") + (c.ckpt ? "_checkpointing" : "") +
-         (c.micro_batches > 1 ? "_accumulated" : "");
+         (c.micro_batches > 1 ? "_accumulated" : "") + (c.eos >= 0 ? "_documents" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallelModel,
@@ -139,6 +147,20 @@ INSTANTIATE_TEST_SUITE_P(SequenceParallel, TensorParallelModel,
                                          sp(tiny_llama(ModelArch::kMistral), 2, true),
                                          sp(tiny_llama(ModelArch::kQwen2), 4, false),
                                          sp(tiny_llama(ModelArch::kQwen2), 2, true)),
+                         case_name);
+
+// Document masking (attention inside documents, positions restarting) works the same on each
+// tensor rank: every rank computes the document starts from the whole micro-batch's tokens.
+Case docs(Case c) {
+  c.eos = 7;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(DocumentMasking, TensorParallelModel,
+                         testing::Values(docs(Case{tiny_gpt2(), 2, false}),
+                                         docs(Case{tiny_llama(ModelArch::kMistral), 2, false}),
+                                         docs(sp(tiny_gpt2(), 2, false, 2)),
+                                         docs(sp(tiny_llama(ModelArch::kLlama), 2, true))),
                          case_name);
 
 // The activation bytes a model allocates (its MemoryTracker) are model_activation_bytes', on one

@@ -478,6 +478,50 @@ TEST(ConfigSections, ModelDataTrain) {
   EXPECT_NE(gpu[0].find("cuda"), std::string::npos) << gpu[0];
 }
 
+TEST(ConfigSections, DataDocumentMasking) {
+  const DataConfig off = parse(job_with(nlohmann::json::object())).config.data;
+  EXPECT_FALSE(off.document_masking);
+  EXPECT_FALSE(off.eos_token_id.has_value());
+  const ParsedJob on =
+      parse(job_with({{"model", {{"vocab_size", 300}}},
+                      {"data", {{"document_masking", true}, {"eos_token_id", 299}}}}));
+  EXPECT_TRUE(on.config.data.document_masking);
+  EXPECT_EQ(on.config.data.eos_token_id, 299);
+  EXPECT_TRUE(on.warnings.empty()) << joined(on.warnings);
+  // Tensor and sequence parallelism (whole sequences on every rank) are fine.
+  EXPECT_TRUE(problems_of(job_with({{"model", {{"n_head", 12}}},
+                                    {"parallelism", {{"tensor", 2}, {"sequence_parallel", true}}},
+                                    {"data", {{"document_masking", true}, {"eos_token_id", 0}}}}))
+                  .empty());
+
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"document_masking", "yes"}}}})),
+                       "data.document_masking: expected a boolean"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"document_masking", true}}}})),
+                       "data.eos_token_id: required with data.document_masking: true"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"data", {{"document_masking", true}, {"eos_token_id", -1}}}})),
+      "data.eos_token_id: -1 is out of range"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"model", {{"vocab_size", 300}}},
+                            {"data", {{"document_masking", true}, {"eos_token_id", 300}}}})),
+      "data.eos_token_id: 300 is not a token of the model: model.vocab_size is 300"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"data", {{"document_masking", true}, {"eos_token_id", 1.5}}}})),
+      "data.eos_token_id:"));
+  const auto cp =
+      problems_of(job_with({{"parallelism", {{"context", 2}}},
+                            {"data", {{"document_masking", true}, {"eos_token_id", 5}}}}));
+  EXPECT_TRUE(contains(cp,
+                       "data.document_masking: true cannot be combined with "
+                       "parallelism.context 2"))
+      << joined(cp);
+  // Without masking an EOS id is only a warning (unused); context parallelism is fine then.
+  const ParsedJob unused =
+      parse(job_with({{"parallelism", {{"context", 2}}}, {"data", {{"eos_token_id", 5}}}}));
+  EXPECT_TRUE(contains(unused.warnings, "data.eos_token_id: 5 is unused"))
+      << joined(unused.warnings);
+}
+
 TEST(ConfigSections, UnsupportedDeepSpeedFeatures) {
   const auto amp = problems_of(job_with({{"amp", {{"enabled", true}, {"opt_level", "O1"}}}}));
   ASSERT_EQ(amp.size(), 1u) << joined(amp);

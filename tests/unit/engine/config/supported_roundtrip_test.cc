@@ -129,7 +129,8 @@ json rich_job() {
     "model": {"type": "gpt2", "n_layer": 3, "n_head": 2, "n_embd": 32, "vocab_size": 300,
               "seq_len": 64, "init_from": "w.safetensors", "activation_checkpointing": true,
               "init_std": 0.015},
-    "data": {"train": ["a/*.bin", "b/*.bin"], "val_fraction": 0.25, "seed": 18446744073709551615},
+    "data": {"train": ["a/*.bin", "b/*.bin"], "val_fraction": 0.25, "seed": 18446744073709551615,
+             "document_masking": true, "eos_token_id": 299},
     "train": {"steps": 77, "device": "cuda", "checkpoint_dir": "ck/", "save_interval": 5, "keep_last": 3,
               "eval_interval": 11, "eval_batches": 4, "seed": 9, "peak_flops": 3.5e13}
   })");

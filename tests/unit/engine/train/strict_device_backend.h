@@ -64,12 +64,12 @@ class StrictDeviceBackend final : public Backend {
     run([&] { cpu_->cast_from_compute(out, in, n); });
   }
   void encoder_forward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
-                       int T, int C) override {
-    run([&] { cpu_->encoder_forward(out, tokens, wte, wpe, B, T, C); });
+                       int T, int C, const int32_t* doc_start) override {
+    run([&] { cpu_->encoder_forward(out, tokens, wte, wpe, B, T, C, doc_start); });
   }
   void encoder_backward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens, int B,
-                        int T, int C) override {
-    run([&] { cpu_->encoder_backward(dwte, dwpe, dout, tokens, B, T, C); });
+                        int T, int C, const int32_t* doc_start) override {
+    run([&] { cpu_->encoder_backward(dwte, dwpe, dout, tokens, B, T, C, doc_start); });
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int64_t N, int C) override {
