@@ -62,6 +62,7 @@ json Manifest::to_json() const {
               {"files", files_j},
               {"job", job}};
   if (tensor_parallel > 1) out["tensor_parallel"] = tensor_parallel;
+  if (!p.data_blend.empty()) out["data"]["blend"] = p.data_blend;
   if (tokenizer) {
     json tf = json::array();
     for (const SideFile& f : tokenizer->files) {
@@ -141,6 +142,8 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
   const json& data = field<json>(j, "data", where, "");
   p.data_seed = field<uint64_t>(data, "seed", where, "data.");
   p.data_num_samples = field<int64_t>(data, "num_samples", where, "data.");
+  if (data.contains("blend"))  // absent without a blend (and in older manifests)
+    p.data_blend = field<std::vector<double>>(data, "blend", where, "data.");
   p.init_seed = field<uint64_t>(field<json>(j, "rng", where, ""), "init_seed", where, "rng.");
   const json& ls = field<json>(j, "loss_scaler", where, "");
   p.loss_scale = field<double>(ls, "scale", where, "loss_scaler.");

@@ -61,6 +61,7 @@ struct TrainingProgress {
   int64_t samples_seen = 0;   // data-loader stream position (global samples consumed)
   uint64_t data_seed = 0;
   int64_t data_num_samples = 0;  // size of the training set the position refers to
+  std::vector<double> data_blend;  // data.train's blend weights; empty: no blend
   uint64_t init_seed = 0;
   // fp16 loss scaler (DeepSpeed's DynamicLossScaler state)
   double loss_scale = 1.0;

@@ -9,8 +9,8 @@
 // per block. Source d's draws run through its own samples epoch after epoch in a permutation of
 // its own (Sampler, from data.seed and d), so a small source repeats while a large one is still
 // in its first pass. Like Sampler, the stream depends on global positions only: the same at
-// every world size, and a checkpoint's position resumes it exactly (with the same sources and
-// weights).
+// every world size, and a checkpoint's position resumes it exactly (the loader's state carries
+// the weights, and DataLoader::restore refuses other ones).
 #pragma once
 
 #include <cstdint>

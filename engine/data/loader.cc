@@ -1,10 +1,29 @@
 #include "engine/data/loader.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
 
 namespace zerod {
+
+namespace {
+
+// The same blend: as many sources with proportional weights (the sampler normalises them).
+bool same_blend(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  double sa = 0, sb = 0;
+  for (double w : a) sa += w;
+  for (double w : b) sb += w;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::abs(a[i] / sa - b[i] / sb) > 1e-9) return false;
+  return true;
+}
+
+}  // namespace
 
 DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_t global_batch,
                        int64_t micro_batch, int world_size, int rank,
@@ -34,6 +53,7 @@ DataLoader::DataLoader(TokenDataset dataset, uint64_t seed, bool shuffle, int64_
     for (int64_t n : blend_samples) total += n;
     ZD_CHECK(total == dataset_.num_samples(), "blend of {} samples over a dataset of {}", total,
              dataset_.num_samples());
+    blend_weights_ = blend_weights;
     blend_.emplace(std::move(blend_samples), std::move(blend_weights), seed, shuffle);
   }
 }
@@ -72,6 +92,12 @@ void DataLoader::restore(const LoaderState& state) {
         "data or seq_len changed since the checkpoint, expected the same to resume the same "
         "sample order",
         state.num_samples, dataset_.what(), dataset_.num_samples(), dataset_.seq_len());
+  }
+  if (!same_blend(state.blend_weights, blend_weights_)) {
+    ZD_THROW_INPUT(
+        "data loader state: saved with data.train blend weights [{}], the job now has [{}]; "
+        "expected the same blend to resume the same sample stream",
+        fmt::join(state.blend_weights, ", "), fmt::join(blend_weights_, ", "));
   }
   if (state.position < 0)
     ZD_THROW_INPUT("data loader state: position {} is negative, expected >= 0", state.position);

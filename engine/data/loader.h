@@ -27,6 +27,7 @@ struct LoaderState {
   int64_t position = 0;     // global stream position: samples consumed by all ranks (whole steps)
   uint64_t seed = 0;        // the sampler's seed
   int64_t num_samples = 0;  // of the training dataset the position refers to
+  std::vector<double> blend_weights;  // the blend's weights; empty without one
 };
 
 class DataLoader {
@@ -69,16 +70,20 @@ class DataLoader {
   // Full passes over the dataset completed by the current step's start.
   int64_t epoch() const { return position_ / dataset_.num_samples(); }
 
-  LoaderState state() const { return {position_, sampler_.seed(), dataset_.num_samples()}; }
+  LoaderState state() const {
+    return {position_, sampler_.seed(), dataset_.num_samples(), blend_weights_};
+  }
   // set_position(state.position) after checking that the state belongs to this stream: a
-  // different seed or number of samples (the data changed since the checkpoint) would resume
-  // on other samples, so it is an InputError saying which differs.
+  // different seed, number of samples (the data changed since the checkpoint) or blend (other
+  // weights, up to a common factor) would resume on other samples, so it is an InputError
+  // saying which differs.
   void restore(const LoaderState& state);
 
  private:
   TokenDataset dataset_;
   Sampler sampler_;
   std::optional<BlendSampler> blend_;
+  std::vector<double> blend_weights_;  // as given
   int64_t global_batch_;
   int64_t micro_batch_;
   int world_size_;

@@ -11,6 +11,7 @@
 #include "engine/checkpoint/hf_model.h"
 #include "engine/config/config_error.h"
 #include "engine/data/glob.h"
+#include "engine/train/job_tokenizer.h"
 #include "engine/train/offload_preflight.h"
 #include "engine/train/rank_device.h"
 
@@ -63,6 +64,7 @@ void check_job_environment(const JobConfig& cfg, const JobEnvironmentOptions& op
   std::vector<std::string> problems;
   collect(problems, [&] { expand_globs(cfg.data.train, "data.train"); });
   collect(problems, [&] { expand_globs(cfg.data.val, "data.val"); });
+  collect(problems, [&] { load_job_tokenizer(cfg); });  // loads, and fits model.vocab_size
   if (cfg.model.init_from) check_init_from(*cfg.model.init_from, problems);
   if (std::string p = train_device_problem(cfg, options.local_ranks); !p.empty())
     problems.push_back(std::move(p));

@@ -107,7 +107,12 @@ std::unique_ptr<tokenizer::Tokenizer> load_checkpoint_tokenizer(const std::strin
   // Sizes only: the weights' checksums are checked by whoever loads them.
   FindOptions options;
   options.checksums = false;
-  const FoundCheckpoint found = find_checkpoint(checkpoint_dir, which, options);
+  FoundCheckpoint found;
+  try {
+    found = find_checkpoint(checkpoint_dir, which, options);
+  } catch (const InputError&) {
+    return nullptr;  // no such checkpoint: whoever loads the weights says so
+  }
   if (!found.manifest.tokenizer) return nullptr;
   // The tokenizer's own files are checked in full: a damaged one must not encode silently.
   Manifest only_tokenizer;

@@ -37,7 +37,8 @@ CheckpointTokenizer write_job_tokenizer(const JobTokenizer& tok, const std::file
                                         const std::string& prefix);
 
 // The tokenizer a checkpoint directory's checkpoint `which` ("latest" or a tag) carries, or
-// nullptr when it has none (a job without data.tokenizer).
+// nullptr when it has none (a job without data.tokenizer) or there is no such checkpoint (the
+// weights' loader reports that). A tokenizer file that fails its CRC32C is an InputError.
 std::unique_ptr<tokenizer::Tokenizer> load_checkpoint_tokenizer(const std::string& checkpoint_dir,
                                                                 const std::string& which);
 

@@ -458,6 +458,7 @@ TrainingProgress Trainer::progress() const {
   p.samples_seen = ls.position;
   p.data_seed = ls.seed;
   p.data_num_samples = ls.num_samples;
+  p.data_blend = ls.blend_weights;
   p.init_seed = cfg_.train.seed;
   const LossScaler::State ss = data_->scaler->state();
   p.loss_scale = ss.scale;
@@ -509,7 +510,7 @@ void Trainer::resume(const std::string& which) {
   global_step_ = p.global_step;
   skipped_ = p.skipped_steps;
   steps_taken_ = p.adam_steps;
-  data_->train->restore({p.samples_seen, p.data_seed, p.data_num_samples});
+  data_->train->restore({p.samples_seen, p.data_seed, p.data_num_samples, p.data_blend});
   LossScaler::State ss;
   ss.scale = p.loss_scale;
   ss.hysteresis_left = p.loss_scale_hysteresis_left;

@@ -126,6 +126,9 @@ TEST_F(JobTokenizer, BadTokenizerStopsTheJobNamingTheKey) {
   EXPECT_NE(small.output.find("data.tokenizer"), std::string::npos) << small.output;
   EXPECT_NE(small.output.find("model.vocab_size 256"), std::string::npos) << small.output;
   EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "latest"));
+  const RunResult check = run_in(dir_, kZerod, "check small.json");  // zerod check finds it too
+  EXPECT_EQ(check.code, 2) << check.output;
+  EXPECT_NE(check.output.find("data.tokenizer"), std::string::npos) << check.output;
 
   write("missing.json", job(262, "nowhere/tokenizer.json"));
   const RunResult missing = run_in(dir_, kZerod, "train missing.json");

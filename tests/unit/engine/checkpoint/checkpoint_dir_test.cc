@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "engine/checkpoint/hf_model.h"
 #include "engine/checkpoint/manifest.h"
@@ -172,6 +173,62 @@ TEST_F(CheckpointDir, TheProbeRefusesWhatCannotHoldCheckpointsAndLeavesNothingBe
     EXPECT_NE(msg.find("train.checkpoint_dir"), std::string::npos) << create;
     EXPECT_NE(msg.find("/proc/zerod-ckpt"), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+}  // namespace zerod
+
+namespace zerod {
+namespace {
+
+// The tokenizer side files and the blend weights survive manifest.json; a tokenizer file name
+// that leaves tokenizer/ is refused; a damaged tokenizer file fails verification like a rank file.
+TEST(CheckpointManifest, TokenizerFilesAndBlendRoundTripAndAreVerified) {
+  Manifest m;
+  m.tag = "t";
+  m.compute_dtype = "fp32";
+  m.progress.data_blend = {0.7, 0.3};
+  m.tokenizer = CheckpointTokenizer{"tok/tokenizer.json",
+                                    "tokenizer.json (BPE, byte-level)",
+                                    {{"tokenizer/tokenizer.json", 3, 0}}};
+  const std::string bytes = "abc";
+  m.tokenizer->files[0].crc32c = crc32c(bytes.data(), bytes.size());
+  const Manifest back = Manifest::from_json(m.to_json(), "manifest.json");
+  ASSERT_TRUE(back.tokenizer.has_value());
+  EXPECT_EQ(back.tokenizer->source, "tok/tokenizer.json");
+  EXPECT_EQ(back.tokenizer->kind, "tokenizer.json (BPE, byte-level)");
+  ASSERT_EQ(back.tokenizer->files.size(), 1u);
+  EXPECT_EQ(back.tokenizer->files[0].name, "tokenizer/tokenizer.json");
+  EXPECT_EQ(back.tokenizer->files[0].crc32c, m.tokenizer->files[0].crc32c);
+  EXPECT_EQ(back.progress.data_blend, m.progress.data_blend);
+  Manifest plain;
+  plain.tag = "p";
+  plain.compute_dtype = "fp32";
+  const Manifest plain_back = Manifest::from_json(plain.to_json(), "manifest.json");
+  EXPECT_FALSE(plain_back.tokenizer.has_value());
+  EXPECT_TRUE(plain_back.progress.data_blend.empty());
+
+  for (const char* name :
+       {"../escape.json", "tokenizer/../../x", "tokenizer/", "rank_00000.x", "tokenizer/.hidden"}) {
+    nlohmann::json j = m.to_json();
+    j["tokenizer"]["files"][0]["name"] = name;
+    EXPECT_THROW(Manifest::from_json(j, "manifest.json"), InputError) << name;
+  }
+
+  const fs::path dir = fs::temp_directory_path() / ("zerod_ckpt_tok_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "tokenizer");
+  std::ofstream(dir / "tokenizer" / "tokenizer.json", std::ios::binary) << bytes;
+  EXPECT_NO_THROW(verify_checkpoint(dir.string(), m));
+  std::ofstream(dir / "tokenizer" / "tokenizer.json", std::ios::binary) << "abd";
+  try {
+    verify_checkpoint(dir.string(), m);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer/tokenizer.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -131,6 +131,19 @@ TEST(BlendSampler, LoaderStreamIsTheSameAtEveryWorldSizeAndAfterAResume) {
   for (const auto& s : one)
     for (int64_t i : s) code += i >= 50;
   EXPECT_NEAR(static_cast<double>(code) / (steps * global_batch), 0.25, 0.02);
+
+  // The state carries the blend: the same weights (up to a factor) resume, others are refused.
+  DataLoader a(data.train, 5, true, global_batch, 8, 1, 0, data.train_source_samples, weights);
+  const LoaderState state = a.state();
+  EXPECT_EQ(state.blend_weights, weights);
+  DataLoader scaled(data.train, 5, true, global_batch, 8, 1, 0, data.train_source_samples,
+                    {0.75, 0.25});
+  EXPECT_NO_THROW(scaled.restore(state));
+  DataLoader other(data.train, 5, true, global_batch, 8, 1, 0, data.train_source_samples,
+                   {1.0, 1.0});
+  expect_input_error([&] { other.restore(state); }, {"blend weights [3, 1]", "[1, 1]"});
+  DataLoader unblended(data.train, 5, true, global_batch, 8, 1, 0);
+  expect_input_error([&] { unblended.restore(state); }, {"blend weights [3, 1]"});
 }
 
 TEST(BlendSampler, BadBlendsNameTheSource) {

@@ -180,9 +180,9 @@ TEST(DataLoader, RestoreRejectsAnotherStream) {
   TempDir dir;
   const TokenDataset ds = make_dataset(dir);
   DataLoader a(ds, 1, true, 8, 2, 1, 0);
-  expect_input_error([&] { a.restore({16, 2, 45}); }, {"data.seed 2", "data.seed 1"});
-  expect_input_error([&] { a.restore({16, 1, 44}); }, {"44", "45", "changed"});
-  a.restore({16, 1, 45});
+  expect_input_error([&] { a.restore({16, 2, 45, {}}); }, {"data.seed 2", "data.seed 1"});
+  expect_input_error([&] { a.restore({16, 1, 44, {}}); }, {"44", "45", "changed"});
+  a.restore({16, 1, 45, {}});
   EXPECT_EQ(a.position(), 16);
 }
 
