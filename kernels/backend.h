@@ -23,17 +23,38 @@
 
 namespace zerod {
 
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // applied only where the caller says (2-D weights)
+// The optimizers of OptimizerParams::kind. All keep their states in the same three fp32 slots per
+// element (master, m, v), so partitioning, offload and checkpoints do not depend on the kind:
+//   kAdam    m = exp_avg, v = exp_avg_sq (Adam / AdamW, DeepSpeed FusedAdam's formula)
+//   kSgd     m = momentum_buffer (unused without momentum), v unused (torch.optim.SGD)
+//   kAdagrad v = sum (torch's state_sum), m unused (torch.optim.Adagrad)
+//   kLion    m = exp_avg, v unused (lion-pytorch / DeepSpeed FusedLion)
+enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdagrad, kLion };
+
+// Hyperparameters in double, as torch's param groups hold them: the kernels derive their fp32
+// constants from them as torch does (1 - beta, 1 - lr * wd, Adagrad's decayed lr in double, then
+// rounded); Adam rounds each to fp32 first, as DeepSpeed's FusedAdam.
+struct OptimizerParams {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // applied only where the caller says (2-D weights)
   bool adam_w_mode = true;    // true: decoupled decay (AdamW); false: L2 added to the gradient
   bool bias_correction = true;
   int64_t step = 1;         // 1-based step count for bias correction
   float grad_scale = 1.0f;  // gradients are multiplied by this first (1/loss_scale * clip)
+  // SGD (torch.optim.SGD); step == 1 starts the momentum buffer at the gradient, as torch does.
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  // Adagrad (torch.optim.Adagrad): lr / (1 + (step - 1) * lr_decay); step == 1 starts the sum at
+  // initial_accumulator_value (the v slot holds 0 before the first step).
+  double lr_decay = 0.0;
+  double initial_accumulator_value = 0.0;
 };
+using AdamWParams = OptimizerParams;  // (the Adam fields of it)
 
 // The shape of one attention call (see attention_forward).
 struct AttentionShape {
@@ -300,12 +321,12 @@ class Backend {
                                          int real, int Vl, int v0, float dloss) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
-  // One AdamW/Adam step over n fp32 elements: master, m, v updated in place from grad * grad_scale
-  // (grad in compute dtype); decay (when weight_decay != 0) applies to every element here, the
-  // caller splits decayed and non-decayed ranges. param_out (n, compute dtype, may be null) =
-  // the updated master converted to the compute dtype.
-  virtual void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out,
-                            int64_t n, const AdamWParams& p) = 0;
+  // One optimizer step (p.kind: Adam/AdamW, SGD, Adagrad, Lion) over n fp32 elements: master, m,
+  // v updated in place from grad * grad_scale (grad in compute dtype); decay (when weight_decay
+  // != 0) applies to every element here, the caller splits decayed and non-decayed ranges.
+  // param_out (n, compute dtype, may be null) = the updated master converted to the compute dtype.
+  virtual void optimizer_update(float* master, float* m, float* v, const void* grad,
+                                void* param_out, int64_t n, const OptimizerParams& p) = 0;
   // Sum of squares of x (n, compute dtype), accumulated in double. Inf/NaN propagate.
   virtual double sum_squares(const void* x, int64_t n) = 0;
   // x (n) *= s

@@ -8,7 +8,7 @@
 #include "comm/self/self_communicator.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/optim.h"
 #include "zero/compute_comm.h"
 
 namespace zerod {
@@ -419,6 +419,14 @@ void ZeroEngine::prefetch(int unit) {
   if (gatherer_) gatherer_->prefetch(unit);
 }
 
+OptimizerKind optimizer_kind(const std::string& type) {
+  if (type == "Adam" || type == "AdamW") return OptimizerKind::kAdam;
+  if (type == "SGD") return OptimizerKind::kSgd;
+  if (type == "Adagrad") return OptimizerKind::kAdagrad;
+  if (type == "Lion") return OptimizerKind::kLion;
+  ZD_THROW_INPUT("optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion)", type);
+}
+
 StepResult ZeroEngine::step(const OptimStep& s) {
   reducer_->finish();
   StepResult r;
@@ -442,14 +450,20 @@ StepResult ZeroEngine::step(const OptimStep& s) {
     if (coef < 1.0) r.clip_coef = coef;
   }
   ++adam_steps_;
-  AdamWParams p;
-  p.lr = static_cast<float>(s.lr);
-  p.beta1 = static_cast<float>(s.beta1);
-  p.beta2 = static_cast<float>(s.beta2);
-  p.eps = static_cast<float>(s.eps);
+  OptimizerParams p;
+  p.kind = s.kind;
+  p.lr = s.lr;
+  p.beta1 = s.beta1;
+  p.beta2 = s.beta2;
+  p.eps = s.eps;
   p.adam_w_mode = s.adam_w_mode;
   p.bias_correction = s.bias_correction;
   p.step = adam_steps_;
+  p.momentum = s.momentum;
+  p.dampening = s.dampening;
+  p.nesterov = s.nesterov;
+  p.lr_decay = s.lr_decay;
+  p.initial_accumulator_value = s.initial_accumulator_value;
   p.grad_scale = static_cast<float>(r.clip_coef / divisor);
   const int owner = owner_rank();
   visit_states(StatesMode::kUpdate, 0, layout_.num_units(),
@@ -467,10 +481,10 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                    for (const DecayRange& d : partition_.decay_ranges(u)) {
                      const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
                      if (a >= b) continue;
-                     p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
+                     p.weight_decay = d.decay ? s.weight_decay : 0.0;
                      const int64_t off = a - (sb + lo);
-                     cpu::adamw_update(pm + off, pa + off, pv + off, g + off, nullptr, b - a, p,
-                                       DType::kF32);
+                     cpu::optimizer_update(pm + off, pa + off, pv + off, g + off, nullptr, b - a, p,
+                                           DType::kF32);
                    }
                    be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
                    weight_written(u, hi);
@@ -481,10 +495,10 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                  for (const DecayRange& d : partition_.decay_ranges(u)) {
                    const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
                    if (a >= b) continue;
-                   p.weight_decay = d.decay ? static_cast<float>(s.weight_decay) : 0.0f;
+                   p.weight_decay = d.decay ? s.weight_decay : 0.0;
                    const int64_t off = a - (sb + lo);  // into the piece
-                   be_.adamw_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
-                                    out ? at(out, a - sb, esz_) : nullptr, b - a, p);
+                   be_.optimizer_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
+                                        out ? at(out, a - sb, esz_) : nullptr, b - a, p);
                  }
                  if (weights && !out) be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
                  weight_written(u, hi);

@@ -81,12 +81,20 @@ struct ZeroOptions {
 };
 
 // Hyper-parameters of one optimizer step.
+// The kernel of an optimizer.type (canonical spelling: "Adam" and "AdamW" are both kAdam, the
+// mode is OptimStep::adam_w_mode); an unknown type is an InputError.
+OptimizerKind optimizer_kind(const std::string& type);
+
 struct OptimStep {
+  OptimizerKind kind = OptimizerKind::kAdam;
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;  // applied to 2-D weights only (matmuls and embeddings)
   bool adam_w_mode = true;
   bool bias_correction = true;
+  double momentum = 0.0, dampening = 0.0;  // SGD
+  bool nesterov = false;
+  double lr_decay = 0.0, initial_accumulator_value = 0.0;  // Adagrad
   double loss_scale = 1.0;     // gradients are divided by it
   double max_grad_norm = 0.0;  // gradient_clipping; 0: off
 };

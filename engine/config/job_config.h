@@ -16,11 +16,13 @@ namespace zerod {
 
 // ---- optimizer --------------------------------------------------------------------------------
 struct OptimizerConfig {
-  std::string type = "AdamW";  // "Adam" | "AdamW" (case-insensitive in the file; canonical here)
+  // "Adam" | "AdamW" | "SGD" | "Adagrad" | "Lion" (case-insensitive in the file; canonical here).
+  // Parsing fills in the defaults of the type given (torch.optim.SGD / Adagrad, lion-pytorch).
+  std::string type = "AdamW";
   double lr = 1e-3;
-  double beta1 = 0.9;
+  double beta1 = 0.9;  // Adam, Lion
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = 1e-8;  // Adam, Adagrad
   // DeepSpeed's default is 0 (FusedAdam / DeepSpeedCPUAdam) for both types; only with
   // torch_adam: true and decoupled mode does torch.optim.AdamW's 0.01 apply (parse fills it in).
   double weight_decay = 0.0;
@@ -29,6 +31,13 @@ struct OptimizerConfig {
   bool adam_w_mode = true;
   bool bias_correction = true;
   bool torch_adam = false;  // accepted for compatibility; no effect on CPU
+  // SGD
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  // Adagrad
+  double lr_decay = 0.0;
+  double initial_accumulator_value = 0.0;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

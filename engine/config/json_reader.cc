@@ -1,6 +1,7 @@
 #include "engine/config/json_reader.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -379,16 +380,22 @@ void ObjectReader::accept_no_effect(std::string_view key, std::string_view kind)
   problems_.warn(path_of(key), "DeepSpeed option that has no effect in zerod; ignored");
 }
 
-void ObjectReader::finish() {
+void ObjectReader::finish(std::string_view valid_for, const std::vector<std::string>& not_listed) {
   if (!obj_.is_object()) return;
+  std::vector<std::string> listed;
+  for (const std::string& k : known_) {
+    if (std::find(not_listed.begin(), not_listed.end(), k) == not_listed.end()) listed.push_back(k);
+  }
+  const std::string valid =
+      valid_for.empty() ? "" : fmt::format(" (valid {}: {})", valid_for, fmt::join(listed, ", "));
   for (auto it = obj_.begin(); it != obj_.end(); ++it) {
     if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
     const std::string suggestion = closest_match(it.key(), known_);
     if (suggestion.empty()) {
-      problems_.error(path_of(it.key()), "unknown key");
+      problems_.error(path_of(it.key()), "unknown key" + valid);
     } else {
       problems_.error(path_of(it.key()),
-                      fmt::format("unknown key; did you mean '{}'?", suggestion));
+                      fmt::format("unknown key; did you mean '{}'?{}", suggestion, valid));
     }
   }
 }

@@ -124,8 +124,10 @@ class ObjectReader {
   // right kind ("boolean", "integer", "number", "any"), with a warning.
   void accept_no_effect(std::string_view key, std::string_view kind);
 
-  // Reports every key of the object that no read asked for.
-  void finish();
+  // Reports every key of the object that no read asked for; with `valid_for` ("for SGD"), each
+  // message also lists the keys that were asked for ("valid for SGD: lr, momentum, ..."), less
+  // `not_listed` (keys read only to refuse them).
+  void finish(std::string_view valid_for = {}, const std::vector<std::string>& not_listed = {});
 
   // Value checks shared with callers that read values by hand.
   bool value_to_int(const Json& v, std::string_view path, int64_t& out, const IntRange& range);

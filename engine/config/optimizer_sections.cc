@@ -1,4 +1,5 @@
-// "optimizer" and "scheduler": DeepSpeed's Adam/AdamW options and its four LR schedules.
+// "optimizer" and "scheduler": DeepSpeed's Adam/AdamW options, SGD and Adagrad (torch.optim's),
+// Lion (lion-pytorch / DeepSpeed FusedLion), and DeepSpeed's four LR schedules.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,9 +19,12 @@ std::string lower(std::string s) {
 // Optimizers DeepSpeed builds from a config (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS) and
 // common torch.optim classes it falls back to, in lower case: recognised, not supported.
 const std::vector<std::string> kOtherOptimizers = {
-    "adagrad", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw",
-    "musgd",   "lion", "sgd",        "rmsprop",     "adadelta",   "adamax",   "nadam",
-    "radam",   "asgd", "lbfgs",      "rprop",       "sparseadam", "adafactor"};
+    "lamb",  "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw",
+    "musgd", "rmsprop",    "adadelta",    "adamax",     "nadam",    "radam",
+    "asgd",  "lbfgs",      "rprop",       "sparseadam", "adafactor"};
+
+// The supported types, canonical spelling.
+const std::vector<std::string> kOptimizers = {"Adam", "AdamW", "SGD", "Adagrad", "Lion"};
 
 const std::vector<std::string> kSchedulers = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                               "OneCycle"};
@@ -76,7 +80,7 @@ void read_adam_params(const Json* params, OptimizerConfig& o, Problems& problems
   const bool mode_given = p.read_bool("adam_w_mode", adam_w_mode);
   p.read_bool("torch_adam", o.torch_adam);
   p.expect_default("amsgrad", false, "false");
-  p.finish();
+  p.finish("for " + o.type, {"max_grad_norm"});
 
   // DeepSpeed: "AdamW" always decoupled; "Adam" decoupled unless adam_w_mode is false.
   o.adam_w_mode = o.type == "AdamW" || adam_w_mode;
@@ -94,6 +98,67 @@ void read_adam_params(const Json* params, OptimizerConfig& o, Problems& problems
   }
 }
 
+// torch's keys that tune its implementation (foreach, differentiable) or flip the objective
+// (maximize): accepted at their defaults only.
+void expect_torch_defaults(ObjectReader& p) {
+  p.expect_default("maximize", false, "false");
+  p.expect_default("differentiable", false, "false");
+  p.accept_no_effect("foreach", "any");
+}
+
+// torch.optim.SGD (lr 1e-3 as in torch >= 2.2; torch 1.x required it).
+void read_sgd_params(ObjectReader& p, OptimizerConfig& o) {
+  o.lr = 1e-3;
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  p.read_real("momentum", o.momentum, real_at_least(0.0));
+  p.read_real("dampening", o.dampening, real_between(0.0, 1.0));
+  p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+  p.read_bool("nesterov", o.nesterov);
+  expect_torch_defaults(p);
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
+    p.problems().error(
+        p.path_of("nesterov"),
+        fmt::format("true needs a momentum > 0 and dampening 0 (as torch.optim.SGD); "
+                    "momentum is {}, dampening {}",
+                    o.momentum, o.dampening));
+  }
+}
+
+// torch.optim.Adagrad.
+void read_adagrad_params(ObjectReader& p, OptimizerConfig& o) {
+  o.lr = 1e-2;
+  o.eps = 1e-10;
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  p.read_real("lr_decay", o.lr_decay, real_at_least(0.0));
+  p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+  p.read_real("initial_accumulator_value", o.initial_accumulator_value, real_at_least(0.0));
+  p.read_real("eps", o.eps, real_at_least(0.0));
+  expect_torch_defaults(p);
+}
+
+// lion-pytorch's Lion (DeepSpeed FusedLion's formula): decoupled decay.
+void read_lion_params(ObjectReader& p, OptimizerConfig& o) {
+  o.lr = 1e-4;
+  o.beta1 = 0.9;
+  o.beta2 = 0.99;
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  read_betas(p, o);
+  p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+}
+
+void read_other_params(const Json* params, OptimizerConfig& o, Problems& problems) {
+  static const Json kEmpty = Json::object();
+  ObjectReader p(params != nullptr ? *params : kEmpty, "optimizer.params", problems);
+  if (o.type == "SGD") {
+    read_sgd_params(p, o);
+  } else if (o.type == "Adagrad") {
+    read_adagrad_params(p, o);
+  } else {
+    read_lion_params(p, o);
+  }
+  p.finish("for " + o.type);
+}
+
 }  // namespace
 
 void read_optimizer(ObjectReader& top, JobConfig& cfg) {
@@ -106,7 +171,7 @@ void read_optimizer(ObjectReader& top, JobConfig& cfg) {
   r.expect_default("legacy_fusion", false, "false");
   r.finish();
 
-  const std::string supported = "supported: Adam, AdamW";
+  const std::string supported = "supported: Adam, AdamW, SGD, Adagrad, Lion";
   if (type == nullptr) {
     problems.error(r.path_of("type"), fmt::format("required ({})", supported));
     return;
@@ -116,23 +181,27 @@ void read_optimizer(ObjectReader& top, JobConfig& cfg) {
     return;
   }
   const std::string name = lower(type->get<std::string>());
-  if (name == "adam") {
-    cfg.optimizer.type = "Adam";
-  } else if (name == "adamw") {
-    cfg.optimizer.type = "AdamW";
+  const auto known = std::find_if(kOptimizers.begin(), kOptimizers.end(),
+                                  [&](const std::string& t) { return lower(t) == name; });
+  if (known != kOptimizers.end()) {
+    cfg.optimizer.type = *known;
   } else if (std::find(kOtherOptimizers.begin(), kOtherOptimizers.end(), name) !=
              kOtherOptimizers.end()) {
     problems.error(r.path_of("type"),
                    fmt::format("{} is not supported by zerod ({})", show(*type), supported));
     return;
   } else {
-    const std::string guess = closest_match(name, {"Adam", "AdamW"});  // ignores case
+    const std::string guess = closest_match(name, kOptimizers);  // ignores case
     problems.error(r.path_of("type"),
                    fmt::format("{} is not a known optimizer ({}){}", show(*type), supported,
                                guess.empty() ? "" : fmt::format("; did you mean '{}'?", guess)));
     return;
   }
-  read_adam_params(params, cfg.optimizer, problems);
+  if (cfg.optimizer.type == "Adam" || cfg.optimizer.type == "AdamW") {
+    read_adam_params(params, cfg.optimizer, problems);
+  } else {
+    read_other_params(params, cfg.optimizer, problems);
+  }
 }
 
 void read_scheduler(ObjectReader& top, JobConfig& cfg) {

@@ -16,7 +16,31 @@ Json optional_json(const std::optional<T>& v) {
   return v ? Json(*v) : Json(nullptr);
 }
 
+// Only the parameters of the chosen type (the others are not keys of its params).
 Json optimizer_json(const OptimizerConfig& o) {
+  if (o.type == "SGD") {
+    return {{"type", o.type},
+            {"params",
+             {{"lr", o.lr},
+              {"momentum", o.momentum},
+              {"dampening", o.dampening},
+              {"weight_decay", o.weight_decay},
+              {"nesterov", o.nesterov}}}};
+  }
+  if (o.type == "Adagrad") {
+    return {{"type", o.type},
+            {"params",
+             {{"lr", o.lr},
+              {"lr_decay", o.lr_decay},
+              {"weight_decay", o.weight_decay},
+              {"initial_accumulator_value", o.initial_accumulator_value},
+              {"eps", o.eps}}}};
+  }
+  if (o.type == "Lion") {
+    return {{"type", o.type},
+            {"params",
+             {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"weight_decay", o.weight_decay}}}};
+  }
   return {{"type", o.type},
           {"params",
            {{"lr", o.lr},

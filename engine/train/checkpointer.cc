@@ -562,6 +562,24 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   if (!saved.empty()) {
     ZD_THROW_INPUT("{}: saved for a model with {}; this job's model has {}", path, saved, ours);
   }
+  // The optimizer: its states fill the same three slots whatever the type, but mean other things
+  // (Adam's moments, SGD's momentum buffer, Adagrad's sum, Lion's average). Adam and AdamW share
+  // them; another type is refused. (Manifests before SGD/Adagrad/Lion existed were Adam's.)
+  {
+    std::string saved_type = "AdamW";
+    if (m.job.is_object() && m.job.contains("optimizer") && m.job["optimizer"].is_object() &&
+        m.job["optimizer"].contains("type") && m.job["optimizer"]["type"].is_string()) {
+      saved_type = m.job["optimizer"]["type"].get<std::string>();
+    }
+    const std::string& our_type = cfg_.optimizer.type;
+    auto family = [](const std::string& t) { return t == "Adam" ? std::string("AdamW") : t; };
+    if (family(saved_type) != family(our_type)) {
+      ZD_THROW_INPUT(
+          "{}: saved by optimizer {}; this job's optimizer is {} (its states are not {}'s): "
+          "resume with \"optimizer\": {{\"type\": \"{}\"}} or start a new run",
+          path, saved_type, our_type, our_type, saved_type);
+    }
+  }
   // The global batch: kept across world sizes unless the job allows a change.
   const BatchTriangle our_batch{cfg_.global_batch(), cfg_.micro_batch(), cfg_.grad_accum(),
                                 cfg_.data_parallel_size};

@@ -314,6 +314,12 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.weight_decay = cfg_.optimizer.weight_decay;
   os.adam_w_mode = cfg_.optimizer.adam_w_mode;
   os.bias_correction = cfg_.optimizer.bias_correction;
+  os.kind = optimizer_kind(cfg_.optimizer.type);
+  os.momentum = cfg_.optimizer.momentum;
+  os.dampening = cfg_.optimizer.dampening;
+  os.nesterov = cfg_.optimizer.nesterov;
+  os.lr_decay = cfg_.optimizer.lr_decay;
+  os.initial_accumulator_value = cfg_.optimizer.initial_accumulator_value;
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);

@@ -6,34 +6,36 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "kernels/cpu/adamw_simd.h"
-#include "kernels/cpu/cast.h"
-#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/optim.h"
 
 namespace zerod::cpu {
 
 AdamWConstants adamw_constants(const AdamWParams& p) {
   ZD_CHECK(!p.bias_correction || p.step >= 1, "AdamW step {} must be >= 1 with bias correction",
            p.step);
+  // Every hyperparameter rounded to fp32 first (DeepSpeed's fp32 arithmetic).
+  const float lr = static_cast<float>(p.lr), beta1 = static_cast<float>(p.beta1),
+              beta2 = static_cast<float>(p.beta2);
   AdamWConstants k{};
-  k.lr = p.lr;
-  k.neg_lr = -p.lr;
-  k.beta1 = p.beta1;
-  k.beta2 = p.beta2;
-  k.one_minus_beta1 = 1.0f - p.beta1;
-  k.one_minus_beta2 = 1.0f - p.beta2;
-  k.eps = p.eps;
-  k.weight_decay = p.weight_decay;
+  k.lr = lr;
+  k.neg_lr = -lr;
+  k.beta1 = beta1;
+  k.beta2 = beta2;
+  k.one_minus_beta1 = 1.0f - beta1;
+  k.one_minus_beta2 = 1.0f - beta2;
+  k.eps = static_cast<float>(p.eps);
+  k.weight_decay = static_cast<float>(p.weight_decay);
   k.grad_scale = p.grad_scale;
   double bc1 = 1.0, bc2 = 1.0;
   if (p.bias_correction) {
     const double step = static_cast<double>(p.step);
-    bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), step);
-    bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), step);
+    bc1 = 1.0 - std::pow(static_cast<double>(beta1), step);
+    bc2 = 1.0 - std::pow(static_cast<double>(beta2), step);
   }
   k.bias_correction1 = static_cast<float>(bc1);
   k.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2));
-  k.l2_decay = !p.adam_w_mode && p.weight_decay != 0.0f;
-  k.decoupled_decay = p.adam_w_mode && p.weight_decay != 0.0f;
+  k.l2_decay = !p.adam_w_mode && k.weight_decay != 0.0f;
+  k.decoupled_decay = p.adam_w_mode && k.weight_decay != 0.0f;
   return k;
 }
 
@@ -114,15 +116,9 @@ void adamw_update_span(float* master, float* m, float* v, const float* grad, int
 void adamw_update(float* master, float* m, float* v, const float* grad, float* param_out, int64_t n,
                   const AdamWParams& p, DType param_dtype) {
   const AdamWConstants k = adamw_constants(p);
-  constexpr int64_t kBlock = 4096;  // param_out is written while the block is still in L1/L2
-  const int64_t blocks = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t i0 = b * kBlock;
-    const int64_t len = std::min(kBlock, n - i0);
+  update_in_blocks(master, param_out, n, param_dtype, [&](int64_t i0, int64_t len) {
     adamw_update_span(master + i0, m + i0, v + i0, grad + i0, len, k);
-    if (param_out != nullptr) cast_round(param_out + i0, master + i0, len, param_dtype);
-  }
+  });
 }
 
 }  // namespace zerod::cpu

@@ -12,6 +12,7 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -209,9 +210,9 @@ void CpuBackend::crossentropy_shard_finish(float* losses, void* logits_to_dlogit
                                  dloss);
 }
 
-void CpuBackend::adamw_update(float* master, float* m, float* v, const void* grad, void* param_out,
-                              int64_t n, const AdamWParams& p) {
-  cpu::adamw_update(master, m, v, F(grad), F(param_out), n, p, dtype_);
+void CpuBackend::optimizer_update(float* master, float* m, float* v, const void* grad,
+                                  void* param_out, int64_t n, const OptimizerParams& p) {
+  cpu::optimizer_update(master, m, v, F(grad), F(param_out), n, p, dtype_);
 }
 
 double CpuBackend::sum_squares(const void* x, int64_t n) {

@@ -1,6 +1,6 @@
 // The CPU reference backend: every Backend op on fp32 storage (kernels/cpu/*.h). For bf16/fp16
 // compute dtypes tensors stay fp32 arrays holding values representable in the 16-bit type;
-// round_to_compute() / cast_to_compute() / adamw_update()'s param_out do the rounding.
+// round_to_compute() / cast_to_compute() / optimizer_update()'s param_out do the rounding.
 #pragma once
 
 #include "kernels/backend.h"
@@ -87,8 +87,8 @@ class CpuBackend final : public Backend {
                                  const float* stats, int64_t N, int real, int Vl, int v0,
                                  float dloss) override;
 
-  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
-                    const AdamWParams& p) override;
+  void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
+                        int64_t n, const OptimizerParams& p) override;
   double sum_squares(const void* x, int64_t n) override;
   void scale(void* x, float s, int64_t n) override;
 

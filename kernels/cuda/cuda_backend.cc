@@ -10,6 +10,7 @@
 #include "core/device_oom.h"
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/optim.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_block.h"
@@ -20,6 +21,7 @@
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/optim.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/residual.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -467,8 +469,9 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer --------------------------------------------------------------------------------
-  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
-                    const AdamWParams& p) override {
+  void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
+                        int64_t n, const OptimizerParams& p) override {
+    if (p.kind != OptimizerKind::kAdam) return other_update(master, m, v, grad, param_out, n, p);
     const cpu::AdamWConstants c = cpu::adamw_constants(p);  // the CPU's constants, bit for bit
     AdamWStep k{};
     k.neg_lr = c.neg_lr;
@@ -485,6 +488,41 @@ class CudaBackend final : public Backend {
     k.decoupled_decay = c.decoupled_decay;
     activate();
     cuda::adamw_update(st_, master, m, v, grad, param_out, n, k, stream_);
+  }
+  // SGD, Adagrad, Lion: the CPU's constants, bit for bit.
+  void other_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
+                    const OptimizerParams& p) {
+    const cpu::OptimConstants c = cpu::optim_constants(p);
+    cuda::OptimStep k{};
+    switch (p.kind) {
+      case OptimizerKind::kSgd:
+        k.kind = p.momentum == 0.0 ? cuda::OptimKind::kSgd
+                 : p.nesterov      ? cuda::OptimKind::kSgdNesterov
+                                   : cuda::OptimKind::kSgdMomentum;
+        break;
+      case OptimizerKind::kAdagrad:
+        k.kind = cuda::OptimKind::kAdagrad;
+        break;
+      default:
+        k.kind = cuda::OptimKind::kLion;
+        break;
+    }
+    k.first = c.first;
+    k.grad_scale = c.grad_scale;
+    k.weight_decay = c.weight_decay;
+    k.neg_lr = c.neg_lr;
+    k.momentum = c.momentum;
+    k.one_minus_dampening = c.one_minus_dampening;
+    k.neg_clr = c.neg_clr;
+    k.eps = c.eps;
+    k.initial_value = c.initial_value;
+    k.decay = c.decay;
+    k.beta1 = c.beta1;
+    k.one_minus_beta1 = c.one_minus_beta1;
+    k.beta2 = c.beta2;
+    k.one_minus_beta2 = c.one_minus_beta2;
+    activate();
+    cuda::optim_update(st_, master, m, v, grad, param_out, n, k, stream_);
   }
 
   double sum_squares(const void* x, int64_t n) override {

@@ -143,7 +143,7 @@ TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
   VecF master = test::randn(100, 1015), m(100, 0.0f), v(100, 0.0f), param(100, test::kNaN);
   const VecF grad = test::randn(100, 1016);
   AdamWParams P;
-  be->adamw_update(master.data(), m.data(), v.data(), grad.data(), param.data(), 100, P);
+  be->optimizer_update(master.data(), m.data(), v.data(), grad.data(), param.data(), 100, P);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(param[i], round_bf16(master[i]));
 }
 

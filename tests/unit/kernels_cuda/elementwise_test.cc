@@ -113,17 +113,17 @@ TEST(CudaElementwise, AdamWMatchesTheCpuInEveryMode) {
       Buffer d_master = be.f32(master), d_m = be.f32(m), d_v = be.f32(v);
       Buffer d_grad = be.compute(grad), d_param = be.poisoned_compute(kN);
       VecF param(kN);
-      be.cpu->adamw_update(master.data(), m.data(), v.data(), grad.data(), param.data(), kN, p);
-      be.gpu->adamw_update(d_master.as<float>(), d_m.as<float>(), d_v.as<float>(), d_grad.data(),
-                           d_param.data(), kN, p);
+      be.cpu->optimizer_update(master.data(), m.data(), v.data(), grad.data(), param.data(), kN, p);
+      be.gpu->optimizer_update(d_master.as<float>(), d_m.as<float>(), d_v.as<float>(),
+                               d_grad.data(), d_param.data(), kN, p);
       EXPECT_TRUE(test::close(be.read_f32(d_master, kN), master, 1e-6));
       EXPECT_TRUE(test::close(be.read_f32(d_m, kN), m, 1e-6));
       EXPECT_TRUE(test::close(be.read_f32(d_v, kN), v, 1e-6));
       EXPECT_TRUE(test::close(be.read_compute(d_param, kN), param, test::tolerance(dt)));
       // Without param_out: the states only.
-      be.cpu->adamw_update(master.data(), m.data(), v.data(), grad.data(), nullptr, kN, p);
-      be.gpu->adamw_update(d_master.as<float>(), d_m.as<float>(), d_v.as<float>(), d_grad.data(),
-                           nullptr, kN, p);
+      be.cpu->optimizer_update(master.data(), m.data(), v.data(), grad.data(), nullptr, kN, p);
+      be.gpu->optimizer_update(d_master.as<float>(), d_m.as<float>(), d_v.as<float>(),
+                               d_grad.data(), nullptr, kN, p);
       EXPECT_TRUE(test::close(be.read_f32(d_master, kN), master, 1e-6));
     }
   }

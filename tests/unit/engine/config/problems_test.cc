@@ -48,7 +48,9 @@ INSTANTIATE_TEST_SUITE_P(
                     "'device'?"},
         ProblemCase{"unknown_params",
                     {{"optimizer", {{"type", "Adam"}, {"params", {{"weight_dacay", 0.1}}}}}},
-                    "optimizer.params.weight_dacay: unknown key; did you mean 'weight_decay'?"},
+                    "optimizer.params.weight_dacay: unknown key; did you mean 'weight_decay'? "
+                    "(valid for Adam: lr, betas, eps, weight_decay, bias_correction, adam_w_mode, "
+                    "torch_adam, amsgrad)"},
         ProblemCase{"unknown_model",
                     {{"model", {{"n_embed", 768}}}},
                     "model.n_embed: unknown key; did you mean 'n_embd'?"},

@@ -162,11 +162,13 @@ TEST(ConfigSections, OptimizerParams) {
 TEST(ConfigSections, OptimizerErrors) {
   const auto lamb = problems_of(job_with({{"optimizer", {{"type", "Lamb"}}}}));
   ASSERT_EQ(lamb.size(), 1u) << joined(lamb);
-  EXPECT_EQ(lamb[0], "optimizer.type: \"Lamb\" is not supported by zerod (supported: Adam, AdamW)");
+  EXPECT_EQ(lamb[0],
+            "optimizer.type: \"Lamb\" is not supported by zerod (supported: Adam, AdamW, SGD, "
+            "Adagrad, Lion)");
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "OneBitAdam"}}}})),
                        "not supported by zerod"));
-  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "SGD"}}}})),
-                       "not supported by zerod (supported: Adam, AdamW)"));
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "RMSprop"}}}})),
+                       "not supported by zerod (supported: Adam, AdamW, SGD, Adagrad, Lion)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "Adamm"}}}})),
                        "did you mean 'Adam'?"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"params", {{"lr", 1}}}}}})),
@@ -189,6 +191,116 @@ TEST(ConfigSections, OptimizerErrors) {
   EXPECT_TRUE(contains(
       problems_of(job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"amsgrad", true}}}}}})),
       "optimizer.params.amsgrad: true is not supported by zerod (only false)"));
+}
+
+// SGD, Adagrad and Lion: torch.optim's / lion-pytorch's defaults, each key read, type names
+// case-insensitive (DeepSpeed's "sgd", "adagrad", "lion").
+TEST(ConfigSections, SgdAdagradLionDefaultsAndParams) {
+  const ParsedJob sgd = parse(job_with({{"optimizer", {{"type", "sgd"}}}}));
+  EXPECT_EQ(sgd.config.optimizer.type, "SGD");
+  EXPECT_EQ(sgd.config.optimizer.lr, 1e-3);
+  EXPECT_EQ(sgd.config.optimizer.momentum, 0.0);
+  EXPECT_EQ(sgd.config.optimizer.dampening, 0.0);
+  EXPECT_EQ(sgd.config.optimizer.weight_decay, 0.0);
+  EXPECT_FALSE(sgd.config.optimizer.nesterov);
+  const ParsedJob sgd2 = parse(job_with(
+      {{"optimizer",
+        {{"type", "SGD"},
+         {"params",
+          {{"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 1e-4}, {"nesterov", true}}}}}}));
+  EXPECT_EQ(sgd2.config.optimizer.lr, 0.1);
+  EXPECT_EQ(sgd2.config.optimizer.momentum, 0.9);
+  EXPECT_EQ(sgd2.config.optimizer.weight_decay, 1e-4);
+  EXPECT_TRUE(sgd2.config.optimizer.nesterov);
+
+  const ParsedJob ada = parse(job_with({{"optimizer", {{"type", "Adagrad"}}}}));
+  EXPECT_EQ(ada.config.optimizer.type, "Adagrad");
+  EXPECT_EQ(ada.config.optimizer.lr, 1e-2);
+  EXPECT_EQ(ada.config.optimizer.lr_decay, 0.0);
+  EXPECT_EQ(ada.config.optimizer.initial_accumulator_value, 0.0);
+  EXPECT_EQ(ada.config.optimizer.eps, 1e-10);
+  EXPECT_EQ(ada.config.optimizer.weight_decay, 0.0);
+  const ParsedJob ada2 = parse(job_with({{"optimizer",
+                                          {{"type", "adagrad"},
+                                           {"params",
+                                            {{"lr_decay", 0.01},
+                                             {"initial_accumulator_value", 0.1},
+                                             {"eps", 1e-8},
+                                             {"weight_decay", 0.05}}}}}}));
+  EXPECT_EQ(ada2.config.optimizer.lr_decay, 0.01);
+  EXPECT_EQ(ada2.config.optimizer.initial_accumulator_value, 0.1);
+  EXPECT_EQ(ada2.config.optimizer.eps, 1e-8);
+  EXPECT_EQ(ada2.config.optimizer.weight_decay, 0.05);
+
+  const ParsedJob lion = parse(job_with({{"optimizer", {{"type", "LION"}}}}));
+  EXPECT_EQ(lion.config.optimizer.type, "Lion");
+  EXPECT_EQ(lion.config.optimizer.lr, 1e-4);
+  EXPECT_EQ(lion.config.optimizer.beta1, 0.9);
+  EXPECT_EQ(lion.config.optimizer.beta2, 0.99);
+  EXPECT_EQ(lion.config.optimizer.weight_decay, 0.0);
+  const ParsedJob lion2 = parse(
+      job_with({{"optimizer",
+                 {{"type", "Lion"},
+                  {"params", {{"lr", 3e-4}, {"betas", {0.95, 0.98}}, {"weight_decay", 0.1}}}}}}));
+  EXPECT_EQ(lion2.config.optimizer.lr, 3e-4);
+  EXPECT_EQ(lion2.config.optimizer.beta1, 0.95);
+  EXPECT_EQ(lion2.config.optimizer.beta2, 0.98);
+  EXPECT_EQ(lion2.config.optimizer.weight_decay, 0.1);
+}
+
+TEST(ConfigSections, SgdAdagradLionErrorsNameTheKeyAndListTheValidOnes) {
+  // Another type's key: named, with the keys of this type.
+  EXPECT_EQ(problems_of(
+                job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"betas", {0.9, 0.99}}}}}}})),
+            std::vector<std::string>{
+                "optimizer.params.betas: unknown key (valid for SGD: lr, momentum, dampening, "
+                "weight_decay, nesterov, maximize, differentiable, foreach)"});
+  EXPECT_EQ(problems_of(job_with({{"optimizer", {{"type", "Lion"}, {"params", {{"eps", 1e-8}}}}}})),
+            std::vector<std::string>{
+                "optimizer.params.eps: unknown key (valid for Lion: lr, betas, weight_decay)"});
+  EXPECT_EQ(
+      problems_of(job_with({{"optimizer", {{"type", "Adagrad"}, {"params", {{"lr_decy", 0.1}}}}}})),
+      std::vector<std::string>{
+          "optimizer.params.lr_decy: unknown key; did you mean 'lr_decay'? (valid for Adagrad: "
+          "lr, lr_decay, weight_decay, initial_accumulator_value, eps, maximize, differentiable, "
+          "foreach)"});
+  // Adam lists its keys too.
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "Adam"}, {"params", {{"momentum", 0.9}}}}}})),
+      "optimizer.params.momentum: unknown key (valid for Adam: lr, betas, eps, "
+      "weight_decay, bias_correction, adam_w_mode, torch_adam, amsgrad)"));
+  // Values out of range, wrong types, torch's own rules.
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"momentum", -0.1}}}}}})),
+      "optimizer.params.momentum:"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"dampening", 1.5}}}}}})),
+      "optimizer.params.dampening:"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"nesterov", "yes"}}}}}})),
+      "optimizer.params.nesterov:"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"nesterov", true}}}}}})),
+      "optimizer.params.nesterov: true needs a momentum > 0 and dampening 0"));
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer",
+                     {{"type", "SGD"},
+                      {"params", {{"nesterov", true}, {"momentum", 0.9}, {"dampening", 0.1}}}}}})),
+      "optimizer.params.nesterov: true needs a momentum > 0 and dampening 0"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with({{"optimizer", {{"type", "SGD"}, {"params", {{"maximize", true}}}}}})),
+      "optimizer.params.maximize: true is not supported by zerod (only false)"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"optimizer", {{"type", "Adagrad"}, {"params", {{"initial_accumulator_value", -1}}}}}})),
+      "optimizer.params.initial_accumulator_value:"));
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "Lion"}, {"params", {{"betas", {0.9, 1.0}}}}}}})),
+      "optimizer.params.betas: expected an array of 2 numbers in [0, 1), got [0.9,1.0]"));
+  EXPECT_TRUE(
+      contains(problems_of(job_with({{"optimizer", {{"type", "Lino"}}}})), "did you mean 'Lion'?"));
 }
 
 TEST(ConfigSections, Schedulers) {

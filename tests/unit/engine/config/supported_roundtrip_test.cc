@@ -1,6 +1,9 @@
 // check_supported (recognised, not built yet) and job_to_json (every field, parses back equal).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "config_test_util.h"
 
 namespace zerod {
@@ -164,6 +167,42 @@ TEST(JobToJson, RoundTripsEachScheduleAndDefaults) {
     resolve_job(job.config, 3);
     const ParsedJob back = parse(job_to_json(job.config).dump());
     EXPECT_EQ(back.config, job.config) << s;
+  }
+}
+
+// Each optimizer type round-trips, and prints only its own parameters (with its defaults).
+TEST(JobToJson, RoundTripsEachOptimizerType) {
+  const json optimizers[] = {
+      {{"type", "SGD"}},
+      {{"type", "SGD"},
+       {"params", {{"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 1e-4}, {"nesterov", true}}}},
+      {{"type", "SGD"}, {"params", {{"momentum", 0.5}, {"dampening", 0.25}}}},
+      {{"type", "Adagrad"}},
+      {{"type", "Adagrad"},
+       {"params",
+        {{"lr_decay", 0.01},
+         {"initial_accumulator_value", 0.1},
+         {"eps", 1e-8},
+         {"weight_decay", 0.05}}}},
+      {{"type", "Lion"}},
+      {{"type", "Lion"}, {"params", {{"lr", 3e-4}, {"betas", {0.95, 0.98}}, {"weight_decay", 1}}}},
+  };
+  const std::map<std::string, std::set<std::string>> keys = {
+      {"SGD", {"lr", "momentum", "dampening", "weight_decay", "nesterov"}},
+      {"Adagrad", {"lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps"}},
+      {"Lion", {"lr", "betas", "weight_decay"}}};
+  for (const json& o : optimizers) {
+    json j = testing_config::minimal_job();
+    j["optimizer"] = o;
+    ParsedJob job = parse(j.dump());
+    resolve_job(job.config, 2);
+    const json out = job_to_json(job.config);
+    const ParsedJob back = parse(out.dump());
+    EXPECT_EQ(back.config, job.config) << o;
+    EXPECT_TRUE(back.warnings.empty()) << joined(back.warnings);
+    std::set<std::string> printed;
+    for (const auto& [k, v] : out["optimizer"]["params"].items()) printed.insert(k);
+    EXPECT_EQ(printed, keys.at(o["type"].get<std::string>())) << out["optimizer"];
   }
 }
 

@@ -177,10 +177,10 @@ class StrictDeviceBackend final : public Backend {
       cpu_->crossentropy_shard_finish(losses, logits, targets, stats, N, real, Vl, v0, dloss);
     });
   }
-  void adamw_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
-                    const AdamWParams& p) override {
+  void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
+                        int64_t n, const OptimizerParams& p) override {
     ++device_adam_;
-    run([&] { cpu_->adamw_update(master, m, v, grad, param_out, n, p); });
+    run([&] { cpu_->optimizer_update(master, m, v, grad, param_out, n, p); });
   }
   double sum_squares(const void* x, int64_t n) override {
     double r = 0;
@@ -203,7 +203,7 @@ class StrictDeviceBackend final : public Backend {
   int64_t copies() const { return copies_; }                // copy() calls
   int64_t registrations() const { return registrations_; }  // register_host() calls
   size_t registered_now() const { return registered_.size(); }
-  int64_t device_adam() const { return device_adam_; }  // adamw_update() calls (device states)
+  int64_t device_adam() const { return device_adam_; }  // optimizer_update() calls (device states)
 
   // Bytes of "device" memory currently mapped (all instances).
   static size_t mapped_bytes() {
