@@ -30,6 +30,15 @@ void validate_precision(const JobConfig& cfg, Problems& p) {
 
 void validate_scheduler(const JobConfig& cfg, Problems& p) {
   const SchedulerConfig& s = cfg.scheduler;
+  // DeepSpeed's OneCycle cycles the betas of the optimizer; one without betas (SGD, Adagrad) has
+  // cycle_momentum turned off, with a warning.
+  if (s.type == SchedulerType::kOneCycle && s.cycle_momentum &&
+      (cfg.optimizer.type == "SGD" || cfg.optimizer.type == "Adagrad")) {
+    p.warn("scheduler.params.cycle_momentum",
+           fmt::format("has no effect with {} (it has no betas; as DeepSpeed, the momentum is not "
+                       "cycled)",
+                       cfg.optimizer.type));
+  }
   if (s.type != SchedulerType::kWarmupDecayLR && s.type != SchedulerType::kWarmupCosineLR) return;
   if (s.total_num_steps < s.warmup_num_steps) {
     // DeepSpeed warns and carries on.

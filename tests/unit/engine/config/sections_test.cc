@@ -303,6 +303,20 @@ TEST(ConfigSections, SgdAdagradLionErrorsNameTheKeyAndListTheValidOnes) {
       contains(problems_of(job_with({{"optimizer", {{"type", "Lino"}}}})), "did you mean 'Lion'?"));
 }
 
+TEST(ConfigSections, OneCycleMomentumWarnsWithSgdAndAdagrad) {
+  const json one_cycle = {{"type", "OneCycle"},
+                          {"params", {{"cycle_min_lr", 1e-4}, {"cycle_max_lr", 1e-3}}}};
+  for (const std::string type : {"SGD", "Adagrad"}) {
+    const ParsedJob j =
+        parse(job_with({{"optimizer", {{"type", type}}}, {"scheduler", one_cycle}}));
+    EXPECT_TRUE(contains(j.warnings, "scheduler.params.cycle_momentum: has no effect with " + type))
+        << joined(j.warnings);
+  }
+  const ParsedJob lion =
+      parse(job_with({{"optimizer", {{"type", "Lion"}}}, {"scheduler", one_cycle}}));
+  EXPECT_TRUE(lion.warnings.empty()) << joined(lion.warnings);
+}
+
 TEST(ConfigSections, Schedulers) {
   const ParsedJob wl = parse(job_with({{"scheduler",
                                         {{"type", "WarmupLR"},

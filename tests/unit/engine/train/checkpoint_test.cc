@@ -25,6 +25,7 @@ namespace zerod {
 namespace {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 using testing::quiet_trainer;
 using testing::run_world;
 using testing::TempCorpus;
@@ -55,11 +56,14 @@ class Checkpoints : public ::testing::Test {
     std::string resume = "";      // "", "latest" or a tag
     std::string train_more = "";  // more train members
     TinyModel model = testing::tiny_gpt2();
+    std::string optimizer = testing::kTinyAdamW;
+    std::string zero_extra = "";  // more zero_optimization members
   };
   // Losses of the steps this run trained (rank 0's, identical on every rank).
   std::vector<double> run(const RunSpec& r) {
-    const JobConfig cfg = tiny_job(*corpus_, r.world, r.stage, r.accum, r.steps, r.extra,
-                                   train_extra(r.save_interval, r.train_more), 8, "", r.model);
+    const JobConfig cfg =
+        tiny_job(*corpus_, r.world, r.stage, r.accum, r.steps, r.extra,
+                 train_extra(r.save_interval, r.train_more), 8, r.zero_extra, r.model, r.optimizer);
     std::vector<double> losses;
     std::mutex mu;
     run_world(r.world, [&](const RankContext& ctx) {
@@ -157,6 +161,64 @@ TEST_P(ModelCheckpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32An
       }
     }
   }
+}
+
+// SGD (Nesterov; dampening), Adagrad and Lion: their states (the momentum buffer in m, Adagrad's
+// sum in v, Lion's average in m) resume bitwise exactly at stages 0 and 3 and with the optimizer
+// offloaded; the first step's special case (SGD's buffer, Adagrad's initial sum) is not redone.
+TEST_P(ModelCheckpoints, SgdAdagradLionResumeBitwiseExactly) {
+  const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
+  for (const auto& [name, optimizer] : testing::other_optimizers()) {
+    for (int stage : {0, 3, -3}) {  // -3: stage 3 with the optimizer offloaded
+      fs::remove_all(ckpt_);
+      RunSpec r{.world = 2, .stage = std::abs(stage), .accum = 2, .steps = 8, .save_interval = 4};
+      r.model = GetParam();
+      r.optimizer = optimizer;
+      if (stage < 0) r.zero_extra = offload;
+      const std::vector<double> whole = run(r);
+      ASSERT_EQ(whole.size(), 8u);
+      r.save_interval = 0;
+      r.resume = "global_step4";
+      const std::vector<double> rest = run(r);
+      ASSERT_EQ(rest.size(), 4u);
+      for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(rest[i], whole[4 + i]) << name << " stage " << stage << " step " << 5 + i;
+      }
+      const Manifest m = read_manifest((ckpt_ / "global_step4").string());
+      EXPECT_EQ(m.job["optimizer"]["type"], json::parse(optimizer)["type"]) << name;
+    }
+  }
+}
+
+// A checkpoint records its optimizer (the manifest's job); resuming with another type is refused
+// (exit 2), naming both; Adam and AdamW share their states and may follow each other.
+TEST_F(Checkpoints, ResumingWithAnotherOptimizerTypeIsRefused) {
+  const auto others = testing::other_optimizers();
+  const std::string sgd = others[0].second, lion = others[3].second;
+  ASSERT_EQ(run({.steps = 2, .save_interval = 2, .optimizer = sgd}).size(), 2u);
+  for (const std::string& other : {lion, std::string(testing::kTinyAdamW), others[2].second}) {
+    try {
+      run({.steps = 4, .resume = "global_step2", .optimizer = other});
+      ADD_FAILURE() << "resumed an SGD checkpoint with " << other;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      const std::string type = json::parse(other)["type"];
+      EXPECT_NE(
+          std::string(e.what()).find("saved by optimizer SGD; this job's optimizer is " + type),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  // The same type with other hyperparameters resumes.
+  EXPECT_EQ(run({.steps = 4, .resume = "global_step2", .optimizer = others[1].second}).size(), 2u);
+  // Adam after AdamW.
+  fs::remove_all(ckpt_);
+  ASSERT_EQ(run({.steps = 2, .save_interval = 2}).size(), 2u);
+  EXPECT_EQ(run({.steps = 4,
+                 .resume = "global_step2",
+                 .optimizer = R"({"type": "Adam", "params": {"lr": 2e-3}})"})
+                .size(),
+            2u);
 }
 
 TEST_P(ModelCheckpoints, ReshardingToOtherWorldSizesAndStagesContinuesTheLossCurve) {

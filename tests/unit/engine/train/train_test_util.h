@@ -10,6 +10,7 @@
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include <spdlog/sinks/ostream_sink.h>
 
@@ -98,19 +99,42 @@ inline TinyModel tiny_llama_split4() {
                        "tie_word_embeddings": false, "seq_len": 16})"};
 }
 
+// The optimizer of tiny_job unless told.
+inline constexpr const char* kTinyAdamW =
+    R"({"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}})";
+
+// One job of each other optimizer, with weight decay on, that learns the tiny models in a few
+// steps: {name, optimizer section}.
+inline std::vector<std::pair<std::string, std::string>> other_optimizers() {
+  return {
+      {"SGD nesterov",
+       R"({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true,
+           "weight_decay": 0.01}})"},
+      {"SGD dampening",
+       R"({"type": "SGD", "params": {"lr": 0.2, "momentum": 0.8, "dampening": 0.5,
+           "weight_decay": 0.01}})"},
+      {"Adagrad",
+       R"({"type": "Adagrad", "params": {"lr": 0.03, "lr_decay": 0.01,
+           "initial_accumulator_value": 0.1, "weight_decay": 0.01}})"},
+      {"Lion", R"({"type": "Lion", "params": {"lr": 1e-3, "weight_decay": 0.1}})"},
+  };
+}
+
 // A tiny job over the corpus (GPT-2 unless `model` says otherwise); `extra` (top-level members),
 // `train_extra` (members of "train") and `zero_extra` (members of "zero_optimization") are
-// spliced into the JSON.
+// spliced into the JSON; `optimizer` is its "optimizer" section.
 inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int accum, int steps,
                           const std::string& extra = "", const std::string& train_extra = "",
                           int global_batch = 8, const std::string& zero_extra = "",
-                          const TinyModel& model = tiny_gpt2()) {
+                          const TinyModel& model = tiny_gpt2(),
+                          const std::string& optimizer = kTinyAdamW) {
   const std::string text = R"({
     "train_batch_size": )" +
                            std::to_string(global_batch) + R"(,
     "gradient_accumulation_steps": )" +
                            std::to_string(accum) + R"(,
-    "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+    "optimizer": )" + optimizer +
+                           R"(,
     "gradient_clipping": 1.0,
     "zero_optimization": {"stage": )" +
                            std::to_string(stage) + zero_extra + R"(},
