@@ -2,7 +2,8 @@
 // lion-pytorch / DeepSpeed FusedLion), and optimizer_update(), which runs the step of any
 // OptimizerKind (Adam/AdamW through adamw.h). Each element update is defined once, here, with
 // the operations of torch's CPU kernels in their order (add with alpha and mul-then-add as one
-// explicit fma, addcmul/addcdiv as separate roundings), so the CPU backend, the CPU-offload
+// explicit fma, as is addcmul's sum + g * g; addcdiv as separate roundings; optim.cc, where these
+// are instantiated, is compiled with -ffp-contract=off), so the CPU backend, the CPU-offload
 // optimizer and the CUDA kernels (kernels/cuda/optim.cu) agree bit for bit.
 #pragma once
 
@@ -46,13 +47,13 @@ inline void sgd_element(float& p, float& m, float grad, const OptimConstants& k)
   p = std::fma(k.neg_lr, g, p);
 }
 
-// torch.optim.Adagrad: g = grad * scale; g += wd * p; sum = (first ? init : sum) + g * g;
+// torch.optim.Adagrad: g = grad * scale; g += wd * p; sum = (first ? init : sum) + g * g (one
+// fma, as torch's addcmul kernel compiles);
 // p += (-clr * g) / (sqrt(sum) + eps).
 inline void adagrad_element(float& p, float& v, float grad, const OptimConstants& k) {
   float g = grad * k.grad_scale;
   g = std::fma(k.weight_decay, p, g);
-  const float sq = g * g;
-  v = (k.first ? k.initial_value : v) + sq;
+  v = std::fma(g, g, k.first ? k.initial_value : v);
   const float denom = std::sqrt(v) + k.eps;
   const float step = k.neg_clr * g;
   p = p + step / denom;

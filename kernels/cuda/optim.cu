@@ -23,7 +23,7 @@ __global__ void optim_kernel(float* master, float* m, float* v, const T* grad, T
       m[i] = __fmaf_rn(k.one_minus_beta2, g, __fmul_rn(mi, k.beta2));
     } else if constexpr (kKind == OptimKind::kAdagrad) {
       g = __fmaf_rn(k.weight_decay, p, g);
-      const float vv = __fadd_rn(k.first ? k.initial_value : v[i], __fmul_rn(g, g));
+      const float vv = __fmaf_rn(g, g, k.first ? k.initial_value : v[i]);
       const float denom = __fadd_rn(__fsqrt_rn(vv), k.eps);
       p = __fadd_rn(p, __fdiv_rn(__fmul_rn(k.neg_clr, g), denom));
       v[i] = vv;

@@ -129,5 +129,57 @@ TEST(CudaElementwise, AdamWMatchesTheCpuInEveryMode) {
   }
 }
 
+// SGD (plain, momentum with dampening, Nesterov), Adagrad and Lion: the GPU kernels do the CPU's
+// operations in the CPU's order, so the fp32 states agree bit for bit, over the first step (the
+// buffer and the sum start) and the ones after it.
+TEST(CudaElementwise, SgdAdagradLionMatchTheCpuBitwise) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  OptimizerParams modes[5];
+  modes[0].kind = OptimizerKind::kSgd;
+  modes[0].lr = 0.05;
+  modes[0].weight_decay = 0.01;
+  modes[1] = modes[0];
+  modes[1].momentum = 0.9;
+  modes[1].dampening = 0.3;
+  modes[1].grad_scale = 0.5f;
+  modes[2] = modes[0];
+  modes[2].momentum = 0.8;
+  modes[2].nesterov = true;
+  modes[3].kind = OptimizerKind::kAdagrad;
+  modes[3].lr = 0.05;
+  modes[3].lr_decay = 0.01;
+  modes[3].initial_accumulator_value = 0.1;
+  modes[3].eps = 1e-10;
+  modes[3].weight_decay = 0.01;
+  modes[4].kind = OptimizerKind::kLion;
+  modes[4].lr = 1e-3;
+  modes[4].beta2 = 0.99;
+  modes[4].weight_decay = 0.1;
+  for (DType dt : test::kAllDtypes) {
+    for (int mode = 0; mode < 5; ++mode) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " mode " + std::to_string(mode));
+      Backends be(dt);
+      OptimizerParams p = modes[mode];
+      VecF master = test::randn(kN, 50), m(kN, 0.0f), v(kN, 0.0f);
+      Buffer d_master = be.f32(master), d_m = be.f32(m), d_v = be.f32(v);
+      Buffer d_param = be.poisoned_compute(kN);
+      VecF param(kN);
+      for (int64_t step = 1; step <= 3; ++step) {
+        p.step = step;
+        const VecF grad = be.round(test::randn(kN, 51 + static_cast<uint64_t>(step)));
+        Buffer d_grad = be.compute(grad);
+        be.cpu->optimizer_update(master.data(), m.data(), v.data(), grad.data(), param.data(), kN,
+                                 p);
+        be.gpu->optimizer_update(d_master.as<float>(), d_m.as<float>(), d_v.as<float>(),
+                                 d_grad.data(), d_param.data(), kN, p);
+      }
+      EXPECT_EQ(be.read_f32(d_master, kN), master);
+      EXPECT_EQ(be.read_f32(d_m, kN), m);
+      EXPECT_EQ(be.read_f32(d_v, kN), v);
+      EXPECT_TRUE(test::close(be.read_compute(d_param, kN), param, test::tolerance(dt)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerod
