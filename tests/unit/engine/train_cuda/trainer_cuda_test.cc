@@ -53,6 +53,25 @@ TEST(TrainerCuda, Fp32LossesMatchTheCpuBackend) {
   EXPECT_LT(gpu.back(), gpu.front()) << "the model learns";
 }
 
+// SGD, Adagrad and Lion on a GPU (kernels/cuda/optim.cu) follow the CPU in fp32, also with the
+// optimizer offloaded to the host at stage 3.
+TEST(TrainerCuda, SgdAdagradLionMatchTheCpuBackend) {
+  ZD_NEED_GPUS(1);
+  TempCorpus corpus("zerod_cuda_optim");
+  const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
+  for (const auto& [name, optimizer] : testing::other_optimizers()) {
+    const std::vector<double> cpu =
+        losses_of(tiny_job(corpus, 1, 0, 2, 10, "", "", 8, "", testing::tiny_gpt2(), optimizer));
+    const std::vector<double> gpu =
+        losses_of(tiny_job(corpus, 1, 0, 2, 10, "", kCuda, 8, "", testing::tiny_gpt2(), optimizer));
+    EXPECT_LT(max_rel(gpu, cpu), 1e-4) << name;
+    const std::vector<double> gpu_off = losses_of(
+        tiny_job(corpus, 1, 3, 2, 10, "", kCuda, 8, offload, testing::tiny_gpt2(), optimizer));
+    EXPECT_LT(max_rel(gpu_off, cpu), 1e-4) << name << " offload";
+    EXPECT_LT(gpu.back(), gpu.front()) << name << ": the model learns";
+  }
+}
+
 // bf16 on a GPU tracks the fp32 curve: every step within 2% (bf16 keeps 8 bits of mantissa;
 // the fp32 master weights keep the updates exact).
 TEST(TrainerCuda, Bf16TracksTheFp32LossCurve) {
