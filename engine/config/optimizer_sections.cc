@@ -136,11 +136,12 @@ void read_adagrad_params(ObjectReader& p, OptimizerConfig& o) {
   expect_torch_defaults(p);
 }
 
-// lion-pytorch's Lion (DeepSpeed FusedLion's formula): decoupled decay.
+// Lion with DeepSpeed FusedLion's defaults (the ds_config type; lr 1e-3, betas 0.9/0.999, no
+// decay; lion-pytorch's paper defaults are lr 1e-4, betas 0.9/0.99) and formula: decoupled decay.
 void read_lion_params(ObjectReader& p, OptimizerConfig& o) {
-  o.lr = 1e-4;
+  o.lr = 1e-3;
   o.beta1 = 0.9;
-  o.beta2 = 0.99;
+  o.beta2 = 0.999;
   p.read_real("lr", o.lr, real_at_least(0.0));
   read_betas(p, o);
   p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));

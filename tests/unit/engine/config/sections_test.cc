@@ -234,9 +234,9 @@ TEST(ConfigSections, SgdAdagradLionDefaultsAndParams) {
 
   const ParsedJob lion = parse(job_with({{"optimizer", {{"type", "LION"}}}}));
   EXPECT_EQ(lion.config.optimizer.type, "Lion");
-  EXPECT_EQ(lion.config.optimizer.lr, 1e-4);
+  EXPECT_EQ(lion.config.optimizer.lr, 1e-3);  // DeepSpeed FusedLion's defaults
   EXPECT_EQ(lion.config.optimizer.beta1, 0.9);
-  EXPECT_EQ(lion.config.optimizer.beta2, 0.99);
+  EXPECT_EQ(lion.config.optimizer.beta2, 0.999);
   EXPECT_EQ(lion.config.optimizer.weight_decay, 0.0);
   const ParsedJob lion2 = parse(
       job_with({{"optimizer",
