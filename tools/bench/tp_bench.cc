@@ -83,10 +83,11 @@ int main(int argc, char** argv) {
     const int64_t global = int64_t{shape.batch} * world;  // sequences per step, both settings
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
     std::vector<Setting> settings = {
-        {fmt::format("DP={}", world), 1},
+        {fmt::format("DP={}", world), 1, {}},
         {world == tensor ? fmt::format("T={}", tensor)
                          : fmt::format("T={} x DP={}", tensor, world / tensor),
-         tensor}};
+         tensor,
+         {}}};
     fmt::print(
         "tensor-parallel benchmark: world {} (threads, {} core(s)), {} {} layers, {} wide, {} "
         "heads, seq {}, vocab {}, {}, ZeRO stage {}; global batch {} sequences ({} tokens) a "
