@@ -21,6 +21,7 @@ class EvalLoader {
   int64_t num_micro_batches() const { return num_micro_batches_; }
   int64_t micro_batch() const { return micro_batch_; }
   int64_t seq_len() const { return dataset_.seq_len(); }
+  const TokenDataset& dataset() const { return dataset_; }
 
   // Back to the first micro-batch.
   void restart() { next_ = 0; }

@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "engine/config/parse.h"
-#include "engine/data/train_val.h"
 #include "engine/train/generate.h"
 #include "engine/train/trainer.h"
 
@@ -62,13 +61,10 @@ EvalResult evaluate_job(JobConfig cfg, const EvalOptions& o) {
   r.tokens = trainer.evaluated_tokens();
   if (o.sample_tokens > 0 && o.sample_prompt > 0 && !r.weights_dir.empty() &&
       cfg.model.seq_len >= 2) {
-    // The first validation sample (as the trainer's validation set numbers them).
-    const TrainValData tv =
-        open_train_val(cfg.data.train, cfg.data.val, cfg.data.val_fraction, cfg.model.seq_len,
-                       cfg.model.vocab_size, cfg.data.train_weights);
+    // The first validation sample, from the trainer's validation set (opened once).
     const int64_t T = cfg.model.seq_len;
     std::vector<int32_t> inputs(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
-    tv.val->read_sample(0, inputs.data(), targets.data());
+    trainer.validation_data()->read_sample(0, inputs.data(), targets.data());
     // Prompt and continuation within seq_len (GPT-2 has no positions beyond it).
     const int64_t prompt = std::min<int64_t>(o.sample_prompt, std::max<int64_t>(1, T / 2));
     GenerateOptions g;

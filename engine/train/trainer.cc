@@ -368,6 +368,10 @@ double Trainer::mean_over_ranks(double local) {
   return local / ctx_.world_size;
 }
 
+const TokenDataset* Trainer::validation_data() const {
+  return data_->val ? &data_->val->dataset() : nullptr;
+}
+
 std::optional<double> Trainer::evaluate() {
   if (!data_->val) return std::nullopt;
   EvalLoader& val = *data_->val;

@@ -15,6 +15,7 @@
 #include "comm/process_groups.h"
 #include "core/memory.h"
 #include "engine/config/job_config.h"
+#include "engine/data/dataset.h"
 #include "engine/metrics/csv_monitor.h"
 #include "engine/metrics/metrics_sink.h"
 #include "engine/metrics/tensorboard_monitor.h"
@@ -76,6 +77,8 @@ class Trainer {
   // Mean validation loss over train.eval_batches micro-batches per rank of the validation set,
   // averaged over ranks (nullopt when there is none).
   std::optional<double> evaluate();
+  // The validation samples evaluate() runs over (nullptr when there are none).
+  const TokenDataset* validation_data() const;
   // Tokens (over all ranks) whose loss the last evaluate() averaged.
   int64_t evaluated_tokens() const { return evaluated_tokens_; }
 
