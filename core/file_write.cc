@@ -40,10 +40,14 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     throw;
   }
+  rename_durably(tmp, path);
+}
+
+void rename_durably(const std::string& tmp, const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    ZD_THROW_INPUT("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
+    ZD_THROW_INPUT("cannot rename '{}' to '{}': {}", tmp, path, std::strerror(err));
   }
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   const std::string dir = parent.empty() ? std::string(".") : parent.string();

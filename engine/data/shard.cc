@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_write.h"
 
 namespace zerod {
 
@@ -254,16 +255,7 @@ void write_shard_bytes(const std::string& path, int32_t magic, int32_t version, 
       throw;
     }
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    ZD_THROW_INPUT("cannot rename '{}' to '{}': {}", tmp, path, errno_text(err));
-  }
-  // Make the rename itself durable.
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::filesystem::path dir = parent.empty() ? std::filesystem::path(".") : parent;
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd >= 0) ::fsync(d.fd);
+  rename_durably(tmp, path);
 }
 
 }  // namespace
