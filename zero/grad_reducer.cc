@@ -93,7 +93,7 @@ void GradReducer::launch_bucket() {
 void GradReducer::unit_done(int unit) {
   const UnitPartition& up = part_.unit(unit);
   if (!sharded_grads()) {
-    if (!last_micro_ || !distributed()) return;  // accumulate locally until the step's end
+    if (!last_micro_ || !distributed() || !reduces()) return;  // accumulate locally until the end
     if (opt_.stage == 0) {
       // Units finish in decreasing order, so a bucket is one contiguous range.
       ZD_CHECK(bucket_lo_ < 0 || unit == bucket_lo_ - 1,
@@ -165,7 +165,7 @@ void GradReducer::retire_oldest() {
 
 void GradReducer::finish() {
   while (!pending_.empty()) retire_oldest();
-  if (!sharded_grads() && distributed()) {
+  if (!sharded_grads() && distributed() && reduces()) {
     // Stages 0-1 reduced in the storage arrays: round the sums to the compute dtype (no-op for
     // fp32 and for real 16-bit storage).
     for (int u = 0; u < part_.num_units(); ++u) be_.round_to_compute(shard(u), part_.unit(u).shard);

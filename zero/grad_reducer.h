@@ -50,6 +50,12 @@ class GradReducer : public GradSink {
   // Waits for every reduction of the step. After it, shard(u) holds the summed gradients.
   void finish();
 
+  // Stage 0: whether the step's gradients are all-reduced (default); off, each rank keeps its
+  // own (the 1-bit optimizers past their warm-up, zero/onebit.h). Set before the step's last
+  // micro-batch.
+  void set_reduce(bool on) { reduce_ = on; }
+  bool reduces() const { return reduce_ || opt_.stage != 0; }
+
   // This rank's reduced gradient shard of unit u (partition.unit(u).shard elements).
   void* shard(int unit);
   double wait_seconds() const { return wait_seconds_; }
@@ -85,6 +91,7 @@ class GradReducer : public GradSink {
   int bucket_lo_ = -1, bucket_hi_ = -1;
   int64_t bucket_elems_ = 0;
   double wait_seconds_ = 0;
+  bool reduce_ = true;
 };
 
 }  // namespace zerod

@@ -74,6 +74,14 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   ro.reduce_bucket_size = opt_.reduce_bucket_size;
   ro.overlap_comm = opt_.overlap_comm;
   reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
+  if (opt_.onebit != OnebitKind::kNone) {
+    ZD_CHECK_INPUT(opt_.stage == 0 && !be_.device_memory() && esz_ == 4 && !offloaded(),
+                   "the 1-bit optimizers run at ZeRO stage 0 on the CPU without offload (stage "
+                   "{})",
+                   opt_.stage);
+    onebit_ = std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_,
+                                                partition_, *opt_.comm);
+  }
   if (opt_.stage >= 3) {
     GathererOptions go;
     go.comm = opt_.comm;
@@ -403,6 +411,7 @@ void ZeroEngine::zero_grad() {
   reducer_->zero_grad();
 }
 void ZeroEngine::begin_micro_batch(bool last) {
+  if (onebit_) reducer_->set_reduce(onebit_->reduces_gradients(adam_steps_ + 1));
   reducer_->begin_micro_batch(last);
   // NVMe optimizer states: the step's first sub-groups are read during this micro-batch.
   if (last && swapper_) swapper_->prefetch();
@@ -424,11 +433,53 @@ OptimizerKind optimizer_kind(const std::string& type) {
   if (type == "SGD") return OptimizerKind::kSgd;
   if (type == "Adagrad") return OptimizerKind::kAdagrad;
   if (type == "Lion") return OptimizerKind::kLion;
+  // The 1-bit optimizers' warm-up steps are Adam's kernel (zero/onebit.h).
+  if (onebit_kind(type) != OnebitKind::kNone) return OptimizerKind::kAdam;
   ZD_THROW_INPUT("optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion)", type);
+}
+
+StepResult ZeroEngine::onebit_step(const OptimStep& s) {
+  StepResult r;
+  // Each rank holds its own gradients: the overflow check and the norm sum over the ranks (the
+  // norm reported and clipped to is the root mean square of the ranks' local norms).
+  const double sumsq = sum_over_ranks(shard_sum_squares());
+  if (!std::isfinite(sumsq)) {
+    r.overflow = true;
+    r.grad_norm = std::numeric_limits<double>::infinity();
+    return r;
+  }
+  r.grad_norm = std::sqrt(sumsq / opt_.world_size) / s.loss_scale;
+  if (s.max_grad_norm > 0) {
+    const double coef = s.max_grad_norm / (r.grad_norm + 1e-6);
+    if (coef < 1.0) r.clip_coef = coef;
+  }
+  ++adam_steps_;
+  OnebitStep os;
+  os.step = adam_steps_;
+  os.lr = s.lr;
+  os.beta1 = s.beta1;
+  os.beta2 = s.beta2;
+  os.eps = s.eps;
+  os.weight_decay = s.weight_decay;
+  os.grad_scale = static_cast<float>(r.clip_coef / s.loss_scale);
+  std::vector<OnebitUnit> units;
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (guard_) guard_->before_update(u);
+    units.push_back({master(u), exp_avg(u), exp_avg_sq(u),
+                     static_cast<const float*>(reducer_->shard(u)), partition_.unit(u).shard});
+  }
+  onebit_->compressed_step(units, os);
+  if (!fp32_alias()) {
+    for (int u = 0; u < layout_.num_units(); ++u)
+      be_.cast_to_compute(weight_region(u), master(u), partition_.unit(u).shard);
+  }
+  publish_weights();
+  return r;
 }
 
 StepResult ZeroEngine::step(const OptimStep& s) {
   reducer_->finish();
+  if (onebit_ && !onebit_->reduces_gradients(adam_steps_ + 1)) return onebit_step(s);
   StepResult r;
   double sumsq = shard_sum_squares();
   const bool distributed = opt_.comm->size() > 1;

@@ -29,6 +29,7 @@
 #include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "zero/grad_reducer.h"
+#include "zero/onebit.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
 #include "zero/update_guard.h"
@@ -78,6 +79,10 @@ struct ZeroOptions {
   int64_t param_max_in_cpu = 1000000000;  // elements
   bool param_pin_memory = false;
   AioOptions param_aio;
+  // DeepSpeed's 1-bit optimizers (zero/onebit.h; stage 0, states in host memory): kNone for
+  // the others.
+  OnebitKind onebit = OnebitKind::kNone;
+  OnebitConfig onebit_config;
 };
 
 // Hyper-parameters of one optimizer step.
@@ -143,6 +148,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   StepResult step(const OptimStep& s);
   int64_t adam_steps() const { return adam_steps_; }
   void set_adam_steps(int64_t steps) { adam_steps_ = steps; }  // (loading a checkpoint)
+  // The 1-bit optimizer's per-rank state (null for the others).
+  OnebitOptimizer* onebit() { return onebit_.get(); }
   // Called before each unit's optimizer states change (nullptr: none). Not owned.
   void set_update_guard(UpdateGuard* guard) { guard_ = guard; }
 
@@ -235,6 +242,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
   void gather_weights();          // stages 1-2: all-gather every unit's updated shard
   void publish_weights();  // after the compute weights changed: gather (1-2) or re-gather (3)
+  // A 1-bit optimizer's step past its warm-up: gradients local to each rank.
+  StepResult onebit_step(const OptimStep& s);
   float* state(int which, int u);  // 0 master, 1 exp_avg, 2 exp_avg_sq of unit u (in memory)
 
   const ParamLayout& layout_;
@@ -257,6 +266,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
+  std::unique_ptr<OnebitOptimizer> onebit_;
   Buffer host_stage_;                        // host_stage()
   Buffer scalar_;                            // sum_over_ranks() on a GPU
   int64_t adam_steps_ = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/config/onebit_config.h"
 
 namespace zerod {
 
@@ -38,6 +39,7 @@ struct OptimizerConfig {
   // Adagrad
   double lr_decay = 0.0;
   double initial_accumulator_value = 0.0;
+  OnebitConfig onebit;  // OneBitAdam, ZeroOneAdam, OneBitLamb
 
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -9,6 +9,23 @@
 
 namespace zerod::config {
 
+void read_betas(ObjectReader& p, OptimizerConfig& o) {
+  const Json* v = p.find("betas");
+  if (v == nullptr) return;
+  const RealRange beta_range = real_between(0.0, 1.0, /*max_open=*/true);
+  bool ok = v->is_array() && v->size() == 2;
+  if (ok) {
+    for (const Json& b : *v) ok = ok && b.is_number() && beta_range.contains(b.get<double>());
+  }
+  if (!ok) {
+    p.problems().error(p.path_of("betas"),
+                       fmt::format("expected an array of 2 numbers in [0, 1), got {}", show(*v)));
+    return;
+  }
+  o.beta1 = (*v)[0].get<double>();
+  o.beta2 = (*v)[1].get<double>();
+}
+
 namespace {
 
 std::string lower(std::string s) {
@@ -19,12 +36,12 @@ std::string lower(std::string s) {
 // Optimizers DeepSpeed builds from a config (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS) and
 // common torch.optim classes it falls back to, in lower case: recognised, not supported.
 const std::vector<std::string> kOtherOptimizers = {
-    "lamb",  "onebitadam", "zerooneadam", "onebitlamb", "muadam",   "muadamw",
-    "musgd", "rmsprop",    "adadelta",    "adamax",     "nadam",    "radam",
-    "asgd",  "lbfgs",      "rprop",       "sparseadam", "adafactor"};
+    "lamb",  "muadam", "muadamw", "musgd", "rmsprop", "adadelta",   "adamax",
+    "nadam", "radam",  "asgd",    "lbfgs", "rprop",   "sparseadam", "adafactor"};
 
 // The supported types, canonical spelling.
-const std::vector<std::string> kOptimizers = {"Adam", "AdamW", "SGD", "Adagrad", "Lion"};
+const std::vector<std::string> kOptimizers = {"Adam", "AdamW",      "SGD",         "Adagrad",
+                                              "Lion", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 const std::vector<std::string> kSchedulers = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                               "OneCycle"};
@@ -45,23 +62,6 @@ const std::vector<std::string> kOtherSchedulers = {"LRRangeTest",
                                                    "OneCycleLR",
                                                    "CosineAnnealingWarmRestarts",
                                                    "PolynomialLR"};
-
-void read_betas(ObjectReader& p, OptimizerConfig& o) {
-  const Json* v = p.find("betas");
-  if (v == nullptr) return;
-  const RealRange beta_range = real_between(0.0, 1.0, /*max_open=*/true);
-  bool ok = v->is_array() && v->size() == 2;
-  if (ok) {
-    for (const Json& b : *v) ok = ok && b.is_number() && beta_range.contains(b.get<double>());
-  }
-  if (!ok) {
-    p.problems().error(p.path_of("betas"),
-                       fmt::format("expected an array of 2 numbers in [0, 1), got {}", show(*v)));
-    return;
-  }
-  o.beta1 = (*v)[0].get<double>();
-  o.beta2 = (*v)[1].get<double>();
-}
 
 void read_adam_params(const Json* params, OptimizerConfig& o, Problems& problems) {
   static const Json kEmpty = Json::object();
@@ -150,7 +150,10 @@ void read_lion_params(ObjectReader& p, OptimizerConfig& o) {
 void read_other_params(const Json* params, OptimizerConfig& o, Problems& problems) {
   static const Json kEmpty = Json::object();
   ObjectReader p(params != nullptr ? *params : kEmpty, "optimizer.params", problems);
-  if (o.type == "SGD") {
+  if (is_onebit_optimizer(o.type)) {
+    read_onebit_params(p, o);
+    return;  // (finished there: its own list of keys)
+  } else if (o.type == "SGD") {
     read_sgd_params(p, o);
   } else if (o.type == "Adagrad") {
     read_adagrad_params(p, o);
@@ -172,7 +175,8 @@ void read_optimizer(ObjectReader& top, JobConfig& cfg) {
   r.expect_default("legacy_fusion", false, "false");
   r.finish();
 
-  const std::string supported = "supported: Adam, AdamW, SGD, Adagrad, Lion";
+  const std::string supported =
+      "supported: Adam, AdamW, SGD, Adagrad, Lion, OneBitAdam, ZeroOneAdam, OneBitLamb";
   if (type == nullptr) {
     problems.error(r.path_of("type"), fmt::format("required ({})", supported));
     return;

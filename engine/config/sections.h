@@ -10,6 +10,11 @@ namespace zerod::config {
 // optimizer, scheduler (optimizer_sections.cc)
 void read_optimizer(ObjectReader& top, JobConfig& cfg);
 void read_scheduler(ObjectReader& top, JobConfig& cfg);
+// optimizer.params.betas (two numbers in [0, 1)).
+void read_betas(ObjectReader& p, OptimizerConfig& o);
+// optimizer.params of OneBitAdam / ZeroOneAdam / OneBitLamb (onebit_section.cc), and their rules.
+void read_onebit_params(ObjectReader& p, OptimizerConfig& o);
+void validate_onebit(const JobConfig& cfg, Problems& problems);
 // fp16, bf16 (and the older "bfloat16"), gradient/batch scalars stay in parse_job.cc
 void read_precision(ObjectReader& top, JobConfig& cfg);
 // zero_optimization with offload_param / offload_optimizer, aio (zero_sections.cc)

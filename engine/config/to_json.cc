@@ -17,6 +17,34 @@ Json optional_json(const std::optional<T>& v) {
 }
 
 // Only the parameters of the chosen type (the others are not keys of its params).
+// DeepSpeed's 1-bit optimizers: the keys of the type only.
+Json onebit_json(const OptimizerConfig& o) {
+  const OnebitConfig& b = o.onebit;
+  Json p = {{"lr", o.lr},
+            {"betas", {o.beta1, o.beta2}},
+            {"eps", o.eps},
+            {"weight_decay", o.weight_decay},
+            {"cuda_aware", b.cuda_aware},
+            {"comm_backend_name", b.comm_backend_name}};
+  if (o.type == "ZeroOneAdam") {
+    p["var_freeze_step"] = b.var_freeze_step;
+    p["var_update_scaler"] = b.var_update_scaler;
+    p["local_step_scaler"] = b.local_step_scaler;
+    p["local_step_clipper"] = b.local_step_clipper;
+  } else {
+    p["freeze_step"] = b.freeze_step;
+  }
+  if (o.type == "OneBitLamb") {
+    p["max_coeff"] = b.max_coeff;
+    p["min_coeff"] = b.min_coeff;
+    p["coeff_beta"] = b.coeff_beta;
+    p["factor_max"] = b.factor_max;
+    p["factor_min"] = b.factor_min;
+    p["factor_threshold"] = b.factor_threshold;
+  }
+  return {{"type", o.type}, {"params", p}};
+}
+
 Json optimizer_json(const OptimizerConfig& o) {
   if (o.type == "SGD") {
     return {{"type", o.type},
@@ -41,6 +69,7 @@ Json optimizer_json(const OptimizerConfig& o) {
             {"params",
              {{"lr", o.lr}, {"betas", {o.beta1, o.beta2}}, {"weight_decay", o.weight_decay}}}};
   }
+  if (is_onebit_optimizer(o.type)) return onebit_json(o);
   return {{"type", o.type},
           {"params",
            {{"lr", o.lr},

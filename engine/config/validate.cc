@@ -192,6 +192,7 @@ void validate_job(const JobConfig& cfg, Problems& problems) {
   validate_scheduler(cfg, problems);
   validate_zero(cfg, problems);
   validate_zerod_sections(cfg, problems);
+  validate_onebit(cfg, problems);
 }
 
 void validate_derived(const JobConfig& cfg, Problems& problems) {

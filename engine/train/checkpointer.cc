@@ -7,11 +7,13 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/fault_points.h"
+#include "core/file_write.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
@@ -302,6 +304,11 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   m.tokenizer = std::move(saved_tokenizer);
   const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
   std::vector<ShardData> shards = my_shards();
+  if (OnebitOptimizer* ob = engine_.onebit()) {
+    // The 1-bit optimizer's worker and server errors differ per rank: one file each.
+    write_file_atomically((fs::path(tmp) / onebit_file(ctx_.rank)).string(),
+                          ob->serialize(progress.adam_steps));
+  }
 
   SaveReport report;
   report.tag = tag;
@@ -415,6 +422,32 @@ void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json
                   previous);
   }
   ZD_THROW("checkpoint {} was not saved: {}; {}", p.manifest.tag, err, previous);
+}
+
+std::string Checkpointer::onebit_file(int rank) {
+  return fmt::format("onebit_rank{}.bin", rank);
+}
+
+// The 1-bit optimizer's errors of this rank. A checkpoint of another world size (or one saved
+// before the errors existed) has none for it: they restart from zero, as DeepSpeed always does.
+void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
+  const fs::path file = fs::path(path) / onebit_file(ctx_.rank);
+  std::string why;
+  if (!fs::exists(file)) {
+    why = "no " + file.filename().string();
+  } else {
+    try {
+      std::ifstream in(file, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      ob.deserialize(bytes, file.string());
+      return;
+    } catch (const InputError& e) {
+      why = e.what();
+    }
+  }
+  spdlog::warn("rank {}: the 1-bit optimizer's compression errors restart from zero ({})",
+               ctx_.rank, why);
 }
 
 std::optional<std::string> Checkpointer::poll() {
@@ -660,6 +693,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
     return std::nullopt;
   }
   engine_.set_adam_steps(m.progress.adam_steps);
+  if (OnebitOptimizer* ob = engine_.onebit()) load_onebit(*ob, path);
   engine_.refresh_weights();
   if (ctx_.rank == 0) {
     spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {}{})", path,

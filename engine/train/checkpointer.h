@@ -79,6 +79,9 @@ class Checkpointer {
   std::vector<std::string> gather(const std::string& mine);
   void barrier();
   bool all_true(bool mine);
+  // The 1-bit optimizer's per-rank errors: the file's name in a checkpoint, and reading it.
+  static std::string onebit_file(int rank);
+  void load_onebit(OnebitOptimizer& ob, const std::string& path);
 
   const JobConfig& cfg_;
   RankContext ctx_;

@@ -194,6 +194,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_max_in_cpu = op.max_in_cpu;
   zo.param_pin_memory = op.pin_memory;
   zo.param_aio = swap_options(cfg_).aio;
+  zo.onebit = onebit_kind(cfg_.optimizer.type);
+  zo.onebit_config = cfg_.optimizer.onebit;
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (tensor.size() > 1)
     tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_,

@@ -164,11 +164,12 @@ TEST(ConfigSections, OptimizerErrors) {
   ASSERT_EQ(lamb.size(), 1u) << joined(lamb);
   EXPECT_EQ(lamb[0],
             "optimizer.type: \"Lamb\" is not supported by zerod (supported: Adam, AdamW, SGD, "
-            "Adagrad, Lion)");
-  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "OneBitAdam"}}}})),
+            "Adagrad, Lion, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+  EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "MuAdam"}}}})),
                        "not supported by zerod"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "RMSprop"}}}})),
-                       "not supported by zerod (supported: Adam, AdamW, SGD, Adagrad, Lion)"));
+                       "not supported by zerod (supported: Adam, AdamW, SGD, Adagrad, Lion, "
+                       "OneBitAdam, ZeroOneAdam, OneBitLamb)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "Adamm"}}}})),
                        "did you mean 'Adam'?"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"params", {{"lr", 1}}}}}})),

@@ -1,0 +1,98 @@
+// DeepSpeed's 1-bit optimizers in the job file: defaults and keys of each type, and the
+// combinations they cannot serve refused at parse time (zerod check: exit 2) naming the key.
+#include <gtest/gtest.h>
+
+#include "tests/unit/engine/config/config_test_util.h"
+
+namespace zerod {
+namespace {
+
+using nlohmann::json;
+using testing_config::contains;
+using testing_config::job_with;
+using testing_config::joined;
+using testing_config::parse;
+using testing_config::problems_of;
+
+TEST(OnebitConfig, DeepSpeedDefaultsAndKeys) {
+  const ParsedJob a = parse(job_with({{"optimizer", {{"type", "onebitadam"}}}}));
+  const OptimizerConfig& o = a.config.optimizer;
+  EXPECT_EQ(o.type, "OneBitAdam");
+  EXPECT_EQ(o.onebit.freeze_step, 100000);
+  EXPECT_FALSE(o.onebit.cuda_aware);
+  EXPECT_EQ(o.onebit.comm_backend_name, "nccl");
+  EXPECT_FALSE(o.bias_correction);  // DeepSpeed's 1-bit update has none
+  EXPECT_TRUE(o.adam_w_mode);
+  const ParsedJob b = parse(job_with({{"optimizer",
+                                       {{"type", "OneBitAdam"},
+                                        {"params",
+                                         {{"lr", 2e-3},
+                                          {"freeze_step", 7},
+                                          {"cuda_aware", true},
+                                          {"comm_backend_name", "mpi"},
+                                          {"betas", {0.8, 0.99}},
+                                          {"weight_decay", 0.1},
+                                          {"bias_correction", true}}}}}}));
+  EXPECT_EQ(b.config.optimizer.onebit.freeze_step, 7);
+  EXPECT_TRUE(b.config.optimizer.onebit.cuda_aware);
+  EXPECT_EQ(b.config.optimizer.onebit.comm_backend_name, "mpi");
+  EXPECT_EQ(b.config.optimizer.beta1, 0.8);
+  // freeze_step at or past train.steps (10): a warning.
+  EXPECT_TRUE(b.warnings.empty()) << joined(b.warnings);
+  const ParsedJob c =
+      parse(job_with({{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"freeze_step", 10}}}}}}));
+  ASSERT_EQ(c.warnings.size(), 1u) << joined(c.warnings);
+  EXPECT_NE(c.warnings[0].find("optimizer.params.freeze_step: 10 is not below train.steps 10"),
+            std::string::npos)
+      << c.warnings[0];
+}
+
+TEST(OnebitConfig, UnknownKeysAndBadValuesNameTheKey) {
+  const auto other = problems_of(
+      job_with({{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"var_freeze_step", 5}}}}}}));
+  ASSERT_FALSE(other.empty());
+  EXPECT_TRUE(contains(other, "optimizer.params.var_freeze_step")) << joined(other);
+  EXPECT_TRUE(contains(other, "freeze_step")) << joined(other);  // the valid keys are listed
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"comm_backend_name", "gloo"}}}}}})),
+      "optimizer.params.comm_backend_name"));
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"freeze_step", -1}}}}}})),
+      "optimizer.params.freeze_step"));
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"amsgrad", true}}}}}})),
+      "optimizer.params.amsgrad"));
+}
+
+TEST(OnebitConfig, OtherStagesOffloadDevicesAndParallelismAreRefused) {
+  const json onebit = {{"type", "OneBitAdam"}, {"params", {{"freeze_step", 2}}}};
+  for (int stage : {1, 2, 3}) {
+    const auto p =
+        problems_of(job_with({{"optimizer", onebit}, {"zero_optimization", {{"stage", stage}}}}));
+    EXPECT_TRUE(contains(p, "zero_optimization.stage: " + std::to_string(stage) +
+                                " with optimizer OneBitAdam: the 1-bit optimizers need stage 0"))
+        << joined(p);
+  }
+  const auto off = problems_of(
+      job_with({{"optimizer", onebit},
+                {"zero_optimization", {{"stage", 3}, {"offload_param", {{"device", "cpu"}}}}}}));
+  EXPECT_TRUE(contains(off,
+                       "zero_optimization.offload_param.device: offload cannot be combined "
+                       "with optimizer OneBitAdam"))
+      << joined(off);
+  const auto gpu = problems_of(job_with({{"optimizer", onebit}, {"train", {{"device", "cuda"}}}}));
+  EXPECT_TRUE(contains(gpu, "train.device: \"cuda\" with optimizer OneBitAdam")) << joined(gpu);
+  const auto tp = problems_of(job_with({{"optimizer", onebit}, {"parallelism", {{"tensor", 2}}}}));
+  EXPECT_TRUE(contains(tp, "parallelism.tensor: 2 with optimizer OneBitAdam")) << joined(tp);
+  // fp16 and bf16 at stage 0 are fine.
+  EXPECT_TRUE(
+      problems_of(job_with({{"optimizer", onebit}, {"fp16", {{"enabled", true}}}})).empty());
+  EXPECT_TRUE(
+      problems_of(job_with({{"optimizer", onebit}, {"bf16", {{"enabled", true}}}})).empty());
+}
+
+}  // namespace
+}  // namespace zerod
