@@ -29,7 +29,10 @@ namespace zerod {
 //   kSgd     m = momentum_buffer (unused without momentum), v unused (torch.optim.SGD)
 //   kAdagrad v = sum (torch's state_sum), m unused (torch.optim.Adagrad)
 //   kLion    m = exp_avg, v unused (lion-pytorch / DeepSpeed FusedLion)
-enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdagrad, kLion };
+//   kMuon    hidden matrices: m = momentum_buffer, v unused (torch.optim.Muon); every other
+//            tensor: AdamW's m and v. Not an elementwise step: ZeroEngine runs it (zero/muon_*),
+//            optimizer_update refuses it.
+enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdagrad, kLion, kMuon };
 
 // Hyperparameters in double, as torch's param groups hold them: the kernels derive their fp32
 // constants from them as torch does (1 - beta, 1 - lr * wd, Adagrad's decayed lr in double, then

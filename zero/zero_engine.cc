@@ -433,9 +433,11 @@ OptimizerKind optimizer_kind(const std::string& type) {
   if (type == "SGD") return OptimizerKind::kSgd;
   if (type == "Adagrad") return OptimizerKind::kAdagrad;
   if (type == "Lion") return OptimizerKind::kLion;
+  if (type == "Muon") return OptimizerKind::kMuon;
   // The 1-bit optimizers' warm-up steps are Adam's kernel (zero/onebit.h).
   if (onebit_kind(type) != OnebitKind::kNone) return OptimizerKind::kAdam;
-  ZD_THROW_INPUT("optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion)", type);
+  ZD_THROW_INPUT("optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion, Muon)",
+                 type);
 }
 
 StepResult ZeroEngine::onebit_step(const OptimStep& s) {
@@ -516,6 +518,7 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   p.lr_decay = s.lr_decay;
   p.initial_accumulator_value = s.initial_accumulator_value;
   p.grad_scale = static_cast<float>(r.clip_coef / divisor);
+  if (s.kind == OptimizerKind::kMuon) muon_orthogonalise(s, p.grad_scale);
   const int owner = owner_rank();
   visit_states(StatesMode::kUpdate, 0, layout_.num_units(),
                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
@@ -532,10 +535,9 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                    for (const DecayRange& d : partition_.decay_ranges(u)) {
                      const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
                      if (a >= b) continue;
-                     p.weight_decay = d.decay ? s.weight_decay : 0.0;
                      const int64_t off = a - (sb + lo);
-                     cpu::optimizer_update(pm + off, pa + off, pv + off, g + off, nullptr, b - a, p,
-                                           DType::kF32);
+                     update_range(u, a, b, d.decay, pm + off, pa + off, pv + off, g + off, nullptr,
+                                  s, p, /*host=*/true);
                    }
                    be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
                    weight_written(u, hi);
@@ -546,16 +548,86 @@ StepResult ZeroEngine::step(const OptimStep& s) {
                  for (const DecayRange& d : partition_.decay_ranges(u)) {
                    const int64_t a = std::max(d.begin, sb + lo), b = std::min(d.end, sb + hi);
                    if (a >= b) continue;
-                   p.weight_decay = d.decay ? s.weight_decay : 0.0;
                    const int64_t off = a - (sb + lo);  // into the piece
-                   be_.optimizer_update(pm + off, pa + off, pv + off, at(grads, a - sb, esz_),
-                                        out ? at(out, a - sb, esz_) : nullptr, b - a, p);
+                   update_range(u, a, b, d.decay, pm + off, pa + off, pv + off,
+                                at(grads, a - sb, esz_), out ? at(out, a - sb, esz_) : nullptr, s,
+                                p, /*host=*/false);
                  }
                  if (weights && !out) be_.cast_to_compute(at(weights, lo, esz_), pm, hi - lo);
                  weight_written(u, hi);
                });
   publish_weights();
   return r;
+}
+
+void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm, float* pa,
+                              float* pv, const void* grad, void* out, const OptimStep& s,
+                              OptimizerParams p, bool host) {
+  // grad and out at element a, in the compute dtype (fp32 with host: a host copy).
+  auto run = [&](int64_t x, int64_t y, const OptimizerParams& q) {
+    const int64_t off = x - a;
+    if (host) {
+      cpu::optimizer_update(pm + off, pa + off, pv + off, static_cast<const float*>(grad) + off,
+                            nullptr, y - x, q, DType::kF32);
+    } else {
+      be_.optimizer_update(pm + off, pa + off, pv + off, at(const_cast<void*>(grad), off, esz_),
+                           out ? at(out, off, esz_) : nullptr, y - x, q);
+    }
+  };
+  if (p.kind != OptimizerKind::kMuon) {
+    p.weight_decay = decay ? s.weight_decay : 0.0;
+    return run(a, b, p);
+  }
+  // Muon: the pieces of hidden matrices from the orthogonalised values, AdamW in the gaps.
+  OptimizerParams adam = p;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = s.adam_lr;
+  adam.adam_w_mode = true;
+  adam.bias_correction = true;
+  adam.weight_decay = decay ? s.adam_weight_decay : 0.0;
+  ZD_CHECK(host || !be_.device_memory(), "Muon's update runs on host memory");
+  int64_t x = a;
+  for (const MuonPiece& piece : muon_->pieces(u)) {
+    const int64_t lo = std::max(piece.begin, a), hi = std::min(piece.end, b);
+    if (lo >= hi) continue;
+    if (x < lo) run(x, lo, adam);
+    const MuonMatrix& m = muon_->matrices()[static_cast<size_t>(piece.matrix)];
+    float* param_out = out ? reinterpret_cast<float*>(at(out, lo - a, esz_)) : nullptr;
+    cpu::muon_apply(pm + (lo - a), muon_->local() + piece.slot + (lo - piece.begin), param_out,
+                    hi - lo, s.lr, s.weight_decay,
+                    cpu::muon_adjusted_lr(s.lr, s.adjust_lr, m.rows, m.cols), be_.compute_dtype());
+    x = hi;
+  }
+  if (x < b) run(x, b, adam);
+}
+
+void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
+  if (!muon_) {
+    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(),
+                                           partition_.world_size() > 1 ? opt_.comm : nullptr);
+  }
+  const int owner = owner_rank();
+  float* local = muon_->local();
+  visit_states_host(
+      StatesMode::kUpdate, muon_->first_unit(), muon_->last_unit() + 1,
+      [&](int u, int64_t lo, int64_t hi, float* /*pm*/, float* pa, float* /*pv*/) {
+        const int64_t sb = partition_.unit(u).begin(owner);
+        const char* grads = static_cast<const char*>(reducer_->shard(u));
+        for (const MuonPiece& piece : muon_->pieces(u)) {
+          const int64_t a = std::max(piece.begin, sb + lo), b = std::min(piece.end, sb + hi);
+          if (a >= b) continue;
+          const void* grad = grads + (a - sb) * static_cast<int64_t>(esz_);
+          const float* g = static_cast<const float*>(grad);  // the CPU's: fp32 arrays
+          if (be_.device_memory()) {  // (a GPU's compute-dtype gradients, to the host in fp32)
+            float* h = muon_->scratch(b - a);
+            be_.cast_from_compute(h, grad, b - a);
+            g = h;
+          }
+          cpu::muon_momentum(pa + (a - sb - lo), g, local + piece.slot + (a - piece.begin), b - a,
+                             grad_scale, s.momentum, s.nesterov);
+        }
+      });
+  muon_->orthogonalise(s.ns);
 }
 
 double ZeroEngine::comm_wait_seconds() const {

@@ -24,12 +24,14 @@
 #include "comm/communicator.h"
 #include "core/memory.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/muon.h"
 #include "model/layout.h"
 #include "model/param_source.h"
 #include "offload/param_swapper.h"
 #include "offload/state_swapper.h"
 #include "zero/grad_reducer.h"
 #include "zero/onebit.h"
+#include "zero/muon_exchange.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
 #include "zero/update_guard.h"
@@ -100,6 +102,11 @@ struct OptimStep {
   double momentum = 0.0, dampening = 0.0;  // SGD
   bool nesterov = false;
   double lr_decay = 0.0, initial_accumulator_value = 0.0;  // Adagrad
+  // Muon: lr, weight_decay, momentum, nesterov above are the hidden matrices'; the other tensors
+  // take AdamW with adam_lr, adam_weight_decay and beta1, beta2, eps above.
+  double adam_lr = 1e-3, adam_weight_decay = 0.0;
+  cpu::MuonNs ns;
+  cpu::MuonLrAdjust adjust_lr = cpu::MuonLrAdjust::kOriginal;
   double loss_scale = 1.0;     // gradients are divided by it
   double max_grad_norm = 0.0;  // gradient_clipping; 0: off
 };
@@ -245,6 +252,14 @@ class ZeroEngine : public ParamSource, public GradSink {
   // A 1-bit optimizer's step past its warm-up: gradients local to each rank.
   StepResult onebit_step(const OptimStep& s);
   float* state(int which, int u);  // 0 master, 1 exp_avg, 2 exp_avg_sq of unit u (in memory)
+  // Muon, before the update pass: the momentum of this rank's pieces of every hidden matrix,
+  // then the matrices orthogonalised whole (zero/muon_exchange.h; collective at stages 1-3).
+  void muon_orthogonalise(const OptimStep& s, float grad_scale);
+  // The update of unit u's elements [a, b) (pm, pa, pv, grad at a; out at a or null), a range of
+  // one decay setting: p's kernel, or with Muon the matrices' update from the orthogonalised
+  // values and AdamW elsewhere. host: the CPU kernels on host memory (else the backend's).
+  void update_range(int u, int64_t a, int64_t b, bool decay, float* pm, float* pa, float* pv,
+                    const void* grad, void* out, const OptimStep& s, OptimizerParams p, bool host);
 
   const ParamLayout& layout_;
   Backend& be_;
@@ -267,6 +282,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<OnebitOptimizer> onebit_;
+  std::unique_ptr<MuonExchange> muon_;  // optimizer Muon (made at its first step)
   Buffer host_stage_;                        // host_stage()
   Buffer scalar_;                            // sum_over_ranks() on a GPU
   int64_t adam_steps_ = 0;

@@ -40,6 +40,15 @@ struct OptimizerConfig {
   double lr_decay = 0.0;
   double initial_accumulator_value = 0.0;
   OnebitConfig onebit;  // OneBitAdam, ZeroOneAdam, OneBitLamb
+  // Muon (torch.optim.Muon for the hidden matrices: lr is theirs, "muon_lr" in the file may set
+  // it; weight_decay, momentum, nesterov above) and its auxiliary AdamW for every other tensor
+  // (DeepSpeed's Muon keys: adam_lr, betas, eps above; adam_weight_decay).
+  double adam_lr = 1e-3;
+  double adam_weight_decay = 0.1;
+  std::vector<double> ns_coefficients = {3.4445, -4.775, 2.0315};
+  double ns_eps = 1e-7;
+  int ns_steps = 5;
+  std::string adjust_lr_fn = "original";  // "original" (torch's None) | "match_rms_adamw"
 
   bool operator==(const OptimizerConfig&) const = default;
 };

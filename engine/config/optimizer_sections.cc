@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "engine/config/sections.h"
 
@@ -40,8 +41,8 @@ const std::vector<std::string> kOtherOptimizers = {
     "nadam", "radam",  "asgd",    "lbfgs", "rprop",   "sparseadam", "adafactor"};
 
 // The supported types, canonical spelling.
-const std::vector<std::string> kOptimizers = {"Adam", "AdamW",      "SGD",         "Adagrad",
-                                              "Lion", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kOptimizers = {
+    "Adam", "AdamW", "SGD", "Adagrad", "Lion", "Muon", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
 
 const std::vector<std::string> kSchedulers = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                               "OneCycle"};
@@ -147,6 +148,59 @@ void read_lion_params(ObjectReader& p, OptimizerConfig& o) {
   p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
 }
 
+// torch.optim.Muon (torch >= 2.9) for the hidden matrices, with DeepSpeed's Muon keys for the
+// auxiliary AdamW of the other tensors (engine.py's MuonWithAuxAdam groups): "lr" is both groups'
+// unless "muon_lr" / "adam_lr" set one; "betas" and "eps" are the AdamW's (DeepSpeed's meaning),
+// so torch's Newton-Schulz eps is "ns_eps"; "weight_decay" is both groups' unless
+// "adam_weight_decay" sets the AdamW's. Defaults: torch.optim.Muon's; the AdamW's betas and eps
+// are DeepSpeed MuonWithAuxAdam's (0.9, 0.95) and 1e-10.
+void read_muon_params(ObjectReader& p, OptimizerConfig& o) {
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  o.momentum = 0.95;
+  o.nesterov = true;
+  o.beta1 = 0.9;
+  o.beta2 = 0.95;
+  o.eps = 1e-10;
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  o.adam_lr = o.lr;
+  p.read_real("muon_lr", o.lr, real_at_least(0.0));
+  p.read_real("adam_lr", o.adam_lr, real_at_least(0.0));
+  p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+  o.adam_weight_decay = o.weight_decay;
+  p.read_real("adam_weight_decay", o.adam_weight_decay, real_at_least(0.0));
+  p.read_real("momentum", o.momentum, real_between(0.0, 1.0, /*max_open=*/true));
+  p.read_bool("nesterov", o.nesterov);
+  read_betas(p, o);
+  p.read_real("eps", o.eps, real_at_least(0.0));
+  p.read_real("ns_eps", o.ns_eps, real_at_least(0.0));
+  p.read_int("ns_steps", o.ns_steps, int_between(0, 99));
+  if (const Json* c = p.find("ns_coefficients")) {
+    bool ok = c->is_array() && c->size() == 3;
+    if (ok) {
+      for (const Json& x : *c) ok = ok && x.is_number() && std::isfinite(x.get<double>());
+    }
+    if (ok) {
+      o.ns_coefficients = c->get<std::vector<double>>();
+    } else {
+      p.problems().error(p.path_of("ns_coefficients"),
+                         fmt::format("expected an array of 3 numbers (a, b, c), got {}", show(*c)));
+    }
+  }
+  if (const Json* f = p.find("adjust_lr_fn"); f != nullptr && !f->is_null()) {
+    if (f->is_string() && (*f == "original" || *f == "match_rms_adamw")) {
+      o.adjust_lr_fn = f->get<std::string>();
+    } else {
+      p.problems().error(
+          p.path_of("adjust_lr_fn"),
+          fmt::format("{} is not one of null, \"original\", \"match_rms_adamw\"", show(*f)));
+    }
+  }
+  // torch's implementation switches: use_addmm changes only how torch rounds its matmuls.
+  p.accept_no_effect("use_addmm", "any");
+  p.expect_default("foreach", nullptr, "null or false (torch has no foreach Muon)");
+}
+
 void read_other_params(const Json* params, OptimizerConfig& o, Problems& problems) {
   static const Json kEmpty = Json::object();
   ObjectReader p(params != nullptr ? *params : kEmpty, "optimizer.params", problems);
@@ -157,6 +211,8 @@ void read_other_params(const Json* params, OptimizerConfig& o, Problems& problem
     read_sgd_params(p, o);
   } else if (o.type == "Adagrad") {
     read_adagrad_params(p, o);
+  } else if (o.type == "Muon") {
+    read_muon_params(p, o);
   } else {
     read_lion_params(p, o);
   }
@@ -176,7 +232,7 @@ void read_optimizer(ObjectReader& top, JobConfig& cfg) {
   r.finish();
 
   const std::string supported =
-      "supported: Adam, AdamW, SGD, Adagrad, Lion, OneBitAdam, ZeroOneAdam, OneBitLamb";
+      "supported: Adam, AdamW, SGD, Adagrad, Lion, Muon, OneBitAdam, ZeroOneAdam, OneBitLamb";
   if (type == nullptr) {
     problems.error(r.path_of("type"), fmt::format("required ({})", supported));
     return;

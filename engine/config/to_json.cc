@@ -64,6 +64,22 @@ Json optimizer_json(const OptimizerConfig& o) {
               {"initial_accumulator_value", o.initial_accumulator_value},
               {"eps", o.eps}}}};
   }
+  if (o.type == "Muon") {
+    return {{"type", o.type},
+            {"params",
+             {{"lr", o.lr},
+              {"adam_lr", o.adam_lr},
+              {"weight_decay", o.weight_decay},
+              {"adam_weight_decay", o.adam_weight_decay},
+              {"momentum", o.momentum},
+              {"nesterov", o.nesterov},
+              {"ns_coefficients", o.ns_coefficients},
+              {"ns_eps", o.ns_eps},
+              {"ns_steps", o.ns_steps},
+              {"adjust_lr_fn", o.adjust_lr_fn},
+              {"betas", {o.beta1, o.beta2}},
+              {"eps", o.eps}}}};
+  }
   if (o.type == "Lion") {
     return {{"type", o.type},
             {"params",

@@ -55,6 +55,28 @@ void validate_scheduler(const JobConfig& cfg, Problems& p) {
   }
 }
 
+// Muon orthogonalises whole matrices: a tensor-parallel rank holds a slice of each (refused, not
+// gathered over the tensor group), and the Newton-Schulz step runs on the host, so on a GPU the
+// optimizer states must be offloaded there (all of them: cpu with ratio 1, or nvme).
+void validate_muon(const JobConfig& cfg, Problems& p) {
+  if (cfg.optimizer.type != "Muon") return;
+  if (cfg.parallelism.tensor > 1) {
+    p.error("parallelism.tensor",
+            fmt::format("{} with optimizer Muon: Muon orthogonalises whole matrices and a tensor "
+                        "rank holds a slice of each; zerod does not gather them over the tensor "
+                        "group (use tensor 1, or another optimizer)",
+                        cfg.parallelism.tensor));
+  }
+  const OffloadOptimizerConfig& off = cfg.zero.offload_optimizer;
+  const bool all_on_host =
+      off.device == OffloadDevice::kNvme || (off.device == OffloadDevice::kCpu && off.ratio >= 1.0);
+  if (cfg.train.device == TrainDevice::kCuda && !all_on_host) {
+    p.error("zero_optimization.offload_optimizer.device",
+            "optimizer Muon on train.device cuda runs its step on the host: set offload_optimizer "
+            "device to \"cpu\" (ratio 1) or \"nvme\"");
+  }
+}
+
 void validate_zero(const JobConfig& cfg, Problems& p) {
   const ZeroConfig& z = cfg.zero;
   const OffloadParamConfig& op = z.offload_param;
@@ -191,6 +213,7 @@ void validate_job(const JobConfig& cfg, Problems& problems) {
   validate_precision(cfg, problems);
   validate_scheduler(cfg, problems);
   validate_zero(cfg, problems);
+  validate_muon(cfg, problems);
   validate_zerod_sections(cfg, problems);
   validate_onebit(cfg, problems);
 }

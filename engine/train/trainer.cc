@@ -48,6 +48,20 @@ std::string human_count(double x) {
   if (x >= 1e3) return fmt::format("{:.1f}K", x / 1e3);
   return fmt::format("{:.0f}", x);
 }
+// Muon's settings (os.lr: the scheduled lr of the hidden matrices): the auxiliary AdamW's lr
+// follows the same schedule, scaled by adam_lr / lr.
+void set_muon_step(const OptimizerConfig& o, OptimStep& os) {
+  os.adam_lr = o.lr > 0 ? o.adam_lr * (os.lr / o.lr) : o.adam_lr;
+  os.adam_weight_decay = o.adam_weight_decay;
+  os.ns.a = static_cast<float>(o.ns_coefficients.at(0));
+  os.ns.b = static_cast<float>(o.ns_coefficients.at(1));
+  os.ns.c = static_cast<float>(o.ns_coefficients.at(2));
+  os.ns.eps = static_cast<float>(o.ns_eps);
+  os.ns.steps = o.ns_steps;
+  os.adjust_lr = o.adjust_lr_fn == "match_rms_adamw" ? cpu::MuonLrAdjust::kMatchRmsAdamw
+                                                     : cpu::MuonLrAdjust::kOriginal;
+}
+
 }  // namespace
 
 Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
@@ -322,6 +336,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.nesterov = cfg_.optimizer.nesterov;
   os.lr_decay = cfg_.optimizer.lr_decay;
   os.initial_accumulator_value = cfg_.optimizer.initial_accumulator_value;
+  if (os.kind == OptimizerKind::kMuon) set_muon_step(cfg_.optimizer, os);
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);

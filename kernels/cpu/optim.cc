@@ -54,6 +54,7 @@ void span(float* master, float* m, float* v, const float* grad, int64_t n, const
       for (int64_t i = 0; i < n; ++i) lion_element(master[i], m[i], grad[i], k);
       break;
     case OptimizerKind::kAdam:
+    case OptimizerKind::kMuon:
       break;
   }
 }
@@ -66,6 +67,8 @@ void optimizer_update(float* master, float* m, float* v, const float* grad, floa
     adamw_update(master, m, v, grad, param_out, n, p, param_dtype);
     return;
   }
+  ZD_CHECK(p.kind != OptimizerKind::kMuon,
+           "Muon is not an elementwise step (ZeroEngine orthogonalises its matrices)");
   const OptimConstants k = optim_constants(p);
   update_in_blocks(master, param_out, n, param_dtype, [&](int64_t i0, int64_t len) {
     span(master + i0, m + i0, v + i0, grad + i0, len, p, k);

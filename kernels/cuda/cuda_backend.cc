@@ -503,6 +503,8 @@ class CudaBackend final : public Backend {
       case OptimizerKind::kAdagrad:
         k.kind = cuda::OptimKind::kAdagrad;
         break;
+      case OptimizerKind::kMuon:
+        ZD_THROW("Muon is not an elementwise step (ZeroEngine runs it on the host)");
       default:
         k.kind = cuda::OptimKind::kLion;
         break;

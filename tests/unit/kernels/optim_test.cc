@@ -6,41 +6,24 @@
 #include "kernels/cpu/optim.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 
+#include "tests/unit/kernels/torch_reference.h"
+
 namespace zerod::cpu {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 // The references, made once per test program.
 const Json& references() {
-  static const Json refs = [] {
-    const fs::path out =
-        fs::temp_directory_path() / ("zerod_optim_ref_" + std::to_string(::getpid()) + ".json");
-    const std::string cmd = "/usr/bin/python3 " ZEROD_SOURCE_DIR
-                            "/tests/unit/kernels/optim_reference.py " +
-                            out.string();
-    const int rc = std::system(cmd.c_str());
-    Json j;
-    if (rc == 0) {
-      std::ifstream in(out);
-      j = Json::parse(in);
-    }
-    fs::remove(out);
-    return j;
-  }();
+  static const Json refs = testing::run_torch_reference("optim_reference.py");
   return refs;
 }
 

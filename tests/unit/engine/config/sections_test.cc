@@ -164,12 +164,12 @@ TEST(ConfigSections, OptimizerErrors) {
   ASSERT_EQ(lamb.size(), 1u) << joined(lamb);
   EXPECT_EQ(lamb[0],
             "optimizer.type: \"Lamb\" is not supported by zerod (supported: Adam, AdamW, SGD, "
-            "Adagrad, Lion, OneBitAdam, ZeroOneAdam, OneBitLamb)");
+            "Adagrad, Lion, Muon, OneBitAdam, ZeroOneAdam, OneBitLamb)");
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "MuAdam"}}}})),
                        "not supported by zerod"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "RMSprop"}}}})),
                        "not supported by zerod (supported: Adam, AdamW, SGD, Adagrad, Lion, "
-                       "OneBitAdam, ZeroOneAdam, OneBitLamb)"));
+                       "Muon, OneBitAdam, ZeroOneAdam, OneBitLamb)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"type", "Adamm"}}}})),
                        "did you mean 'Adam'?"));
   EXPECT_TRUE(contains(problems_of(job_with({{"optimizer", {{"params", {{"lr", 1}}}}}})),
@@ -734,6 +734,95 @@ TEST(ConfigSections, DataBlendAndTokenizer) {
   EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"tokenizer", ""}}}})),
                        "data.tokenizer: must not be empty"));
   EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"tokenizer", 7}}}})), "data.tokenizer"));
+}
+
+}  // namespace
+}  // namespace zerod
+
+namespace zerod {
+namespace {
+
+// Muon: torch.optim.Muon's defaults for the matrices, DeepSpeed's Muon keys for the auxiliary
+// AdamW (lr for both unless muon_lr / adam_lr; betas and eps are the AdamW's), the Newton-Schulz
+// keys torch names (eps as ns_eps); the result parses back from job_to_json.
+TEST(ConfigSections, MuonDefaultsAndDeepSpeedKeys) {
+  const ParsedJob d = parse(job_with({{"optimizer", {{"type", "muon"}}}}));
+  const OptimizerConfig& o = d.config.optimizer;
+  EXPECT_EQ(o.type, "Muon");
+  EXPECT_EQ(o.lr, 1e-3);
+  EXPECT_EQ(o.adam_lr, 1e-3);
+  EXPECT_EQ(o.weight_decay, 0.1);
+  EXPECT_EQ(o.adam_weight_decay, 0.1);
+  EXPECT_EQ(o.momentum, 0.95);
+  EXPECT_TRUE(o.nesterov);
+  EXPECT_EQ(o.ns_coefficients, (std::vector<double>{3.4445, -4.775, 2.0315}));
+  EXPECT_EQ(o.ns_eps, 1e-7);
+  EXPECT_EQ(o.ns_steps, 5);
+  EXPECT_EQ(o.adjust_lr_fn, "original");
+  EXPECT_EQ(o.beta1, 0.9);
+  EXPECT_EQ(o.beta2, 0.95);
+  EXPECT_EQ(o.eps, 1e-10);
+  const ParsedJob g = parse(job_with({{"optimizer",
+                                       {{"type", "Muon"},
+                                        {"params",
+                                         {{"lr", 0.01},
+                                          {"muon_lr", 0.02},
+                                          {"adam_weight_decay", 0.0},
+                                          {"nesterov", false},
+                                          {"ns_coefficients", {2.0, -1.5, 0.5}},
+                                          {"ns_eps", 1e-6},
+                                          {"ns_steps", 3},
+                                          {"adjust_lr_fn", "match_rms_adamw"},
+                                          {"betas", {0.8, 0.95}},
+                                          {"eps", 1e-8},
+                                          {"use_addmm", true}}}}}}));
+  const OptimizerConfig& q = g.config.optimizer;
+  EXPECT_EQ(q.lr, 0.02);
+  EXPECT_EQ(q.adam_lr, 0.01);
+  EXPECT_EQ(q.weight_decay, 0.1);
+  EXPECT_EQ(q.adam_weight_decay, 0.0);
+  EXPECT_FALSE(q.nesterov);
+  EXPECT_EQ(q.ns_coefficients, (std::vector<double>{2.0, -1.5, 0.5}));
+  EXPECT_EQ(q.ns_eps, 1e-6);
+  EXPECT_EQ(q.ns_steps, 3);
+  EXPECT_EQ(q.adjust_lr_fn, "match_rms_adamw");
+  EXPECT_EQ(q.beta1, 0.8);
+  EXPECT_EQ(q.eps, 1e-8);
+  EXPECT_EQ(parse(job_to_json(g.config).dump()).config.optimizer, q);
+}
+
+TEST(ConfigSections, MuonBadInputNamesTheKey) {
+  auto muon = [](const json& params) {
+    return problems_of(job_with({{"optimizer", {{"type", "Muon"}, {"params", params}}}}));
+  };
+  EXPECT_TRUE(contains(muon({{"ns_steps", 100}}), "optimizer.params.ns_steps:"));
+  EXPECT_TRUE(contains(muon({{"ns_steps", -1}}), "optimizer.params.ns_steps:"));
+  EXPECT_TRUE(contains(muon({{"momentum", 1.0}}), "optimizer.params.momentum:"));
+  EXPECT_TRUE(contains(muon({{"muon_lr", -0.1}}), "optimizer.params.muon_lr:"));
+  EXPECT_TRUE(contains(muon({{"ns_coefficients", {1.0, 2.0}}}),
+                       "optimizer.params.ns_coefficients: expected an array of 3 numbers (a, b, "
+                       "c), got [1.0,2.0]"));
+  EXPECT_TRUE(contains(muon({{"adjust_lr_fn", "rms"}}),
+                       "optimizer.params.adjust_lr_fn: \"rms\" is not one of null, \"original\", "
+                       "\"match_rms_adamw\""));
+  EXPECT_TRUE(contains(muon({{"ns_step", 3}}),
+                       "optimizer.params.ns_step: unknown key; did you mean 'ns_steps'?"));
+  EXPECT_TRUE(contains(muon({{"foreach", true}}), "optimizer.params.foreach:"));
+  // A tensor-parallel job, and a GPU job with the optimizer states on the device, are refused.
+  auto muon_job = [](const json& more) {
+    json j = more;
+    j["optimizer"] = {{"type", "Muon"}};
+    return problems_of(job_with(j));
+  };
+  EXPECT_TRUE(contains(muon_job({{"parallelism", {{"tensor", 2}}}}),
+                       "parallelism.tensor: 2 with optimizer Muon"));
+  const json cuda = {{"device", "cuda"}};
+  EXPECT_TRUE(contains(muon_job({{"train", cuda}}),
+                       "zero_optimization.offload_optimizer.device: optimizer Muon on "
+                       "train.device cuda"));
+  const json offloaded = {{"stage", 3}, {"offload_optimizer", {{"device", "cpu"}}}};
+  EXPECT_FALSE(
+      contains(muon_job({{"train", cuda}, {"zero_optimization", offloaded}}), "optimizer Muon"));
 }
 
 }  // namespace

@@ -117,6 +117,8 @@ inline std::vector<std::pair<std::string, std::string>> other_optimizers() {
        R"({"type": "Adagrad", "params": {"lr": 0.03, "lr_decay": 0.01,
            "initial_accumulator_value": 0.1, "weight_decay": 0.01}})"},
       {"Lion", R"({"type": "Lion", "params": {"lr": 1e-3, "weight_decay": 0.1}})"},
+      {"Muon", R"({"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3,
+           "weight_decay": 0.01}})"},
   };
 }
 

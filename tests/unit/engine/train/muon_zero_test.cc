@@ -1,0 +1,151 @@
+// Muon under ZeRO (zero/muon_exchange.h): at world 2 the exchange gives each rank exactly the
+// Newton-Schulz result of the whole matrix for its pieces (bit for bit what one rank computes),
+// with a matrix straddling the shard boundary and both ranks owning matrices; and training with
+// Muon gives the single rank's losses at stages 0, 1 and 3, offloaded to the CPU at stage 3
+// (whole and split with offload_ratio) and on NVMe. (SGD/Adagrad/Lion's parity and resume tests,
+// zero_parity_test.cc and checkpoint_test.cc, run Muon too: testing::other_optimizers().)
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/collective_log.h"
+#include "engine/config/model_spec.h"
+#include "engine/train/trainer.h"
+#include "kernels/cpu/muon.h"
+#include "tests/unit/engine/train/train_test_util.h"
+#include "zero/muon_exchange.h"
+
+namespace zerod {
+namespace {
+
+ParamLayout tiny_layout() {
+  testing::TempCorpus corpus("zerod_muon_layout");
+  return ParamLayout(model_spec(testing::tiny_job(corpus, 1, 0, 1, 1).model));
+}
+
+// A deterministic value of element i of matrix k.
+float value(size_t k, int64_t i) {
+  return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(k)) +
+         0.01f * static_cast<float>(i % 7);
+}
+
+TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
+  const ParamLayout layout = tiny_layout();
+  const Partition part(layout, 2);
+  const std::vector<MuonMatrix> mats = muon_matrices(layout);
+  // GPT-2: 4 matrices per block (c_attn, attn.c_proj, c_fc, mlp.c_proj), 2 blocks.
+  ASSERT_EQ(mats.size(), 8u);
+  int straddling = 0;
+  for (const MuonMatrix& m : mats) {
+    const int64_t cut = part.unit(m.unit).shard;  // rank 1's first element
+    if (m.begin < cut && m.end() > cut) ++straddling;
+  }
+  EXPECT_GT(straddling, 0) << "no matrix straddles the shard boundary";
+  // The expected results: each matrix orthogonalised whole on one thread.
+  std::vector<std::vector<float>> want(mats.size());
+  cpu::MuonNs ns;
+  for (size_t k = 0; k < mats.size(); ++k) {
+    const MuonMatrix& m = mats[k];
+    want[k].resize(static_cast<size_t>(m.rows * m.cols));
+    for (int64_t i = 0; i < m.rows * m.cols; ++i) want[k][static_cast<size_t>(i)] = value(k, i);
+    std::vector<float> work(static_cast<size_t>(cpu::muon_ns_work_floats(m.rows, m.cols)));
+    cpu::newton_schulz(want[k].data(), m.rows, m.cols, ns, work.data());
+  }
+  std::mutex mu;
+  std::vector<int> owned(2, 0);
+  testing::run_world(2, [&](const RankContext& ctx) {
+    MuonExchange ex(layout, part, ctx.rank, ctx.comm);
+    int64_t mine = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      for (const MuonPiece& p : ex.pieces(u)) {
+        const MuonMatrix& m = ex.matrices()[static_cast<size_t>(p.matrix)];
+        for (int64_t e = p.begin; e < p.end; ++e)
+          ex.local()[p.slot + e - p.begin] = value(static_cast<size_t>(p.matrix), e - m.begin);
+        mine += p.end - p.begin;
+      }
+    }
+    EXPECT_GT(mine, 0);
+    const CollectiveLog* log = ctx.comm->collective_log();
+    const int64_t before = log ? log->totals()["all_to_all"].bytes : 0;
+    ex.orthogonalise(ns);
+    int bad = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      for (const MuonPiece& p : ex.pieces(u)) {
+        const MuonMatrix& m = ex.matrices()[static_cast<size_t>(p.matrix)];
+        for (int64_t e = p.begin; e < p.end; ++e) {
+          const float got = ex.local()[p.slot + e - p.begin];
+          if (got != want[static_cast<size_t>(p.matrix)][static_cast<size_t>(e - m.begin)]) ++bad;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << "rank " << ctx.rank;
+    if (log) {  // two all_to_all of 2 blocks each
+      EXPECT_EQ(log->totals()["all_to_all"].bytes - before, 2 * 2 * ex.block_floats() * 4);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const MuonMatrix& m : ex.matrices())
+      owned[static_cast<size_t>(ctx.rank)] += m.owner == ctx.rank;
+  });
+  EXPECT_GT(owned[0], 0);
+  EXPECT_GT(owned[1], 0);
+}
+
+class MuonTraining : public ::testing::Test {
+ protected:
+  static std::vector<double> losses(int world, int stage, const std::string& zero_extra) {
+    testing::TempCorpus corpus("zerod_muon_train");
+    const JobConfig cfg = testing::tiny_job(corpus, world, stage, 1, 6, "", "", 8, zero_extra,
+                                            testing::tiny_gpt2(), kMuon);
+    std::vector<double> out;
+    testing::run_world(world, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      const TrainResult res = t.run();
+      if (ctx.rank == 0)
+        for (const auto& s : res.steps) out.push_back(s.loss);
+    });
+    return out;
+  }
+  static constexpr const char* kMuon =
+      R"({"type": "Muon", "params": {"lr": 0.02, "adam_lr": 3e-3, "weight_decay": 0.01,
+          "adjust_lr_fn": "match_rms_adamw"}})";
+};
+
+TEST_F(MuonTraining, Stage0To3AndOffloadGiveTheSingleRankLosses) {
+  const std::vector<double> single = losses(1, 0, "");
+  ASSERT_EQ(single.size(), 6u);
+  EXPECT_LT(single.back(), single.front() - 0.2) << "learns";
+  const std::filesystem::path swap =
+      std::filesystem::temp_directory_path() / ("zerod_muon_nvme_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(swap);
+  struct Case {
+    int stage;
+    std::string zero_extra, what;
+  };
+  const std::vector<Case> cases = {
+      {0, "", "stage 0"},
+      {1, "", "stage 1"},
+      {3, "", "stage 3"},
+      {3, R"(, "offload_optimizer": {"device": "cpu"})", "stage 3, cpu offload"},
+      {3, R"(, "offload_optimizer": {"device": "cpu", "ratio": 0.5})",
+       "stage 3, offload ratio 0.5"},
+      {3,
+       R"(, "offload_optimizer": {"device": "nvme", "nvme_path": ")" + swap.string() +
+           R"("}, "sub_group_size": 3000)",
+       "stage 3, nvme"},
+  };
+  for (const Case& c : cases) {
+    const std::vector<double> got = losses(2, c.stage, c.zero_extra);
+    ASSERT_EQ(got.size(), single.size()) << c.what;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], single[i], 1e-5 * single[i]) << c.what << ", step " << i + 1;
+  }
+  std::filesystem::remove_all(swap);
+}
+
+}  // namespace
+}  // namespace zerod

@@ -1,0 +1,97 @@
+// Muon under ZeRO (torch.optim.Muon's step for the hidden matrices, kernels/cpu/muon.h): each
+// matrix is orthogonalised whole by one owner rank, while its elements' momentum and master
+// weights stay with the shard that holds them.
+//
+// Which tensors: the 2-D tensors of the transformer blocks (GPT-2's c_attn, attn.c_proj, c_fc,
+// mlp.c_proj; Llama's q/k/v/o_proj and gate/up/down_proj, each its own matrix), in zerod's
+// storage shape (out, in) = torch.nn.Linear's (the lr adjustment reads it). The embeddings, the
+// (tied or untied) head, the norms and the biases take the auxiliary AdamW, as Keller Jordan's
+// recipe and DeepSpeed's use_muon tagging do.
+//
+// Owners: the matrices sorted by Newton-Schulz cost (largest first), each to the rank with the
+// least cost so far (the lowest on a tie), so the work spreads over the ranks; every rank
+// computes the same assignment from the layout.
+//
+// One step, on every rank of the data-parallel group (stages 1-3: world W):
+//   1. each rank writes the Nesterov blend of its shard's pieces of every matrix into the local
+//      buffer, laid out as W blocks of B floats, block o holding (in matrix order) the pieces of
+//      the matrices rank o owns; B = the largest such count over every (rank, owner) pair;
+//   2. all_to_all: block o goes to rank o, which then holds every piece of each of its matrices;
+//   3. the owner assembles each matrix, runs Newton-Schulz in fp32 (sgemm), and writes the
+//      result back over the pieces it received;
+//   4. all_to_all back: each rank receives the orthogonalised values of exactly its pieces, in
+//      the local buffer where it wrote the blend.
+// Each element crosses the network twice (to the owner and back) and only when its owner is
+// another rank: per rank about 2 x 4 x M (W - 1) / W^2 bytes for M matrix elements, the least any
+// exchange moves (an all_gather of the matrices would move W/2 times more), plus the padding of
+// blocks to B. At stage 0 (every rank holds every matrix whole) there is no exchange: each rank
+// orthogonalises every matrix itself (measured cheaper than spreading the work and all-gathering
+// the results; README, "Muon").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/cpu/muon.h"
+#include "model/layout.h"
+#include "zero/partition.h"
+
+namespace zerod {
+
+// The Muon matrices of a layout: unit, element range of the unit's flat buffer, shape.
+struct MuonMatrix {
+  int unit = 0;
+  int64_t begin = 0, rows = 0, cols = 0;
+  int owner = 0;
+  int64_t end() const { return begin + rows * cols; }
+};
+
+// Elements [begin, end) of a unit's flat buffer on this rank, all of matrix `matrix`; `slot`: the
+// piece's first element in the local buffer.
+struct MuonPiece {
+  int matrix = 0;
+  int64_t begin = 0, end = 0, slot = 0;
+};
+
+// The hidden matrices of `layout` (the tensors Muon updates), owners all 0.
+std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout);
+
+class MuonExchange {
+ public:
+  // partition: the optimizer partition (world 1 at stage 0); rank: this rank's shard in it;
+  // comm: the data-parallel group when partition.world_size() > 1 (its size must match).
+  MuonExchange(const ParamLayout& layout, const Partition& partition, int rank, Communicator* comm);
+
+  const std::vector<MuonMatrix>& matrices() const { return matrices_; }
+  // This rank's pieces of unit u, by begin.
+  const std::vector<MuonPiece>& pieces(int u) const { return pieces_.at(static_cast<size_t>(u)); }
+  // Units [first_unit(), last_unit()] hold every matrix (first > last when there is none).
+  int first_unit() const { return first_unit_; }
+  int last_unit() const { return last_unit_; }
+  // The local buffer (world x block floats): the blend before orthogonalise(), the
+  // orthogonalised update of the same elements after.
+  float* local() { return local_.data(); }
+  // Steps 2-4 (collective over comm when the world is above 1).
+  void orthogonalise(const cpu::MuonNs& ns);
+  // A host buffer of at least n floats (the gradients of a piece on a GPU).
+  float* scratch(int64_t n);
+
+  int64_t block_floats() const { return block_; }
+
+ private:
+  struct Received {              // a piece of one of this rank's matrices in the received buffer
+    int64_t at = 0;              // offset in recv_
+    int64_t begin = 0, end = 0;  // elements of the unit
+  };
+  std::vector<MuonMatrix> matrices_;
+  std::vector<std::vector<MuonPiece>> pieces_;   // per unit
+  std::vector<std::vector<Received>> received_;  // per matrix this rank owns (else empty)
+  int world_, rank_;
+  Communicator* comm_;
+  int first_unit_ = 0, last_unit_ = -1;
+  int64_t block_ = 0;
+  std::vector<float> local_, recv_, matrix_, work_, scratch_;
+};
+
+}  // namespace zerod
