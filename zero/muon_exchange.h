@@ -24,9 +24,10 @@
 // Each element crosses the network twice (to the owner and back) and only when its owner is
 // another rank: per rank about 2 x 4 x M (W - 1) / W^2 bytes for M matrix elements, the least any
 // exchange moves (an all_gather of the matrices would move W/2 times more), plus the padding of
-// blocks to B. At stage 0 (every rank holds every matrix whole) there is no exchange: each rank
-// orthogonalises every matrix itself (measured cheaper than spreading the work and all-gathering
-// the results; README, "Muon").
+// blocks to B. At stage 0 (every rank holds every matrix whole) the owners orthogonalise their
+// matrices in place and one all_gather shares the results (each rank receives the matrices it
+// does not own, (W - 1) / W of them): measured faster than every rank orthogonalising every
+// matrix (README, "Muon").
 #pragma once
 
 #include <cstdint>
@@ -60,7 +61,8 @@ std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout);
 class MuonExchange {
  public:
   // partition: the optimizer partition (world 1 at stage 0); rank: this rank's shard in it;
-  // comm: the data-parallel group when partition.world_size() > 1 (its size must match).
+  // comm: the data-parallel group (its size must match the partition's when that is above 1;
+  // null or of size 1: no exchange).
   MuonExchange(const ParamLayout& layout, const Partition& partition, int rank, Communicator* comm);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
@@ -87,11 +89,20 @@ class MuonExchange {
   std::vector<MuonMatrix> matrices_;
   std::vector<std::vector<MuonPiece>> pieces_;   // per unit
   std::vector<std::vector<Received>> received_;  // per matrix this rank owns (else empty)
-  int world_, rank_;
+  // Stage 0 (a partition of one, a group of several): the results of each rank's matrices are
+  // all-gathered (share_replicated).
+  void share_replicated();
+  int world_, rank_;  // of the partition
   Communicator* comm_;
+  int group_, me_;  // the communicator's size and rank (owners are spread over them)
   int first_unit_ = 0, last_unit_ = -1;
   int64_t block_ = 0;
   std::vector<float> local_, recv_, matrix_, work_, scratch_;
+  // Stage 0: per owner, the elements of its matrices; per matrix, its offset in its owner's block
+  // of gathered_ (group x gather_block_ floats).
+  std::vector<int64_t> replicated_, gathered_at_;
+  int64_t gather_block_ = 0;
+  std::vector<float> gathered_;
 };
 
 }  // namespace zerod

@@ -603,8 +603,7 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
 
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
-    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(),
-                                           partition_.world_size() > 1 ? opt_.comm : nullptr);
+    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(), opt_.comm);
   }
   const int owner = owner_rank();
   float* local = muon_->local();

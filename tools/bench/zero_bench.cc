@@ -5,9 +5,15 @@
 //
 // With --device cuda the ranks are GPUs (one per rank, NCCL between them).
 //
+// --optimizer adamw,muon: each optimizer at each setting; the optimizer step's time per step
+// (its exchange included) and the all_to_all bytes per step of rank 0 (comms logger totals, NCCL's
+// size convention: the whole exchanged buffer; Muon's owner exchange is its only all_to_all) and
+// all_gather bytes per step (Muon's stage-0 sharing; at stage 3 also the weight gathers).
+//
 //   zerod_zero_bench [--world 2] [--stages 0,1,2,3] [--steps 8] [--warmup 2] [--overlap]
 //                    [--device cpu|cuda]
 //                    [--offload none,opt-cpu,opt-nvme,param-cpu,param-nvme,all-nvme]
+//                    [--optimizer adamw,muon]
 //                    [--nvme-dir DIR] [--sub-group-size N] [--max-in-cpu N]
 //                    [shape flags as zerod_train_bench]
 #include <CLI/CLI.hpp>
@@ -18,6 +24,7 @@
 #include <vector>
 
 #include "bench_job.h"
+#include "comm/collective_log.h"
 #include "comm/store.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -54,6 +61,11 @@ int main(int argc, char** argv) {
   app.add_option("--max-in-cpu", max_in_cpu,
                  "offload_param.max_in_cpu of param-nvme/all-nvme (elements kept in RAM)")
       ->capture_default_str();
+  std::vector<std::string> optimizers = {"adamw"};
+  app.add_option("--optimizer", optimizers, "optimizers to compare: adamw, muon")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"adamw", "muon"}))
+      ->capture_default_str();
   std::string device = "cpu";
   app.add_option("--device", device, "train.device of the ranks")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -67,65 +79,88 @@ int main(int argc, char** argv) {
         "ZeRO benchmark: world {} (threads), {} layers, {} wide, seq {}, micro-batch {} per rank, "
         "vocab {}, {}, {}\n",
         world, shape.layers, shape.embd, shape.seq, shape.batch, shape.vocab, shape.dtype, device);
-    fmt::print("{:>5} {:>10} {:>10} {:>10} {:>14} {:>12} {:>10} {:>12} {:>16}\n", "stage",
-               "offload", "step ms", "tokens/s", "comm wait ms", "offload I/O", "vs first",
-               "vs no offl.", "model states MiB");
+    fmt::print(
+        "{:>5} {:>10} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10} {:>12} {:>16} {:>9} {:>12} {:>12}\n",
+        "stage", "offload", "optim", "step ms", "tokens/s", "comm wait ms", "offload I/O",
+        "vs first", "vs no offl.", "model states MiB", "optim ms", "a2a B/step", "ag B/step");
     double first = 0;
     for (int stage : stages) {
       double none = 0;
-      for (const std::string& off : offloads) {
-        const bool opt = off == "opt-cpu" || off == "opt-nvme" || off == "all-nvme";
-        const bool param = off == "param-cpu" || off == "param-nvme" || off == "all-nvme";
-        if ((opt && stage == 0) || (param && stage != 3)) continue;  // (not valid there)
-        const bool nvme = off.find("nvme") != std::string::npos;
-        const std::string dev = nvme ? "nvme" : "cpu";
-        const std::string path = nvme ? fmt::format(R"(, "nvme_path": "{}")", nvme_dir) : "";
-        std::string zero = fmt::format(R"({{"stage": {}, "sub_group_size": {}{})", stage, sub_group,
-                                       overlap ? R"(, "overlap_comm": true)" : "");
-        if (opt)
-          zero += fmt::format(R"(, "offload_optimizer": {{"device": "{}"{}, "pipeline_read": true,
+      for (const std::string& off : offloads)
+        for (const std::string& optimizer : optimizers) {
+          const bool opt = off == "opt-cpu" || off == "opt-nvme" || off == "all-nvme";
+          const bool param = off == "param-cpu" || off == "param-nvme" || off == "all-nvme";
+          if ((opt && stage == 0) || (param && stage != 3)) continue;  // (not valid there)
+          const bool nvme = off.find("nvme") != std::string::npos;
+          const std::string dev = nvme ? "nvme" : "cpu";
+          const std::string path = nvme ? fmt::format(R"(, "nvme_path": "{}")", nvme_dir) : "";
+          std::string zero = fmt::format(R"({{"stage": {}, "sub_group_size": {}{})", stage,
+                                         sub_group, overlap ? R"(, "overlap_comm": true)" : "");
+          if (opt)
+            zero += fmt::format(R"(, "offload_optimizer": {{"device": "{}"{}, "pipeline_read": true,
                                  "pipeline_write": true}})",
-                              dev, path);
-        if (param)
-          zero += fmt::format(R"(, "offload_param": {{"device": "{}"{}{}}})", dev, path,
-                              nvme ? fmt::format(R"(, "max_in_cpu": {})", max_in_cpu) : "");
-        zero += "}";
-        JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
-        if (device == "cuda") {
-          job.train.device = TrainDevice::kCuda;
-          job.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
+                                dev, path);
+          if (param)
+            zero += fmt::format(R"(, "offload_param": {{"device": "{}"{}{}}})", dev, path,
+                                nvme ? fmt::format(R"(, "max_in_cpu": {})", max_in_cpu) : "");
+          zero += "}";
+          JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
+          if (optimizer == "muon") {  // the bench's AdamW for the other tensors
+            job.optimizer.type = "Muon";
+            job.optimizer.adam_lr = job.optimizer.lr;
+            job.optimizer.lr = 0.02;
+            job.optimizer.momentum = 0.95;
+            job.optimizer.nesterov = true;
+            job.optimizer.eps = 1e-10;
+            job.optimizer.adam_weight_decay = job.optimizer.weight_decay;
+          }
+          if (device == "cuda") {
+            job.train.device = TrainDevice::kCuda;
+            job.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
+          }
+          std::mutex mu;
+          std::vector<double> seconds;
+          double comm = 0, io = 0, states = 0, optim = 0;
+          int64_t a2a = 0, ag = 0;
+          LocalRanksOptions o;
+          o.world_size = world;
+          o.local_world_size = world;
+          o.store = std::make_shared<MemoryStore>();
+          o.store_prefix = fmt::format("stage{}_{}_{}", stage, off, optimizer);
+          run_local_ranks(o, [&](const RankContext& ctx) {
+            TrainerOptions opts;
+            opts.log_steps = false;
+            Trainer t(job, ctx, opts);
+            const TrainResult r = t.run();
+            if (ctx.rank != 0) return;
+            std::lock_guard<std::mutex> lock(mu);
+            for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
+              seconds.push_back(r.steps[i].seconds);
+            comm = r.comm_wait_seconds / static_cast<double>(r.steps.size());
+            io = r.offload_io_seconds / static_cast<double>(r.steps.size());
+            states = static_cast<double>(t.engine().measured_bytes().states()) / (1 << 20);
+            optim = r.optimizer_seconds / static_cast<double>(r.steps.size());
+            if (const CollectiveLog* log = ctx.comm ? ctx.comm->collective_log() : nullptr) {
+              const auto totals = log->totals();
+              const auto it = totals.find("all_to_all");
+              if (it != totals.end()) a2a = it->second.bytes / static_cast<int64_t>(r.steps.size());
+              const auto g = totals.find("all_gather");
+              if (g != totals.end()) ag = g->second.bytes / static_cast<int64_t>(r.steps.size());
+            }
+          });
+          std::sort(seconds.begin(), seconds.end());
+          const double median = seconds[seconds.size() / 2];
+          if (first == 0) first = median;
+          if (off == "none" && optimizer == optimizers.front()) none = median;
+          fmt::print(
+              "{:>5} {:>10} {:>6} {:>10.1f} {:>10.0f} {:>14.1f} {:>12.1f} {:>10.2f} {:>12} "
+              "{:>16.1f} "
+              "{:>9.1f} {:>12} {:>12}\n",
+              stage, off, optimizer, median * 1e3, double(shape.batch) * world * shape.seq / median,
+              comm * 1e3, io * 1e3, median / first,
+              none > 0 ? fmt::format("{:.2f}", median / none) : std::string("-"), states,
+              optim * 1e3, a2a, ag);
         }
-        std::mutex mu;
-        std::vector<double> seconds;
-        double comm = 0, io = 0, states = 0;
-        LocalRanksOptions o;
-        o.world_size = world;
-        o.local_world_size = world;
-        o.store = std::make_shared<MemoryStore>();
-        o.store_prefix = fmt::format("stage{}_{}", stage, off);
-        run_local_ranks(o, [&](const RankContext& ctx) {
-          TrainerOptions opts;
-          opts.log_steps = false;
-          Trainer t(job, ctx, opts);
-          const TrainResult r = t.run();
-          if (ctx.rank != 0) return;
-          std::lock_guard<std::mutex> lock(mu);
-          for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
-            seconds.push_back(r.steps[i].seconds);
-          comm = r.comm_wait_seconds / static_cast<double>(r.steps.size());
-          io = r.offload_io_seconds / static_cast<double>(r.steps.size());
-          states = static_cast<double>(t.engine().measured_bytes().states()) / (1 << 20);
-        });
-        std::sort(seconds.begin(), seconds.end());
-        const double median = seconds[seconds.size() / 2];
-        if (first == 0) first = median;
-        if (off == "none") none = median;
-        fmt::print(
-            "{:>5} {:>10} {:>10.1f} {:>10.0f} {:>14.1f} {:>12.1f} {:>10.2f} {:>12} {:>16.1f}\n",
-            stage, off, median * 1e3, double(shape.batch) * world * shape.seq / median, comm * 1e3,
-            io * 1e3, median / first,
-            none > 0 ? fmt::format("{:.2f}", median / none) : std::string("-"), states);
-      }
     }
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_zero_bench: {}\n", e.what());

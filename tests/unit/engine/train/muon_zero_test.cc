@@ -34,9 +34,11 @@ float value(size_t k, int64_t i) {
          0.01f * static_cast<float>(i % 7);
 }
 
-TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
+// partition_world 2: stages 1-3 (two all_to_all); 1: stage 0 (every rank holds every matrix,
+// owners share their results with one all_gather).
+void check_exchange(int partition_world) {
   const ParamLayout layout = tiny_layout();
-  const Partition part(layout, 2);
+  const Partition part(layout, partition_world);
   const std::vector<MuonMatrix> mats = muon_matrices(layout);
   // GPT-2: 4 matrices per block (c_attn, attn.c_proj, c_fc, mlp.c_proj), 2 blocks.
   ASSERT_EQ(mats.size(), 8u);
@@ -45,7 +47,7 @@ TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
     const int64_t cut = part.unit(m.unit).shard;  // rank 1's first element
     if (m.begin < cut && m.end() > cut) ++straddling;
   }
-  EXPECT_GT(straddling, 0) << "no matrix straddles the shard boundary";
+  if (partition_world == 2) EXPECT_GT(straddling, 0) << "no matrix straddles the shard boundary";
   // The expected results: each matrix orthogonalised whole on one thread.
   std::vector<std::vector<float>> want(mats.size());
   cpu::MuonNs ns;
@@ -59,7 +61,7 @@ TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
   std::mutex mu;
   std::vector<int> owned(2, 0);
   testing::run_world(2, [&](const RankContext& ctx) {
-    MuonExchange ex(layout, part, ctx.rank, ctx.comm);
+    MuonExchange ex(layout, part, partition_world == 1 ? 0 : ctx.rank, ctx.comm);
     int64_t mine = 0;
     for (int u = 0; u < layout.num_units(); ++u) {
       for (const MuonPiece& p : ex.pieces(u)) {
@@ -71,7 +73,8 @@ TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
     }
     EXPECT_GT(mine, 0);
     const CollectiveLog* log = ctx.comm->collective_log();
-    const int64_t before = log ? log->totals()["all_to_all"].bytes : 0;
+    const std::string op = partition_world == 1 ? "all_gather" : "all_to_all";
+    const int64_t before = log ? log->totals()[op].bytes : 0;
     ex.orthogonalise(ns);
     int bad = 0;
     for (int u = 0; u < layout.num_units(); ++u) {
@@ -84,15 +87,23 @@ TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
       }
     }
     EXPECT_EQ(bad, 0) << "rank " << ctx.rank;
-    if (log) {  // two all_to_all of 2 blocks each
-      EXPECT_EQ(log->totals()["all_to_all"].bytes - before, 2 * 2 * ex.block_floats() * 4);
+    if (log && partition_world == 2) {  // two all_to_all of 2 blocks each
+      EXPECT_EQ(log->totals()[op].bytes - before, 2 * 2 * ex.block_floats() * 4);
     }
+    if (log && partition_world == 1) EXPECT_GT(log->totals()[op].bytes - before, 0);
     std::lock_guard<std::mutex> lock(mu);
     for (const MuonMatrix& m : ex.matrices())
       owned[static_cast<size_t>(ctx.rank)] += m.owner == ctx.rank;
   });
   EXPECT_GT(owned[0], 0);
   EXPECT_GT(owned[1], 0);
+}
+
+TEST(MuonZero, ExchangeGivesEachRankTheWholeMatrixResultForItsPieces) {
+  check_exchange(2);
+}
+TEST(MuonZero, StageZeroSharesEachOwnersResultsWithEveryRank) {
+  check_exchange(1);
 }
 
 class MuonTraining : public ::testing::Test {
