@@ -54,7 +54,7 @@ TEST(TrainerCuda, Fp32LossesMatchTheCpuBackend) {
 }
 
 // SGD, Adagrad and Lion on a GPU (kernels/cuda/optim.cu) follow the CPU in fp32, also with the
-// optimizer offloaded to the host at stage 3.
+// optimizer offloaded to the host at stage 3; Muon (its step on the host) offloaded only.
 TEST(TrainerCuda, SgdAdagradLionMatchTheCpuBackend) {
   ZD_NEED_GPUS(1);
   TempCorpus corpus("zerod_cuda_optim");
@@ -62,13 +62,14 @@ TEST(TrainerCuda, SgdAdagradLionMatchTheCpuBackend) {
   for (const auto& [name, optimizer] : testing::other_optimizers()) {
     const std::vector<double> cpu =
         losses_of(tiny_job(corpus, 1, 0, 2, 10, "", "", 8, "", testing::tiny_gpt2(), optimizer));
-    const std::vector<double> gpu =
-        losses_of(tiny_job(corpus, 1, 0, 2, 10, "", kCuda, 8, "", testing::tiny_gpt2(), optimizer));
-    EXPECT_LT(max_rel(gpu, cpu), 1e-4) << name;
     const std::vector<double> gpu_off = losses_of(
         tiny_job(corpus, 1, 3, 2, 10, "", kCuda, 8, offload, testing::tiny_gpt2(), optimizer));
     EXPECT_LT(max_rel(gpu_off, cpu), 1e-4) << name << " offload";
-    EXPECT_LT(gpu.back(), gpu.front()) << name << ": the model learns";
+    EXPECT_LT(gpu_off.back(), gpu_off.front()) << name << ": the model learns";
+    if (name == "Muon") continue;  // (on a GPU only with the optimizer states on the host)
+    const std::vector<double> gpu =
+        losses_of(tiny_job(corpus, 1, 0, 2, 10, "", kCuda, 8, "", testing::tiny_gpt2(), optimizer));
+    EXPECT_LT(max_rel(gpu, cpu), 1e-4) << name;
   }
 }
 
