@@ -163,9 +163,10 @@ TEST_P(ModelCheckpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32An
   }
 }
 
-// SGD (Nesterov; dampening), Adagrad and Lion: their states (the momentum buffer in m, Adagrad's
-// sum in v, Lion's average in m) resume bitwise exactly at stages 0 and 3 and with the optimizer
-// offloaded; the first step's special case (SGD's buffer, Adagrad's initial sum) is not redone.
+// SGD (Nesterov; dampening), Adagrad, Lion and Muon: their states (the momentum buffer in m,
+// Adagrad's sum in v, Lion's average in m; Muon's momentum in m, its AdamW's moments) resume
+// bitwise exactly at stages 0 and 3 and with the optimizer offloaded; the first step's special case
+// (SGD's buffer, Adagrad's initial sum) is not redone.
 TEST_P(ModelCheckpoints, SgdAdagradLionResumeBitwiseExactly) {
   const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
   for (const auto& [name, optimizer] : testing::other_optimizers()) {

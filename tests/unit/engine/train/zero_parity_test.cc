@@ -111,9 +111,9 @@ TEST_P(ZeroParity, CpuOptimizerOffloadGivesTheSameLossesAtEveryStage) {
   }
 }
 
-// SGD (Nesterov; dampening), Adagrad and Lion: one rank's curve at world 2 for stages 0 and 3 and
-// with the optimizer offloaded to the CPU (stages 1 and 3), gradient clipping on; with fp16 (the
-// dynamic loss scaler), stages 0 and 3 agree at world 2.
+// SGD (Nesterov; dampening), Adagrad, Lion and Muon: one rank's curve at world 2 for stages 0 and 3
+// and with the optimizer offloaded to the CPU (stages 1 and 3), gradient clipping on; with fp16
+// (the dynamic loss scaler), stages 0 and 3 agree at world 2.
 TEST_P(ZeroParity, SgdAdagradLionGiveTheSameLossesAtEveryStageAndWithOffload) {
   const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
   for (const auto& [name, optimizer] : testing::other_optimizers()) {
