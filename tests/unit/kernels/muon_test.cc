@@ -4,10 +4,11 @@
 // random fp32 matrices, a wide, a tall (transposed), a square one, other coefficients, steps and
 // lr adjustments. The momentum buffer agrees within 1e-6 relative, and so do the weights when
 // ns_steps is 0 (two cases: every elementwise step, the norm, the lr adjustment and the decay).
-// With Newton-Schulz iterations the last orthogonalised update agrees within 2e-5 of its largest
-// element (measured: up to ~1e-5): the iterations amplify the rounding of two different sgemm
-// summation orders (ours vs torch's OpenBLAS), so the weights agree within 1e-6 relative plus
-// 10 steps x adjusted lr x that tolerance (the weights move by adjusted_lr times the update).
+// With Newton-Schulz iterations the last orthogonalised update agrees within 5e-6 of its largest
+// element (measured: at most 1.9e-6; the tall case bit for bit): the iterations amplify the
+// rounding of two different sgemm summation orders (ours vs torch's OpenBLAS), so the weights agree
+// within 1e-6 relative plus 10 steps x adjusted lr x that tolerance (the weights move by
+// adjusted_lr times the update).
 #include "kernels/cpu/muon.h"
 
 #include <gtest/gtest.h>
@@ -74,12 +75,12 @@ TEST(Muon, MatchesTorchMuonFormulaOver10Steps) {
     EXPECT_EQ(bad, 0) << what << ": momentum beyond 1e-6 relative (worst " << worst << ")";
     double largest = 0;
     for (const Json& o : c["ortho"]) largest = std::max(largest, std::fabs(o.get<double>()));
-    worst = worst_relative(u, c["ortho"], 0.0, 2e-5 * largest, &bad);
-    EXPECT_EQ(bad, 0) << what << ": update beyond 2e-5 of its largest element";
+    worst = worst_relative(u, c["ortho"], 0.0, 5e-6 * largest, &bad);
+    EXPECT_EQ(bad, 0) << what << ": update beyond 5e-6 of its largest element";
     // The weights: 1e-6 relative, plus (with Newton-Schulz iterations) what 10 steps of
     // adjusted_lr times the update's tolerance can add.
     const double slack =
-        ns.steps == 0 ? 0.0 : 10 * muon_adjusted_lr(lr, adjust, rows, cols) * 2e-5 * largest;
+        ns.steps == 0 ? 0.0 : 10 * muon_adjusted_lr(lr, adjust, rows, cols) * 5e-6 * largest;
     worst = worst_relative(p, c["p"], 1e-6, 1e-12 + slack, &bad);
     EXPECT_EQ(bad, 0) << what << ": weights beyond 1e-6 relative (+" << slack << "; worst " << worst
                       << ")";
