@@ -32,7 +32,9 @@ namespace zerod {
 //   kMuon    hidden matrices: m = momentum_buffer, v unused (torch.optim.Muon); every other
 //            tensor: AdamW's m and v. Not an elementwise step: ZeroEngine runs it (zero/muon_*),
 //            optimizer_update refuses it.
-enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdagrad, kLion, kMuon };
+//   kLamb    m = exp_avg, v = exp_avg_sq (DeepSpeed FusedLamb; two passes per step, lamb_moments
+//            and lamb_apply, with each tensor's trust ratio in between)
+enum class OptimizerKind : uint8_t { kAdam, kSgd, kAdagrad, kLion, kMuon, kLamb };
 
 // Hyperparameters in double, as torch's param groups hold them: the kernels derive their fp32
 // constants from them as torch does (1 - beta, 1 - lr * wd, Adagrad's decayed lr in double, then
@@ -56,6 +58,10 @@ struct OptimizerParams {
   // initial_accumulator_value (the v slot holds 0 before the first step).
   double lr_decay = 0.0;
   double initial_accumulator_value = 0.0;
+  // Lamb (DeepSpeed FusedLamb): the trust ratio's clamp, and eps under the square root.
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
 };
 using AdamWParams = OptimizerParams;  // (the Adam fields of it)
 
@@ -330,6 +336,21 @@ class Backend {
   // param_out (n, compute dtype, may be null) = the updated master converted to the compute dtype.
   virtual void optimizer_update(float* master, float* m, float* v, const void* grad,
                                 void* param_out, int64_t n, const OptimizerParams& p) = 0;
+  // Lamb (DeepSpeed FusedLamb), over n elements of one tensor (or a piece of it), in two passes
+  // with the tensor's trust ratio in between (zero/lamb_step.cc):
+  // lamb_moments: m, v updated from grad * grad_scale (Adam's moments, no bias correction);
+  //   returns the sums over the piece, in double, of master^2 (before the step) and of u^2, u =
+  //   m / (sqrt(v) + eps) + weight_decay * master the update direction.
+  // lamb_apply: master -= step_size * coeff * u, u recomputed from the updated m, v and master;
+  //   param_out (n, compute dtype, may be null) = the new master rounded.
+  // The defaults throw (a backend without them cannot run Lamb).
+  struct LambSums {
+    double w2 = 0, u2 = 0;
+  };
+  virtual LambSums lamb_moments(float* master, float* m, float* v, const void* grad, int64_t n,
+                                const OptimizerParams& p);
+  virtual void lamb_apply(float* master, const float* m, const float* v, void* param_out, int64_t n,
+                          const OptimizerParams& p, float coeff);
   // Sum of squares of x (n, compute dtype), accumulated in double. Inf/NaN propagate.
   virtual double sum_squares(const void* x, int64_t n) = 0;
   // x (n) *= s

@@ -302,17 +302,25 @@ const void* ZeroEngine::shard_in_place(int u, void* in_place) {
 }
 
 double ZeroEngine::sum_over_ranks(double local, Communicator* comm) {
+  sum_over_ranks(&local, 1, comm);
+  return local;
+}
+
+void ZeroEngine::sum_over_ranks(double* values, int64_t n, Communicator* comm) {
   if (comm == nullptr) comm = opt_.comm;
   if (!be_.device_memory()) {
-    comm->all_reduce(&local, 1, CommType::kF64, ReduceOp::kSum);
-    return local;
+    comm->all_reduce(values, n, CommType::kF64, ReduceOp::kSum);
+    return;
   }
   // Collectives on a GPU backend run on device memory.
-  if (scalar_.empty()) scalar_ = be_.allocate(sizeof(double), MemCategory::kWorkspace, tracker_);
-  be_.copy(scalar_.data(), &local, sizeof(double));
-  comm->all_reduce(scalar_.data(), 1, CommType::kF64, ReduceOp::kSum);
-  be_.copy(&local, scalar_.data(), sizeof(double));
-  return local;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(double);
+  if (scalar_.bytes() < bytes) {
+    scalar_.reset();
+    scalar_ = be_.allocate(bytes, MemCategory::kWorkspace, tracker_);
+  }
+  be_.copy(scalar_.data(), values, bytes);
+  comm->all_reduce(scalar_.data(), n, CommType::kF64, ReduceOp::kSum);
+  be_.copy(values, scalar_.data(), bytes);
 }
 
 double ZeroEngine::shard_sum_squares() {
@@ -434,10 +442,11 @@ OptimizerKind optimizer_kind(const std::string& type) {
   if (type == "Adagrad") return OptimizerKind::kAdagrad;
   if (type == "Lion") return OptimizerKind::kLion;
   if (type == "Muon") return OptimizerKind::kMuon;
+  if (type == "Lamb") return OptimizerKind::kLamb;
   // The 1-bit optimizers' warm-up steps are Adam's kernel (zero/onebit.h).
   if (onebit_kind(type) != OnebitKind::kNone) return OptimizerKind::kAdam;
-  ZD_THROW_INPUT("optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion, Muon)",
-                 type);
+  ZD_THROW_INPUT(
+      "optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion, Muon, Lamb)", type);
 }
 
 StepResult ZeroEngine::onebit_step(const OptimStep& s) {
@@ -517,8 +526,16 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   p.nesterov = s.nesterov;
   p.lr_decay = s.lr_decay;
   p.initial_accumulator_value = s.initial_accumulator_value;
+  p.max_coeff = s.max_coeff;
+  p.min_coeff = s.min_coeff;
+  p.eps_inside_sqrt = s.eps_inside_sqrt;
   p.grad_scale = static_cast<float>(r.clip_coef / divisor);
   if (s.kind == OptimizerKind::kMuon) muon_orthogonalise(s, p.grad_scale);
+  if (s.kind == OptimizerKind::kLamb) {
+    lamb_step(s, p);
+    publish_weights();
+    return r;
+  }
   const int owner = owner_rank();
   visit_states(StatesMode::kUpdate, 0, layout_.num_units(),
                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {

@@ -107,6 +107,8 @@ struct OptimStep {
   double adam_lr = 1e-3, adam_weight_decay = 0.0;
   cpu::MuonNs ns;
   cpu::MuonLrAdjust adjust_lr = cpu::MuonLrAdjust::kOriginal;
+  double max_coeff = 10.0, min_coeff = 0.01;  // Lamb
+  bool eps_inside_sqrt = false;
   double loss_scale = 1.0;     // gradients are divided by it
   double max_grad_norm = 0.0;  // gradient_clipping; 0: off
 };
@@ -239,8 +241,12 @@ class ZeroEngine : public ParamSource, public GradSink {
   // A pinned host scratch of at least `floats` floats (grown on demand).
   float* host_stage(int64_t floats);
   // local summed over the ranks of comm (default: the data-parallel group), through device
-  // memory on a GPU backend.
+  // memory on a GPU backend; the second form sums n values in place.
   double sum_over_ranks(double local, Communicator* comm = nullptr);
+  void sum_over_ranks(double* values, int64_t n, Communicator* comm = nullptr);
+  // The Lamb step (zero/lamb_step.cc): two passes over this rank's states with every tensor's
+  // trust ratio, from its partial norms summed over the data-parallel group, in between.
+  void lamb_step(const OptimStep& s, OptimizerParams p);
   // Sum of squares of this rank's reduced gradient shards, over the elements it counts in the
   // global norm (all of them without model parallelism).
   double shard_sum_squares();

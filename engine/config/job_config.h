@@ -17,8 +17,9 @@ namespace zerod {
 
 // ---- optimizer --------------------------------------------------------------------------------
 struct OptimizerConfig {
-  // "Adam" | "AdamW" | "SGD" | "Adagrad" | "Lion" (case-insensitive in the file; canonical here).
-  // Parsing fills in the defaults of the type given (torch.optim.SGD / Adagrad, lion-pytorch).
+  // "Adam" | "AdamW" | "SGD" | "Adagrad" | "Lion" | "Lamb" (case-insensitive in the file; canonical
+  // here). Parsing fills in the defaults of the type given (torch.optim.SGD / Adagrad,
+  // lion-pytorch).
   std::string type = "AdamW";
   double lr = 1e-3;
   double beta1 = 0.9;  // Adam, Lion
@@ -49,6 +50,10 @@ struct OptimizerConfig {
   double ns_eps = 1e-7;
   int ns_steps = 5;
   std::string adjust_lr_fn = "original";  // "original" (torch's None) | "match_rms_adamw"
+  // Lamb (DeepSpeed FusedLamb): the trust ratio's clamp, eps under the square root
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  bool eps_inside_sqrt = false;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -1,5 +1,6 @@
 // "optimizer" and "scheduler": DeepSpeed's Adam/AdamW options, SGD and Adagrad (torch.optim's),
-// Lion (lion-pytorch / DeepSpeed FusedLion), and DeepSpeed's four LR schedules.
+// Lion (lion-pytorch / DeepSpeed FusedLion), Lamb (DeepSpeed FusedLamb), and DeepSpeed's four LR
+// schedules.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,12 +38,13 @@ std::string lower(std::string s) {
 // Optimizers DeepSpeed builds from a config (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS) and
 // common torch.optim classes it falls back to, in lower case: recognised, not supported.
 const std::vector<std::string> kOtherOptimizers = {
-    "lamb",  "muadam", "muadamw", "musgd", "rmsprop", "adadelta",   "adamax",
-    "nadam", "radam",  "asgd",    "lbfgs", "rprop",   "sparseadam", "adafactor"};
+    "muadam", "muadamw", "musgd", "rmsprop", "adadelta",   "adamax",   "nadam",
+    "radam",  "asgd",    "lbfgs", "rprop",   "sparseadam", "adafactor"};
 
 // The supported types, canonical spelling.
-const std::vector<std::string> kOptimizers = {
-    "Adam", "AdamW", "SGD", "Adagrad", "Lion", "Muon", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"};
+const std::vector<std::string> kOptimizers = {"Adam",        "AdamW",     "SGD",  "Adagrad",
+                                              "Lion",        "Muon",      "Lamb", "OneBitAdam",
+                                              "ZeroOneAdam", "OneBitLamb"};
 
 const std::vector<std::string> kSchedulers = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
                                               "OneCycle"};
@@ -201,6 +203,37 @@ void read_muon_params(ObjectReader& p, OptimizerConfig& o) {
   p.expect_default("foreach", nullptr, "null or false (torch has no foreach Muon)");
 }
 
+// DeepSpeed FusedLamb (deepspeed/ops/lamb/fused_lamb.py) with its defaults: lr 1e-3, betas
+// 0.9/0.999, eps 1e-8, no decay, bias correction, max_coeff 10, min_coeff 0.01. Its decay is L2
+// added to the update direction before the trust ratio. max_grad_norm is refused (as for Adam:
+// gradient_clipping), amsgrad: true is refused (FusedLamb raises).
+void read_lamb_params(ObjectReader& p, OptimizerConfig& o) {
+  if (p.find("max_grad_norm") != nullptr) {
+    p.problems().error(p.path_of("max_grad_norm"),
+                       "not supported as an optimizer parameter (as in DeepSpeed); use the "
+                       "top-level \"gradient_clipping\" instead");
+  }
+  o.lr = 1e-3;
+  o.beta1 = 0.9;
+  o.beta2 = 0.999;
+  o.eps = 1e-8;
+  p.read_real("lr", o.lr, real_at_least(0.0));
+  read_betas(p, o);
+  p.read_real("eps", o.eps, real_at_least(0.0));
+  p.read_bool("eps_inside_sqrt", o.eps_inside_sqrt);
+  p.read_real("weight_decay", o.weight_decay, real_at_least(0.0));
+  p.read_bool("bias_correction", o.bias_correction);
+  p.read_real("max_coeff", o.max_coeff, real_at_least(0.0));
+  p.read_real("min_coeff", o.min_coeff, real_at_least(0.0));
+  p.expect_default("amsgrad", false, "false: FusedLamb has no AMSGrad variant");
+  if (o.min_coeff > o.max_coeff) {
+    p.problems().error(p.path_of("min_coeff"),
+                       fmt::format("{} is above max_coeff {} (the trust ratio is clamped to "
+                                   "[min_coeff, max_coeff])",
+                                   o.min_coeff, o.max_coeff));
+  }
+}
+
 void read_other_params(const Json* params, OptimizerConfig& o, Problems& problems) {
   static const Json kEmpty = Json::object();
   ObjectReader p(params != nullptr ? *params : kEmpty, "optimizer.params", problems);
@@ -213,10 +246,12 @@ void read_other_params(const Json* params, OptimizerConfig& o, Problems& problem
     read_adagrad_params(p, o);
   } else if (o.type == "Muon") {
     read_muon_params(p, o);
+  } else if (o.type == "Lamb") {
+    read_lamb_params(p, o);
   } else {
     read_lion_params(p, o);
   }
-  p.finish("for " + o.type);
+  p.finish("for " + o.type, {"max_grad_norm"});
 }
 
 }  // namespace
@@ -232,7 +267,7 @@ void read_optimizer(ObjectReader& top, JobConfig& cfg) {
   r.finish();
 
   const std::string supported =
-      "supported: Adam, AdamW, SGD, Adagrad, Lion, Muon, OneBitAdam, ZeroOneAdam, OneBitLamb";
+      "supported: Adam, AdamW, SGD, Adagrad, Lion, Muon, Lamb, OneBitAdam, ZeroOneAdam, OneBitLamb";
   if (type == nullptr) {
     problems.error(r.path_of("type"), fmt::format("required ({})", supported));
     return;

@@ -80,6 +80,18 @@ Json optimizer_json(const OptimizerConfig& o) {
               {"betas", {o.beta1, o.beta2}},
               {"eps", o.eps}}}};
   }
+  if (o.type == "Lamb") {
+    return {{"type", o.type},
+            {"params",
+             {{"lr", o.lr},
+              {"betas", {o.beta1, o.beta2}},
+              {"eps", o.eps},
+              {"eps_inside_sqrt", o.eps_inside_sqrt},
+              {"weight_decay", o.weight_decay},
+              {"bias_correction", o.bias_correction},
+              {"max_coeff", o.max_coeff},
+              {"min_coeff", o.min_coeff}}}};
+  }
   if (o.type == "Lion") {
     return {{"type", o.type},
             {"params",

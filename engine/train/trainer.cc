@@ -337,6 +337,9 @@ StepMetrics Trainer::train_step(int64_t step) {
   os.lr_decay = cfg_.optimizer.lr_decay;
   os.initial_accumulator_value = cfg_.optimizer.initial_accumulator_value;
   if (os.kind == OptimizerKind::kMuon) set_muon_step(cfg_.optimizer, os);
+  os.max_coeff = cfg_.optimizer.max_coeff;
+  os.min_coeff = cfg_.optimizer.min_coeff;
+  os.eps_inside_sqrt = cfg_.optimizer.eps_inside_sqrt;
   os.loss_scale = loss_scale;
   os.max_grad_norm = cfg_.gradient_clipping;
   const StepResult r = engine_->step(os);

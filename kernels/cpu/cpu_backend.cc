@@ -10,6 +10,7 @@
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cpu/lamb.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/optim.h"
@@ -213,6 +214,16 @@ void CpuBackend::crossentropy_shard_finish(float* losses, void* logits_to_dlogit
 void CpuBackend::optimizer_update(float* master, float* m, float* v, const void* grad,
                                   void* param_out, int64_t n, const OptimizerParams& p) {
   cpu::optimizer_update(master, m, v, F(grad), F(param_out), n, p, dtype_);
+}
+
+Backend::LambSums CpuBackend::lamb_moments(float* master, float* m, float* v, const void* grad,
+                                           int64_t n, const OptimizerParams& p) {
+  return cpu::lamb_moments(master, m, v, F(grad), n, p);
+}
+
+void CpuBackend::lamb_apply(float* master, const float* m, const float* v, void* param_out,
+                            int64_t n, const OptimizerParams& p, float coeff) {
+  cpu::lamb_apply(master, m, v, F(param_out), n, p, coeff, dtype_);
 }
 
 double CpuBackend::sum_squares(const void* x, int64_t n) {

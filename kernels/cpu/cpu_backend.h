@@ -89,6 +89,10 @@ class CpuBackend final : public Backend {
 
   void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
                         int64_t n, const OptimizerParams& p) override;
+  LambSums lamb_moments(float* master, float* m, float* v, const void* grad, int64_t n,
+                        const OptimizerParams& p) override;
+  void lamb_apply(float* master, const float* m, const float* v, void* param_out, int64_t n,
+                  const OptimizerParams& p, float coeff) override;
   double sum_squares(const void* x, int64_t n) override;
   void scale(void* x, float s, int64_t n) override;
 

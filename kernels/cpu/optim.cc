@@ -55,6 +55,7 @@ void span(float* master, float* m, float* v, const float* grad, int64_t n, const
       break;
     case OptimizerKind::kAdam:
     case OptimizerKind::kMuon:
+    case OptimizerKind::kLamb:
       break;
   }
 }
@@ -69,6 +70,8 @@ void optimizer_update(float* master, float* m, float* v, const float* grad, floa
   }
   ZD_CHECK(p.kind != OptimizerKind::kMuon,
            "Muon is not an elementwise step (ZeroEngine orthogonalises its matrices)");
+  ZD_CHECK(p.kind != OptimizerKind::kLamb,
+           "Lamb has no one-pass step (lamb_moments and lamb_apply, zero/lamb_step.cc)");
   const OptimConstants k = optim_constants(p);
   update_in_blocks(master, param_out, n, param_dtype, [&](int64_t i0, int64_t len) {
     span(master + i0, m + i0, v + i0, grad + i0, len, p, k);

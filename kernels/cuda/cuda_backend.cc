@@ -10,6 +10,7 @@
 #include "core/device_oom.h"
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/lamb.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
@@ -19,6 +20,7 @@
 #include "kernels/cuda/crossentropy.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/gelu.h"
+#include "kernels/cuda/lamb.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/optim.h"
@@ -492,6 +494,8 @@ class CudaBackend final : public Backend {
   // SGD, Adagrad, Lion: the CPU's constants, bit for bit.
   void other_update(float* master, float* m, float* v, const void* grad, void* param_out, int64_t n,
                     const OptimizerParams& p) {
+    ZD_CHECK(p.kind != OptimizerKind::kLamb,
+             "Lamb has no one-pass step (lamb_moments and lamb_apply, zero/lamb_step.cc)");
     const cpu::OptimConstants c = cpu::optim_constants(p);
     cuda::OptimStep k{};
     switch (p.kind) {
@@ -525,6 +529,36 @@ class CudaBackend final : public Backend {
     k.one_minus_beta2 = c.one_minus_beta2;
     activate();
     cuda::optim_update(st_, master, m, v, grad, param_out, n, k, stream_);
+  }
+
+  // Lamb: the CPU's constants, bit for bit; the two sums come back to the host (one sync).
+  static cuda::LambStep lamb_step_of(const OptimizerParams& p) {
+    const cpu::LambConstants c = cpu::lamb_constants(p);
+    return {c.grad_scale, c.beta1,        c.one_minus_beta1, c.beta2,          c.one_minus_beta2,
+            c.eps,        c.weight_decay, c.step_size,       c.eps_inside_sqrt};
+  }
+  LambSums lamb_moments(float* master, float* m, float* v, const void* grad, int64_t n,
+                        const OptimizerParams& p) override {
+    if (n <= 0) return {};
+    activate();
+    auto* partial = static_cast<double*>(scratch(2 * cuda::kLambMaxBlocks * sizeof(double)));
+    const int k = cuda::lamb_moments(st_, master, m, v, grad, n, lamb_step_of(p), partial, stream_);
+    std::vector<double> host(2 * static_cast<size_t>(k));
+    check(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_),
+          "lamb_moments: cudaMemcpyAsync");
+    synchronize();
+    LambSums s;
+    for (int b = 0; b < k; ++b) {
+      s.w2 += host[2 * static_cast<size_t>(b)];
+      s.u2 += host[2 * static_cast<size_t>(b) + 1];
+    }
+    return s;
+  }
+  void lamb_apply(float* master, const float* m, const float* v, void* param_out, int64_t n,
+                  const OptimizerParams& p, float coeff) override {
+    activate();
+    cuda::lamb_apply(st_, master, m, v, param_out, n, lamb_step_of(p), coeff, stream_);
   }
 
   double sum_squares(const void* x, int64_t n) override {

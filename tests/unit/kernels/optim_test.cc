@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "torch_reference.h"
 
 #include "tests/unit/kernels/torch_reference.h"
 
@@ -49,19 +50,6 @@ OptimizerParams params_of(const Json& c) {
   return p;
 }
 
-void expect_close(const std::vector<float>& got, const Json& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double w = want[i].get<double>(), g = got[i];
-    const double err = std::fabs(g - w);
-    if (err > 1e-6 * std::fabs(w) + 1e-12) ++bad;
-    if (w != 0) worst = std::max(worst, err / std::fabs(w));
-  }
-  EXPECT_EQ(bad, 0) << what << ": elements beyond 1e-6 relative (worst " << worst << ")";
-}
-
 // Runs every case through `step` (one optimizer step of all elements) and compares with torch.
 template <class Step>
 void check_against_torch(const Step& step) {
@@ -81,9 +69,10 @@ void check_against_torch(const Step& step) {
       step(master, m, v, g.get<std::vector<float>>(), p);
     }
     EXPECT_EQ(s, 10) << what;
-    expect_close(master, c["p"], what + " weights");
-    if (c.contains("m")) expect_close(m, c["m"], what + " m (momentum buffer / exp_avg)");
-    if (c.contains("v")) expect_close(v, c["v"], what + " v (sum)");
+    testing::expect_close_to_reference(master, c["p"], what + " weights");
+    if (c.contains("m"))
+      testing::expect_close_to_reference(m, c["m"], what + " m (momentum buffer / exp_avg)");
+    if (c.contains("v")) testing::expect_close_to_reference(v, c["v"], what + " v (sum)");
   }
 }
 

@@ -77,6 +77,32 @@ class Checkpoints : public ::testing::Test {
     return losses;
   }
 
+  // `optimizer` trained 8 steps at world 2, saved at step 4 and resumed there: the last 4 losses
+  // bitwise equal, at stages 0 and 3 and at stage 3 offloaded to the CPU; the manifest records
+  // the type. Leaves the offloaded run's checkpoint.
+  void expect_bitwise_resume(const TinyModel& model, const std::string& optimizer,
+                             const std::string& name) {
+    for (int stage : {0, 3, -3}) {  // -3: stage 3 with the optimizer offloaded
+      fs::remove_all(ckpt_);
+      RunSpec r{.world = 2, .stage = std::abs(stage), .accum = 2, .steps = 8, .save_interval = 4};
+      r.model = model;
+      r.optimizer = optimizer;
+      if (stage < 0) r.zero_extra = kCpuOffload;
+      const std::vector<double> whole = run(r);
+      ASSERT_EQ(whole.size(), 8u);
+      r.save_interval = 0;
+      r.resume = "global_step4";
+      const std::vector<double> rest = run(r);
+      ASSERT_EQ(rest.size(), 4u);
+      for (size_t i = 0; i < 4; ++i) {
+        EXPECT_EQ(rest[i], whole[4 + i]) << name << " stage " << stage << " step " << 5 + i;
+      }
+      const Manifest m = read_manifest((ckpt_ / "global_step4").string());
+      EXPECT_EQ(m.job["optimizer"]["type"], nlohmann::json::parse(optimizer)["type"]) << name;
+    }
+  }
+  static constexpr const char* kCpuOffload = R"(, "offload_optimizer": {"device": "cpu"})";
+
   static TempCorpus* corpus_;
   fs::path ckpt_;
 };
@@ -168,27 +194,22 @@ TEST_P(ModelCheckpoints, ResumeIsBitwiseExactForEveryStageWithAccumulationFp32An
 // bitwise exactly at stages 0 and 3 and with the optimizer offloaded; the first step's special case
 // (SGD's buffer, Adagrad's initial sum) is not redone.
 TEST_P(ModelCheckpoints, SgdAdagradLionResumeBitwiseExactly) {
-  const std::string offload = R"(, "offload_optimizer": {"device": "cpu"})";
-  for (const auto& [name, optimizer] : testing::other_optimizers()) {
-    for (int stage : {0, 3, -3}) {  // -3: stage 3 with the optimizer offloaded
-      fs::remove_all(ckpt_);
-      RunSpec r{.world = 2, .stage = std::abs(stage), .accum = 2, .steps = 8, .save_interval = 4};
-      r.model = GetParam();
-      r.optimizer = optimizer;
-      if (stage < 0) r.zero_extra = offload;
-      const std::vector<double> whole = run(r);
-      ASSERT_EQ(whole.size(), 8u);
-      r.save_interval = 0;
-      r.resume = "global_step4";
-      const std::vector<double> rest = run(r);
-      ASSERT_EQ(rest.size(), 4u);
-      for (size_t i = 0; i < 4; ++i) {
-        EXPECT_EQ(rest[i], whole[4 + i]) << name << " stage " << stage << " step " << 5 + i;
-      }
-      const Manifest m = read_manifest((ckpt_ / "global_step4").string());
-      EXPECT_EQ(m.job["optimizer"]["type"], json::parse(optimizer)["type"]) << name;
-    }
-  }
+  for (const auto& [name, optimizer] : testing::other_optimizers())
+    expect_bitwise_resume(GetParam(), optimizer, name);
+}
+
+// Lamb: exp_avg and exp_avg_sq resume bitwise exactly at stages 0 and 3 and with the optimizer
+// offloaded (the trust ratios are recomputed from them and the weights every step), and the
+// manifest records the type.
+TEST_P(ModelCheckpoints, LambResumesBitwiseExactly) {
+  expect_bitwise_resume(GetParam(), testing::kTinyLamb, "Lamb");
+  const Manifest m = read_manifest((ckpt_ / "global_step4").string());
+  EXPECT_EQ(m.job["optimizer"]["params"]["min_coeff"], 0.001);
+  // Adam's moments are not Lamb's (no trust ratio): resuming with AdamW is refused.
+  RunSpec adam{.world = 2, .stage = 3, .accum = 2, .steps = 8, .resume = "global_step4"};
+  adam.model = GetParam();
+  adam.zero_extra = kCpuOffload;
+  EXPECT_THROW(run(adam), InputError);
 }
 
 // A checkpoint records its optimizer (the manifest's job); resuming with another type is refused

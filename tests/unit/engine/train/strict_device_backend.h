@@ -182,6 +182,17 @@ class StrictDeviceBackend final : public Backend {
     ++device_adam_;
     run([&] { cpu_->optimizer_update(master, m, v, grad, param_out, n, p); });
   }
+  LambSums lamb_moments(float* master, float* m, float* v, const void* grad, int64_t n,
+                        const OptimizerParams& p) override {
+    ++device_adam_;
+    LambSums r;
+    run([&] { r = cpu_->lamb_moments(master, m, v, grad, n, p); });
+    return r;
+  }
+  void lamb_apply(float* master, const float* m, const float* v, void* param_out, int64_t n,
+                  const OptimizerParams& p, float coeff) override {
+    run([&] { cpu_->lamb_apply(master, m, v, param_out, n, p, coeff); });
+  }
   double sum_squares(const void* x, int64_t n) override {
     double r = 0;
     run([&] { r = cpu_->sum_squares(x, n); });

@@ -103,6 +103,13 @@ inline TinyModel tiny_llama_split4() {
 inline constexpr const char* kTinyAdamW =
     R"({"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}})";
 
+// DeepSpeed's Lamb with weight decay on, at an lr it learns the tiny models with in a few steps.
+// min_coeff is below its default 0.01: the tiny models' matrices (weights of about 0.02, update
+// directions of about 1 per element) have ratios near 0.02, which the default would clamp,
+// hiding the norms (a wrong norm sum over the ranks would go unnoticed).
+inline constexpr const char* kTinyLamb =
+    R"({"type": "Lamb", "params": {"lr": 0.1, "weight_decay": 0.01, "min_coeff": 0.001}})";
+
 // One job of each other optimizer, with weight decay on, that learns the tiny models in a few
 // steps: {name, optimizer section}.
 inline std::vector<std::pair<std::string, std::string>> other_optimizers() {
