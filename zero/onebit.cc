@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "zero/onebit_bytes.h"
 
 namespace zerod {
 
@@ -18,8 +19,8 @@ OnebitOptimizer::OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg,
                                  const ParamLayout& layout, const Partition& part,
                                  Communicator& comm)
     : kind_(kind), cfg_(cfg), layout_(layout), part_(part), comm_(comm), car_(comm) {
-  ZD_CHECK(kind_ == OnebitKind::kAdam, "1-bit optimizer kind {} is not implemented",
-           static_cast<int>(kind_));
+  ZD_CHECK(kind_ == OnebitKind::kAdam || kind_ == OnebitKind::kLamb,
+           "1-bit optimizer kind {} is not implemented", static_cast<int>(kind_));
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = part_.unit(u).shard;
     std::vector<std::pair<int64_t, int64_t>> live;
@@ -33,6 +34,7 @@ OnebitOptimizer::OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg,
     const int64_t padded = car_.padded_elems(n);
     worker_.emplace_back(static_cast<size_t>(padded), 0.0f);
     server_.emplace_back(static_cast<size_t>(padded / comm_.size()), 0.0f);
+    if (kind_ == OnebitKind::kLamb) lamb_.emplace_back(layout_.unit(u).tensors.size());
   }
 }
 
@@ -50,6 +52,15 @@ void OnebitOptimizer::mask(int u, float* m) const {
 }
 
 void OnebitOptimizer::compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s) {
+  if (kind_ == OnebitKind::kLamb) {
+    lamb_compressed_step(units, s);
+  } else {
+    adam_compressed_step(units, s);
+  }
+}
+
+void OnebitOptimizer::adam_compressed_step(const std::vector<OnebitUnit>& units,
+                                           const OnebitStep& s) {
   const float b1 = static_cast<float>(s.beta1), omb1 = static_cast<float>(1.0 - s.beta1);
   const float eps = static_cast<float>(s.eps), neg_lr = static_cast<float>(-s.lr);
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
@@ -78,9 +89,7 @@ void OnebitOptimizer::compressed_step(const std::vector<OnebitUnit>& units, cons
 
 namespace {
 constexpr char kMagic[8] = {'Z', 'D', '1', 'B', 'I', 'T', '0', '1'};
-void put(std::string& out, const void* p, size_t n) {
-  out.append(static_cast<const char*>(p), n);
-}
+using onebit_bytes::put;
 }  // namespace
 
 std::string OnebitOptimizer::serialize(int64_t step) const {
@@ -100,16 +109,8 @@ std::string OnebitOptimizer::serialize(int64_t step) const {
 }
 
 void OnebitOptimizer::deserialize(const std::string& bytes, const std::string& what) {
-  size_t at = 0;
-  auto take = [&](void* p, size_t n) {
-    if (at + n > bytes.size()) ZD_THROW_INPUT("{}: truncated ({} bytes)", what, bytes.size());
-    std::memcpy(p, bytes.data() + at, n);
-    at += n;
-  };
-  char magic[8];
-  take(magic, sizeof(magic));
-  if (std::memcmp(magic, kMagic, sizeof(magic)) != 0)
-    ZD_THROW_INPUT("{}: not a zerod 1-bit optimizer state file", what);
+  onebit_bytes::Reader in(bytes, what, kMagic);
+  auto take = [&](void* p, size_t n) { in.take(p, n); };
   int32_t head[4];
   int64_t step = 0;
   take(head, sizeof(head));

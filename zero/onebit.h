@@ -12,6 +12,23 @@
 //     a parameter group); the mask zeroes the momentum outside the unit's tensors (alignment,
 //     padding, the padded vocabulary rows: DeepSpeed's exp_avg_mask), which 1 bit cannot.
 //
+//   OneBitLamb (arXiv 2104.06069, lamb.py), per tensor t (whole at stage 0: every rank holds
+//     every tensor; norms over its real elements). Steps 1..freeze_step: LAMB on all-reduced
+//     gradients without bias correction (zerod's own loop, not the Adam kernel):
+//       m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  u = m / (sqrt(v) + eps) + wd p
+//       c = clamp(||p|| / ||u||, min_coeff, max_coeff) (1 where either norm is 0)
+//       c != 1: c_freeze = coeff_beta c_freeze + (1 - coeff_beta) c;   p -= lr c u
+//     After, at the first compressed step: scaling_t = mean_t'(rms(m_t')) / rms(m_t) (1 where
+//     rms(m_t) is 0; DeepSpeed divides by it), v_fresh = v (DeepSpeed copies it at freeze_step;
+//     v does not change in between). Each compressed step, m_last = m:
+//       m_t = (b1 m_t + (1 - b1) g_local) * scaling_t;  m = compressed_allreduce(m);
+//       m_t /= scaling_t;  m *= mask;  r = (m - b1 m_last) / (1 - b1)
+//       v_fresh = b2 v_fresh + (1 - b2) r^2                 (v stays frozen)
+//       d = sqrt(v) + eps;  u' = m / d;  u = u' + wd p;  f = max(d / (sqrt(v_fresh) + eps))
+//       wd > 0: q = min(1, ||u'|| / ||u||), f = f q + (1 - q)
+//       f = clamp(f, factor_min, factor_max), then within last_f (1 -+ factor_threshold)
+//       last_f = f;  p -= lr (c_freeze f) u
+//
 // Deviation, stated: DeepSpeed's first step() call only initialises its buffers (the moments
 // take the first gradient and the weights do not move); zerod's first step is a full step, so
 // with freeze_step >= the steps run OneBitAdam is bitwise the Adam kernel without bias
@@ -60,6 +77,12 @@ class OnebitOptimizer {
   OnebitKind kind() const { return kind_; }
   // Whether step `step` is an ordinary step on all-reduced gradients (the warm-up).
   bool reduces_gradients(int64_t step) const;
+  // Whether the warm-up steps are this object's (OneBitLamb: LAMB) rather than the engine's
+  // Adam kernel's (OneBitAdam).
+  bool owns_warmup() const { return kind_ == OnebitKind::kLamb; }
+  // One warm-up step (OneBitLamb) on all-reduced gradients: units[u].grad is the sum over the
+  // ranks, s.grad_scale includes 1 / world.
+  void warmup_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
   // One step past the warm-up on this rank's local gradients (collective: the compressed
   // all-reduces). units[u] is unit u.
   void compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
@@ -68,10 +91,21 @@ class OnebitOptimizer {
   // kind, world, rank and sizes) and back: load refuses another world size or kind (InputError).
   std::string serialize(int64_t step) const;
   void deserialize(const std::string& bytes, const std::string& what);
+  // The state every rank holds alike (OneBitLamb: the per-tensor coefficients and v_fresh), for
+  // one file of a checkpoint whatever the world size (rank 0 writes it). load refuses another
+  // kind or model (InputError).
+  // OneBitLamb's frozen lamb coefficients (DeepSpeed's lamb_coeff_freeze), [unit][tensor].
+  std::vector<std::vector<double>> lamb_coeff_freeze() const;
+  bool has_shared_state() const { return kind_ == OnebitKind::kLamb; }
+  std::string serialize_shared() const;
+  void deserialize_shared(const std::string& bytes, const std::string& what);
 
  private:
   // Zeroes m outside the tensors of unit u (the mask).
   void mask(int u, float* m) const;
+  void adam_compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
+  void lamb_compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
+  void lamb_freeze(const std::vector<OnebitUnit>& units);  // scaling_t, v_fresh
 
   OnebitKind kind_;
   OnebitConfig cfg_;
@@ -82,6 +116,17 @@ class OnebitOptimizer {
   // Per unit: the element ranges [begin, end) that hold real parameters.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> live_;
   std::vector<std::vector<float>> worker_, server_;  // per unit
+
+  // OneBitLamb, per tensor (units' tensors in order) and per unit.
+  struct LambTensor {
+    double coeff_freeze = 0.0;  // DeepSpeed's lamb_coeff_freeze
+    double last_factor = 1.0;
+    double scaling = 1.0;  // scaling_coeff (set at the freeze)
+  };
+  std::vector<std::vector<LambTensor>> lamb_;  // [unit][tensor]
+  std::vector<std::vector<float>> fresh_;      // v_fresh per unit (after the freeze)
+  bool frozen_ = false;                        // scaling and v_fresh are set
+  std::vector<float> last_;                    // m before the step (scratch)
 };
 
 }  // namespace zerod

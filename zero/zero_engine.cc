@@ -451,15 +451,19 @@ OptimizerKind optimizer_kind(const std::string& type) {
 
 StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   StepResult r;
-  // Each rank holds its own gradients: the overflow check and the norm sum over the ranks (the
+  // Warm-up (OneBitLamb's LAMB): gradients all-reduced, identical on every rank, their sum.
+  // After: each rank holds its own, so the overflow check and the norm sum over the ranks (the
   // norm reported and clipped to is the root mean square of the ranks' local norms).
-  const double sumsq = sum_over_ranks(shard_sum_squares());
+  const bool warm = onebit_->reduces_gradients(adam_steps_ + 1);
+  const double local = shard_sum_squares();
+  const double sumsq = warm ? local : sum_over_ranks(local);
   if (!std::isfinite(sumsq)) {
     r.overflow = true;
     r.grad_norm = std::numeric_limits<double>::infinity();
     return r;
   }
-  r.grad_norm = std::sqrt(sumsq / opt_.world_size) / s.loss_scale;
+  const double divisor = s.loss_scale * (warm ? opt_.world_size : 1);
+  r.grad_norm = warm ? std::sqrt(sumsq) / divisor : std::sqrt(sumsq / opt_.world_size) / divisor;
   if (s.max_grad_norm > 0) {
     const double coef = s.max_grad_norm / (r.grad_norm + 1e-6);
     if (coef < 1.0) r.clip_coef = coef;
@@ -472,14 +476,18 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   os.beta2 = s.beta2;
   os.eps = s.eps;
   os.weight_decay = s.weight_decay;
-  os.grad_scale = static_cast<float>(r.clip_coef / s.loss_scale);
+  os.grad_scale = static_cast<float>(r.clip_coef / divisor);
   std::vector<OnebitUnit> units;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (guard_) guard_->before_update(u);
     units.push_back({master(u), exp_avg(u), exp_avg_sq(u),
                      static_cast<const float*>(reducer_->shard(u)), partition_.unit(u).shard});
   }
-  onebit_->compressed_step(units, os);
+  if (warm) {
+    onebit_->warmup_step(units, os);
+  } else {
+    onebit_->compressed_step(units, os);
+  }
   if (!fp32_alias()) {
     for (int u = 0; u < layout_.num_units(); ++u)
       be_.cast_to_compute(weight_region(u), master(u), partition_.unit(u).shard);
@@ -490,7 +498,8 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
 
 StepResult ZeroEngine::step(const OptimStep& s) {
   reducer_->finish();
-  if (onebit_ && !onebit_->reduces_gradients(adam_steps_ + 1)) return onebit_step(s);
+  if (onebit_ && (onebit_->owns_warmup() || !onebit_->reduces_gradients(adam_steps_ + 1)))
+    return onebit_step(s);
   StepResult r;
   double sumsq = shard_sum_squares();
   const bool distributed = opt_.comm->size() > 1;

@@ -255,7 +255,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
   void gather_weights();          // stages 1-2: all-gather every unit's updated shard
   void publish_weights();  // after the compute weights changed: gather (1-2) or re-gather (3)
-  // A 1-bit optimizer's step past its warm-up: gradients local to each rank.
+  // A 1-bit optimizer's step past its warm-up (gradients local to each rank), or one of its
+  // own warm-up steps (OneBitLamb).
   StepResult onebit_step(const OptimStep& s);
   float* state(int which, int u);  // 0 master, 1 exp_avg, 2 exp_avg_sq of unit u (in memory)
   // Muon, before the update pass: the momentum of this rank's pieces of every hidden matrix,

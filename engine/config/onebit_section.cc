@@ -92,9 +92,9 @@ void validate_onebit(const JobConfig& cfg, Problems& p) {
                     cfg.parallelism.tensor > 1 ? cfg.parallelism.tensor : cfg.parallelism.context,
                     o.type));
   }
-  if (o.type != "OneBitAdam") {
+  if (o.type == "ZeroOneAdam") {
     p.error("optimizer.type", fmt::format("{} is parsed but its update is not implemented in zerod "
-                                          "yet (OneBitAdam is)",
+                                          "yet (OneBitAdam and OneBitLamb are)",
                                           o.type));
   }
   const bool zero_one = o.type == "ZeroOneAdam";

@@ -31,6 +31,14 @@ using nlohmann::json;
 
 namespace {
 
+// The 1-bit optimizer's rank-independent state in a checkpoint (OneBitLamb's).
+constexpr const char* kOnebitSharedFile = "onebit_state.bin";
+
+std::string read_whole_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // How a rank's failed write travels to the others in the gathered file list: '!' + a kind +
 // the message. Kinds: 'E' an environment error (InputError: a full disk, quota, an unwritable
 // directory), 'S' the machine failing (EIO), '!' anything else (a bug).
@@ -308,6 +316,9 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
     // The 1-bit optimizer's worker and server errors differ per rank: one file each.
     write_file_atomically((fs::path(tmp) / onebit_file(ctx_.rank)).string(),
                           ob->serialize(progress.adam_steps));
+    // Its rank-independent state (OneBitLamb's coefficients, fresh variance): one file.
+    if (ob->has_shared_state() && ctx_.rank == 0)
+      write_file_atomically((fs::path(tmp) / kOnebitSharedFile).string(), ob->serialize_shared());
   }
 
   SaveReport report;
@@ -431,16 +442,21 @@ std::string Checkpointer::onebit_file(int rank) {
 // The 1-bit optimizer's errors of this rank. A checkpoint of another world size (or one saved
 // before the errors existed) has none for it: they restart from zero, as DeepSpeed always does.
 void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
+  if (ob.has_shared_state()) {
+    // Without it the run cannot go on as it was (OneBitLamb's frozen coefficients): refused.
+    const fs::path shared = fs::path(path) / kOnebitSharedFile;
+    if (!fs::exists(shared))
+      ZD_THROW_INPUT("{}: no {} (the 1-bit optimizer's state); it cannot be resumed", path,
+                     kOnebitSharedFile);
+    ob.deserialize_shared(read_whole_file(shared), shared.string());
+  }
   const fs::path file = fs::path(path) / onebit_file(ctx_.rank);
   std::string why;
   if (!fs::exists(file)) {
     why = "no " + file.filename().string();
   } else {
     try {
-      std::ifstream in(file, std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      ob.deserialize(bytes, file.string());
+      ob.deserialize(read_whole_file(file), file.string());
       return;
     } catch (const InputError& e) {
       why = e.what();

@@ -47,6 +47,54 @@ TEST(OnebitConfig, DeepSpeedDefaultsAndKeys) {
       << c.warnings[0];
 }
 
+TEST(OnebitConfig, OneBitLambKeysDefaultsAndClamps) {
+  const ParsedJob a = parse(job_with({{"optimizer", {{"type", "OneBitLamb"}}}}));
+  const OnebitConfig& d = a.config.optimizer.onebit;
+  EXPECT_EQ(a.config.optimizer.type, "OneBitLamb");
+  EXPECT_EQ(d.freeze_step, 100000);
+  EXPECT_EQ(d.max_coeff, 10.0);
+  EXPECT_EQ(d.min_coeff, 0.01);
+  EXPECT_EQ(d.coeff_beta, 0.9);
+  EXPECT_EQ(d.factor_max, 4.0);
+  EXPECT_EQ(d.factor_min, 0.5);
+  EXPECT_EQ(d.factor_threshold, 0.1);
+  const ParsedJob b = parse(job_with({{"optimizer",
+                                       {{"type", "OneBitLamb"},
+                                        {"params",
+                                         {{"freeze_step", 3},
+                                          {"max_coeff", 5.0},
+                                          {"min_coeff", 0.1},
+                                          {"coeff_beta", 0.8},
+                                          {"factor_max", 2.0},
+                                          {"factor_min", 0.25},
+                                          {"factor_threshold", 0.2}}}}}}));
+  EXPECT_TRUE(b.warnings.empty()) << joined(b.warnings);  // implemented: parse() throws otherwise
+  const OnebitConfig& c = b.config.optimizer.onebit;
+  EXPECT_EQ(c.freeze_step, 3);
+  EXPECT_EQ(c.max_coeff, 5.0);
+  EXPECT_EQ(c.min_coeff, 0.1);
+  EXPECT_EQ(c.coeff_beta, 0.8);
+  EXPECT_EQ(c.factor_max, 2.0);
+  EXPECT_EQ(c.factor_min, 0.25);
+  EXPECT_EQ(c.factor_threshold, 0.2);
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "OneBitLamb"}, {"params", {{"min_coeff", 20.0}}}}}})),
+      "optimizer.params.min_coeff: 20 is above max_coeff 10"));
+  EXPECT_TRUE(contains(
+      problems_of(
+          job_with({{"optimizer", {{"type", "OneBitLamb"}, {"params", {{"factor_min", 5.0}}}}}})),
+      "optimizer.params.factor_min: 5 is above factor_max 4"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"optimizer", {{"type", "OneBitLamb"}, {"params", {{"var_update_scaler", 4}}}}}})),
+      "optimizer.params.var_update_scaler"));
+  EXPECT_TRUE(contains(
+      problems_of(job_with(
+          {{"optimizer", {{"type", "OneBitLamb"}}}, {"zero_optimization", {{"stage", 2}}}})),
+      "zero_optimization.stage: 2 with optimizer OneBitLamb: the 1-bit optimizers need stage 0"));
+}
+
 TEST(OnebitConfig, UnknownKeysAndBadValuesNameTheKey) {
   const auto other = problems_of(
       job_with({{"optimizer", {{"type", "OneBitAdam"}, {"params", {{"var_freeze_step", 5}}}}}}));

@@ -5,6 +5,7 @@
 // the checkpoint: without them the curve differs).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -22,8 +23,8 @@ using testing::run_world;
 using testing::TempCorpus;
 using testing::tiny_job;
 
-std::string onebit(int freeze_step) {
-  return R"({"type": "OneBitAdam", "params": {"lr": 2e-3, "betas": [0.9, 0.95],
+std::string onebit(int freeze_step, const std::string& type = "OneBitAdam") {
+  return R"({"type": ")" + type + R"(", "params": {"lr": 2e-3, "betas": [0.9, 0.95],
              "weight_decay": 0.1, "freeze_step": )" +
          std::to_string(freeze_step) + "}}";
 }
@@ -79,7 +80,7 @@ class OnebitTraining : public ::testing::Test {
 TempCorpus* OnebitTraining::corpus_ = nullptr;
 
 TEST_F(OnebitTraining, WithFreezeStepPastTheRunItIsAdamWithoutBiasCorrection) {
-  for (const std::string extra : {std::string(), std::string(R"(, "bf16": {"enabled": true})")}) {
+  for (const std::string& extra : {std::string(), std::string(R"(, "bf16": {"enabled": true})")}) {
     const Run adam = run(kAdamNoBiasCorrection, 6, 0, "", extra);
     const Run ob = run(onebit(100), 6, 0, "", extra);
     ASSERT_EQ(ob.losses.size(), 6u);
@@ -140,6 +141,28 @@ TEST_F(OnebitTraining, ResumeAfterTheFreezeIsBitwise) {
   const Run reset = run(onebit(3), 9, 0, "global_step5");
   ASSERT_EQ(reset.losses.size(), 4u);
   EXPECT_NE(reset.losses, rest.losses);
+}
+
+// OneBitLamb: its LAMB warm-up and compressed steps train (the loss falls past the freeze), the
+// bytes after the freeze drop as OneBitAdam's, and a resume after the freeze is bitwise (the
+// frozen coefficients and the fresh variance in onebit_state.bin, the errors per rank); without
+// onebit_state.bin the resume is refused.
+TEST_F(OnebitTraining, OnebitLambTrainsAndResumesBitwise) {
+  // (LAMB's steps are lr x ||p|| per tensor: a larger lr than Adam's.)
+  const std::string lamb = R"({"type": "OneBitLamb", "params": {"lr": 0.05, "betas": [0.9, 0.95],
+                               "weight_decay": 0.1, "freeze_step": 3}})";
+  const Run whole = run(lamb, 9, 5);
+  ASSERT_EQ(whole.losses.size(), 9u);
+  for (double l : whole.losses) ASSERT_TRUE(std::isfinite(l));
+  EXPECT_LT(whole.losses.back(), whole.losses[3]) << ::testing::PrintToString(whole.losses);
+  const StepBytes warm = bytes_between(whole.totals[0], whole.totals[2], 2);
+  const StepBytes comp = bytes_between(whole.totals[3], whole.totals[8], 5);
+  EXPECT_GE(warm.wire / comp.wire, 16.0);
+  const Run rest = run(lamb, 9, 0, "global_step5");
+  ASSERT_EQ(rest.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest.losses[i], whole.losses[5 + i]) << "step " << 6 + i;
+  ASSERT_TRUE(fs::remove(ckpt_ / "global_step5" / "onebit_state.bin"));
+  EXPECT_THROW(run(lamb, 9, 0, "global_step5"), InputError);
 }
 
 }  // namespace
