@@ -8,7 +8,7 @@ and its difference from the first run's.
 import csv
 import sys
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
 
 def read(path):
