@@ -8,7 +8,8 @@ and its difference from the first run's.
 import csv
 import sys
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
+          "#bcbd22", "#17becf"]
 
 
 def read(path):
@@ -31,7 +32,10 @@ def smooth(xs, k=10):
 def main():
     out = sys.argv[1]
     runs = [(a.split("=", 1)[0], read(a.split("=", 1)[1])) for a in sys.argv[2:]]
-    W, H, L, B, T, R = 640, 400, 60, 40, 20, 150
+    # The legend sits right of the plot; widen the picture so the longest name fits (about 7 px
+    # a character at 12 px sans-serif).
+    R = 45 + 7 * max(len(name) for name, _ in runs)
+    W, H, L, B, T = 490 + R, 400, 60, 40, 20
     max_step = max(s[-1] for _, (s, _) in runs)
     lo = min(min(smooth(l)) for _, (_, l) in runs)
     hi = max(max(smooth(l)) for _, (_, l) in runs)
