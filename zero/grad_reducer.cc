@@ -53,6 +53,8 @@ void GradReducer::zero_grad() {
 
 void GradReducer::begin_micro_batch(bool last) {
   last_micro_ = last;
+  compress_ = last && opt_.stage == 0 && distributed() && opt_.compression != nullptr &&
+              opt_.compression->begin_step();
   ++micro_index_;
   bucket_lo_ = bucket_hi_ = -1;
   bucket_elems_ = 0;
@@ -95,6 +97,7 @@ void GradReducer::unit_done(int unit) {
   if (!sharded_grads()) {
     if (!last_micro_ || !distributed() || !reduces()) return;  // accumulate locally until the end
     if (opt_.stage == 0) {
+      if (compress_) return;  // the whole buffer goes to the compression hook at finish()
       // Units finish in decreasing order, so a bucket is one contiguous range.
       ZD_CHECK(bucket_lo_ < 0 || unit == bucket_lo_ - 1,
                "unit {} finished out of order (bucket {}..{})", unit, bucket_lo_, bucket_hi_);
@@ -165,6 +168,12 @@ void GradReducer::retire_oldest() {
 
 void GradReducer::finish() {
   while (!pending_.empty()) retire_oldest();
+  if (compress_) {
+    Stopwatch sw;
+    opt_.compression->reduce(full_.data());
+    wait_seconds_ += sw.seconds();
+    compress_ = false;
+  }
   if (!sharded_grads() && distributed() && reduces()) {
     // Stages 0-1 reduced in the storage arrays: round the sums to the compute dtype (no-op for
     // fp32 and for real 16-bit storage).

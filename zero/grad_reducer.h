@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/param_source.h"
 #include "zero/buffer_pool.h"
+#include "zero/grad_compression.h"
 #include "zero/partition.h"
 
 namespace zerod {
@@ -32,6 +33,8 @@ struct ReducerOptions {
   Communicator* comm = nullptr;  // null or size 1: nothing to reduce
   int64_t reduce_bucket_size = 500000000;
   bool overlap_comm = false;
+  // Stage 0: a compression hook that may take over a step's reduction (not owned; null: none).
+  GradCompression* compression = nullptr;
 };
 
 class GradReducer : public GradSink {
@@ -86,6 +89,7 @@ class GradReducer : public GradSink {
   std::deque<Pending> pending_;
   int64_t in_flight_elems_ = 0;
   bool last_micro_ = true;
+  bool compress_ = false;  // this step's reduction is opt_.compression's (at finish())
   int64_t micro_index_ = 0;
   // stage 0: the bucket being filled (units finish in decreasing order)
   int bucket_lo_ = -1, bucket_hi_ = -1;

@@ -73,6 +73,14 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   ro.comm = opt_.comm;
   ro.reduce_bucket_size = opt_.reduce_bucket_size;
   ro.overlap_comm = opt_.overlap_comm;
+  if (opt_.powersgd) {
+    ZD_CHECK_INPUT(opt_.stage == 0,
+                   "communication_compression: powersgd serves ZeRO stage 0 only, not stage {}",
+                   opt_.stage);
+    powersgd_ =
+        std::make_unique<PowerSgd>(layout_, partition_, be_, opt_.comm, *opt_.powersgd, tracker);
+    ro.compression = powersgd_.get();
+  }
   reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
   if (opt_.onebit != OnebitKind::kNone) {
     ZD_CHECK_INPUT(opt_.stage == 0 && !be_.device_memory() && esz_ == 4 && !offloaded(),

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "zero/muon_exchange.h"
 #include "zero/param_gatherer.h"
 #include "zero/partition.h"
+#include "zero/powersgd.h"
 #include "zero/update_guard.h"
 
 namespace zerod {
@@ -57,6 +59,9 @@ struct ZeroOptions {
   int64_t prefetch_bucket_size = 50000000;
   int64_t param_persistence_threshold = 100000;
   int64_t max_live_parameters = 1000000000;
+  // communication_compression powersgd (stage 0 only): the engine's reducer hands each step's
+  // gradients to a PowerSgd hook (zero/powersgd.h) from start_iter on.
+  std::optional<PowerSgdOptions> powersgd;
   // offload_optimizer.device: where the fp32 master weights and Adam moments live.
   //   kDevice: the compute pool (in fp32 the master is the compute weights themselves);
   //   kHost (cpu): host memory (MemCategory::kOffloaded). With offload_ratio < 1 only the leading
@@ -200,6 +205,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   const StateSwapper* swapper() const { return swapper_.get(); }
   // This rank's reduced gradient shard of unit u (sum over ranks; valid after the reductions).
   void* grad_shard(int u) { return reducer_->shard(u); }
+  // The PowerSGD hook (null without communication_compression), for checkpoints and stats.
+  PowerSgd* powersgd() { return powersgd_.get(); }
   // Refreshes the compute weights from the master (after loading a checkpoint) and gathers them.
   void refresh_weights();
   // The full compute weights of unit u gathered into `out` (padded elements, memory of the
@@ -286,6 +293,7 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<ParamSwapper> param_swapper_;  // stage 3 parameters on NVMe
   int resident_param_units_ = 0;  // with param_swapper_: units [0, this) stay in weights_
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
+  std::unique_ptr<PowerSgd> powersgd_;       // ZeroOptions::powersgd (before reducer_: it uses it)
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<OnebitOptimizer> onebit_;

@@ -58,6 +58,29 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig&) const = default;
 };
 
+// ---- communication_compression ---------------------------------------------------------------
+// Gradient compression for data parallelism (zero/powersgd.h). PowerSGD's keys are PyTorch
+// PowerSGDState's arguments (start_iter: start_powerSGD_iter, rank:
+// matrix_approximation_rank).
+struct PowerSgdConfig {
+  int rank = 1;
+  int64_t start_iter = 1000;  // plain all-reduce before this step
+  double min_compression_rate = 2.0;
+  bool use_error_feedback = true;
+  bool warm_start = true;
+  double orthogonalization_epsilon = 0.0;
+  uint64_t random_seed = 0;
+
+  bool operator==(const PowerSgdConfig&) const = default;
+};
+
+struct CommCompressionConfig {
+  std::string type;  // "" (the section absent: none) | "powersgd"
+  PowerSgdConfig powersgd;
+
+  bool operator==(const CommCompressionConfig&) const = default;
+};
+
 // ---- scheduler --------------------------------------------------------------------------------
 enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle };
 enum class WarmupType { kLog, kLinear };
@@ -334,6 +357,7 @@ struct JobConfig {
   MonitorConfig csv_monitor;
   MonitorConfig tensorboard;
   CommsLoggerConfig comms_logger;
+  CommCompressionConfig communication_compression;
 
   ModelConfig model;
   DataConfig data;

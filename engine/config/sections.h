@@ -23,6 +23,10 @@ void read_aio(ObjectReader& top, JobConfig& cfg);
 // checkpoint, activation_checkpointing, csv_monitor, tensorboard, comms_logger
 // (runtime_sections.cc)
 void read_runtime_sections(ObjectReader& top, JobConfig& cfg);
+// communication_compression (compression_section.cc); its rules against the ZeRO stage,
+// offload and precision.
+void read_communication_compression(ObjectReader& top, JobConfig& cfg);
+void validate_communication_compression(const JobConfig& cfg, Problems& problems);
 // DeepSpeed sections and keys zerod recognises but does not support (unsupported_sections.cc)
 void read_unsupported(ObjectReader& top);
 // model (model_section.cc); data, train (zerod_sections.cc)

@@ -16,6 +16,16 @@ struct NotBuiltYet {
 
 const NotBuiltYet kNotBuiltYet[] = {
     {[](const JobConfig& c) {
+       return !c.communication_compression.type.empty() && c.train.device == TrainDevice::kCuda;
+     },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "communication_compression.type: \"{}\" with train.device cuda: the PowerSGD hook "
+           "compiles for GPUs (cuBLAS matmuls, NCCL all-reduces) but has never run on one; it "
+           "runs on CPU ranks",
+           c.communication_compression.type);
+     }},
+    {[](const JobConfig& c) {
        return c.parallelism.tensor > 1 && c.train.device == TrainDevice::kCuda;
      },
      [](const JobConfig& c) {

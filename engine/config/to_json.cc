@@ -372,6 +372,18 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"data_parallel_size", cfg.data_parallel_size},
         {"layout", config::rank_layout_json(cfg)}}},
   };
+  const CommCompressionConfig& cc = cfg.communication_compression;
+  if (!cc.type.empty()) {
+    j["communication_compression"] = {
+        {"type", cc.type},
+        {"rank", cc.powersgd.rank},
+        {"start_iter", cc.powersgd.start_iter},
+        {"min_compression_rate", cc.powersgd.min_compression_rate},
+        {"use_error_feedback", cc.powersgd.use_error_feedback},
+        {"warm_start", cc.powersgd.warm_start},
+        {"orthogonalization_epsilon", cc.powersgd.orthogonalization_epsilon},
+        {"random_seed", cc.powersgd.random_seed}};
+  }
   return j;
 }
 

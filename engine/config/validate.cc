@@ -216,6 +216,7 @@ void validate_job(const JobConfig& cfg, Problems& problems) {
   validate_muon(cfg, problems);
   validate_zerod_sections(cfg, problems);
   validate_onebit(cfg, problems);
+  validate_communication_compression(cfg, problems);
 }
 
 void validate_derived(const JobConfig& cfg, Problems& problems) {

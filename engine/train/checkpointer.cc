@@ -710,6 +710,9 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   }
   engine_.set_adam_steps(m.progress.adam_steps);
   if (OnebitOptimizer* ob = engine_.onebit()) load_onebit(*ob, path);
+  // PowerSGD's residuals and Q are not saved: it resumes at the step count with zero residuals
+  // and a fresh Q (docs/compression.md).
+  if (PowerSgd* ps = engine_.powersgd()) ps->restart_at(m.progress.adam_steps);
   engine_.refresh_weights();
   if (ctx_.rank == 0) {
     spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {}{})", path,

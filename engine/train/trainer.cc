@@ -190,6 +190,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.prefetch_bucket_size = cfg_.zero.stage3_prefetch_bucket_size;
   zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
   zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
+  if (const CommCompressionConfig& cc = cfg_.communication_compression; cc.type == "powersgd") {
+    zo.powersgd = cc.powersgd;
+  }
   const OffloadOptimizerConfig& oo = cfg_.zero.offload_optimizer;
   if (oo.device == OffloadDevice::kCpu) zo.optimizer_states = StatesHome::kHost;
   if (oo.device == OffloadDevice::kNvme) {
