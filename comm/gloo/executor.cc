@@ -262,6 +262,7 @@ void Executor::execute(Task& task) {
     if (monitor_) monitor_->on_start(rank_, task.seq);
     log_.started(task.seq);
     Link link(*context_, task.seq, task.signature, start + timeout_, &names_);
+    link.set_rate_limiter(limiter_.get());
     {
       std::lock_guard<std::mutex> lock(mu_);
       current_ = &link;

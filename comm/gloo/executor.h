@@ -63,10 +63,13 @@ class Executor : public std::enable_shared_from_this<Executor> {
   const CollectiveLog& log() const { return log_; }
 
   int64_t sequence() const;
+  // Every later collective's sends go through `limiter` (null: none). Call before submitting.
+  void set_rate_limiter(std::shared_ptr<RateLimiter> limiter) { limiter_ = std::move(limiter); }
   // Idempotent; after it, submit() throws and queued works have failed.
   void shutdown();
 
  private:
+  std::shared_ptr<RateLimiter> limiter_;
   friend class GlooWork;
   struct Task {
     std::shared_ptr<GlooWork> work;

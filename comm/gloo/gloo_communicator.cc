@@ -87,6 +87,9 @@ class GlooCommunicator final : public Communicator {
     names_ = RankNames{options.group_name, options.global_ranks};
     const std::string who = names_.rank_of(rank_, size_);
     executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor, names_);
+    const double rate = options.rate_limit_bits_per_s > 0 ? options.rate_limit_bits_per_s
+                                                          : gloo_backend::rate_limit_from_env();
+    if (rate > 0) executor_->set_rate_limiter(std::make_shared<gloo_backend::RateLimiter>(rate));
     log::init();
     spdlog::debug("gloo communicator: {} connected on {} (timeout {} ms)", who,
                   options.bind_address, timeout_.count());

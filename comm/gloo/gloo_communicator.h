@@ -73,6 +73,10 @@ struct GlooOptions {
   // For benchmarks and tests; the defaults are what training uses.
   GlooAlgorithm algorithm = GlooAlgorithm::kAuto;
   size_t segment_bytes = 0;  // ring pipeline segment (0: automatic)
+  // A throttle on the bytes this rank sends (comm/gloo/rate_limiter.h: a token bucket in the
+  // transport, not a shaped interface), in bits per second; 0: the environment variable
+  // ZEROD_GLOO_RATE_LIMIT_BPS when set, else none. For tests and benchmarks of slow links.
+  double rate_limit_bits_per_s = 0;
 };
 
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/gloo/rate_limiter.h"
 #include "comm/rank_names.h"
 
 namespace gloo {
@@ -79,6 +80,8 @@ class Link {
   void wait_recv(Buffer buf, int peer);
 
   void abort(const std::string& reason);
+  // Paces every later send through `limiter` (rate_limiter.h; not owned; null: none).
+  void set_rate_limiter(RateLimiter* limiter) { limiter_ = limiter; }
 
  private:
   uint64_t slot(int channel) const;
@@ -93,6 +96,7 @@ class Link {
   const uint64_t slot_base_;
   const Clock::time_point deadline_;
   const RankNames* const names_;
+  RateLimiter* limiter_ = nullptr;
 
   std::mutex mu_;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers_;

@@ -78,7 +78,8 @@ struct World {
 
 // n Gloo communicators on 127.0.0.1, created concurrently (each on its rank's thread).
 inline World make_world(int n, Ms timeout = Ms(10000),
-                        GlooAlgorithm algorithm = GlooAlgorithm::kAuto, size_t segment_bytes = 0) {
+                        GlooAlgorithm algorithm = GlooAlgorithm::kAuto, size_t segment_bytes = 0,
+                        double rate_limit_bits_per_s = 0) {
   World w;
   w.monitor = std::make_shared<LocalPeerMonitor>(n);
   w.comms.resize(static_cast<size_t>(n));
@@ -91,6 +92,7 @@ inline World make_world(int n, Ms timeout = Ms(10000),
     o.monitor = w.monitor;
     o.algorithm = algorithm;
     o.segment_bytes = segment_bytes;
+    o.rate_limit_bits_per_s = rate_limit_bits_per_s;
     w.comms[static_cast<size_t>(r)] = make_gloo_communicator(o);
   });
   return w;
