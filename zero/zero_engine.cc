@@ -457,6 +457,28 @@ OptimizerKind optimizer_kind(const std::string& type) {
       "optimizer type '{}' is not supported (Adam, AdamW, SGD, Adagrad, Lion, Muon, Lamb)", type);
 }
 
+namespace {
+
+// The step's result from the global norm of the unscaled, averaged gradients: inf/NaN (from
+// inf/NaN gradients on any rank) is an overflow; otherwise DeepSpeed / torch clip_grad_norm_'s
+// coef = max_norm / (norm + 1e-6) when below 1 (max_grad_norm 0: no clipping).
+StepResult norm_and_clip(double grad_norm, double max_grad_norm) {
+  StepResult r;
+  if (!std::isfinite(grad_norm)) {
+    r.overflow = true;
+    r.grad_norm = std::numeric_limits<double>::infinity();
+    return r;
+  }
+  r.grad_norm = grad_norm;
+  if (max_grad_norm > 0) {
+    const double coef = max_grad_norm / (grad_norm + 1e-6);
+    if (coef < 1.0) r.clip_coef = coef;
+  }
+  return r;
+}
+
+}  // namespace
+
 StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   StepResult r;
   // Warm-up (OneBitLamb's LAMB): gradients all-reduced, identical on every rank, their sum.
@@ -465,17 +487,11 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   const bool warm = onebit_->reduces_gradients(adam_steps_ + 1);
   const double local = shard_sum_squares();
   const double sumsq = warm ? local : sum_over_ranks(local);
-  if (!std::isfinite(sumsq)) {
-    r.overflow = true;
-    r.grad_norm = std::numeric_limits<double>::infinity();
-    return r;
-  }
   const double divisor = s.loss_scale * (warm ? opt_.world_size : 1);
-  r.grad_norm = warm ? std::sqrt(sumsq) / divisor : std::sqrt(sumsq / opt_.world_size) / divisor;
-  if (s.max_grad_norm > 0) {
-    const double coef = s.max_grad_norm / (r.grad_norm + 1e-6);
-    if (coef < 1.0) r.clip_coef = coef;
-  }
+  r = norm_and_clip(
+      warm ? std::sqrt(sumsq) / divisor : std::sqrt(sumsq / opt_.world_size) / divisor,
+      s.max_grad_norm);
+  if (r.overflow) return r;
   ++adam_steps_;
   OnebitStep os;
   os.step = adam_steps_;
@@ -515,19 +531,10 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   if (distributed && opt_.stage >= 1) sumsq = sum_over_ranks(sumsq);
   // The other parts of the model (disjoint, replicated tensors counted on one rank only).
   if (opt_.model_parallel_comm != nullptr) sumsq = sum_over_ranks(sumsq, opt_.model_parallel_comm);
-  if (!std::isfinite(sumsq)) {
-    r.overflow = true;
-    r.grad_norm = std::numeric_limits<double>::infinity();
-    return r;
-  }
   // Reduced gradients are sums over the ranks: the mean divides by the world size.
   const double divisor = s.loss_scale * (distributed ? opt_.world_size : 1);
-  r.grad_norm = std::sqrt(sumsq) / divisor;
-  // DeepSpeed / torch clip_grad_norm_: coef = max_norm / (norm + 1e-6) when below 1.
-  if (s.max_grad_norm > 0) {
-    const double coef = s.max_grad_norm / (r.grad_norm + 1e-6);
-    if (coef < 1.0) r.clip_coef = coef;
-  }
+  r = norm_and_clip(std::sqrt(sumsq) / divisor, s.max_grad_norm);
+  if (r.overflow) return r;
   ++adam_steps_;
   OptimizerParams p;
   p.kind = s.kind;
