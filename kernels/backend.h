@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/memory.h"
@@ -353,6 +355,14 @@ class Backend {
                           const OptimizerParams& p, float coeff);
   // Sum of squares of x (n, compute dtype), accumulated in double. Inf/NaN propagate.
   virtual double sum_squares(const void* x, int64_t n) = 0;
+  // The same over several pieces (x_i, n_i): sum over i, in order, of sum_squares(x_i, n_i), with
+  // the same rounding. A device backend reads the pieces' partial sums back once (one wait for
+  // the device instead of one per piece); this default calls sum_squares per piece.
+  virtual double sum_squares_pieces(const std::vector<std::pair<const void*, int64_t>>& pieces) {
+    double total = 0.0;
+    for (const auto& [x, n] : pieces) total += sum_squares(x, n);
+    return total;
+  }
   // x (n) *= s
   virtual void scale(void* x, float s, int64_t n) = 0;
 };

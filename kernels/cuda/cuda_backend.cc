@@ -576,6 +576,33 @@ class CudaBackend final : public Backend {
     return total;
   }
 
+  // Every piece's partial sums to its own slice of the scratch, one copy back, one wait; the
+  // pieces' totals are then added on the host in the order sum_squares would give.
+  double sum_squares_pieces(const std::vector<std::pair<const void*, int64_t>>& pieces) override {
+    if (pieces.empty()) return 0.0;
+    activate();
+    auto* partial =
+        static_cast<double*>(scratch(pieces.size() * kSumSquaresMaxBlocks * sizeof(double)));
+    std::vector<int> counts(pieces.size(), 0);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (pieces[i].second <= 0) continue;
+      counts[i] = sum_squares_partials(st_, partial + i * kSumSquaresMaxBlocks, pieces[i].first,
+                                       pieces[i].second, stream_);
+    }
+    std::vector<double> host(pieces.size() * kSumSquaresMaxBlocks);
+    check(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_),
+          "sum_squares_pieces: cudaMemcpyAsync");
+    synchronize();
+    double total = 0.0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      double piece = 0.0;
+      for (int j = 0; j < counts[i]; ++j) piece += host[i * kSumSquaresMaxBlocks + j];
+      total += piece;
+    }
+    return total;
+  }
+
   void scale(void* x, float s, int64_t n) override {
     activate();
     cuda::scale(st_, x, s, n, stream_);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda_test_util.h"
 
@@ -87,6 +89,33 @@ TEST(CudaElementwise, SumSquaresMatchesTheCpuAndPropagatesInfAndNaN) {
     x[3] = std::numeric_limits<float>::quiet_NaN();
     Buffer dn = be.compute(x);
     EXPECT_TRUE(std::isnan(be.gpu->sum_squares(dn.data(), 1000)));
+  }
+}
+
+// The pieces call reads every piece's partials back at once: bitwise the sum of the per-piece
+// calls, in order (an empty piece included), on the scratch the single calls also use.
+TEST(CudaElementwise, SumSquaresOfPiecesEqualsThePerPieceSum) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (DType dt : test::kAllDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Backends be(dt);
+    const std::vector<int64_t> sizes = {300000, 1, 0, 4097, int64_t{1} << 21, 77};
+    std::vector<Buffer> bufs;
+    std::vector<std::pair<const void*, int64_t>> pieces;
+    double want = 0.0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t n = sizes[i];
+      bufs.push_back(be.compute(be.round(test::randn(n == 0 ? 1 : n, 50 + static_cast<int>(i)))));
+      pieces.emplace_back(bufs.back().data(), n);
+      want += be.gpu->sum_squares(bufs.back().data(), n);
+    }
+    EXPECT_EQ(be.gpu->sum_squares_pieces(pieces), want);
+    EXPECT_EQ(be.gpu->sum_squares_pieces({}), 0.0);
+    VecF x = be.round(test::randn(1000, 59));
+    x[999] = std::numeric_limits<float>::infinity();
+    Buffer dx = be.compute(x);
+    pieces.emplace_back(dx.data(), 1000);
+    EXPECT_TRUE(std::isinf(be.gpu->sum_squares_pieces(pieces)));
   }
 }
 
