@@ -21,8 +21,12 @@
 #include <math_constants.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/attention.h"
@@ -549,6 +553,35 @@ bool allow_mma() {
   return impl_in_use().load(std::memory_order_relaxed) == AttentionImpl::kAuto;
 }
 
+MmaVariants variants_from_env() {
+  MmaVariants v;
+  const char* e = std::getenv("ZEROD_ATTENTION_MMA");
+  if (e == nullptr || *e == '\0') return v;
+  int f = -1, q = -1, k = -1;
+  char tail = 0;
+  if (std::sscanf(e, "%d,%d,%d%c", &f, &q, &k, &tail) != 3 || f < 0 || f >= kMmaForwardVariants ||
+      q < 0 || q >= kMmaDqVariants || k < 0 || k >= kMmaDkdvVariants) {
+    throw std::invalid_argument(
+        "ZEROD_ATTENTION_MMA='" + std::string(e) + "': expected forward,dq,dkdv variant numbers " +
+        "below " + std::to_string(kMmaForwardVariants) + "," + std::to_string(kMmaDqVariants) +
+        "," + std::to_string(kMmaDkdvVariants) + " (for example 0,0,0)");
+  }
+  v.forward = f;
+  v.dq = q;
+  v.dkdv = k;
+  return v;
+}
+
+std::mutex& variants_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+MmaVariants& variants_in_use() {
+  static MmaVariants v = variants_from_env();
+  return v;
+}
+
 }  // namespace
 
 void set_attention_impl(AttentionImpl impl) {
@@ -559,6 +592,20 @@ AttentionImpl attention_impl() {
   return impl_in_use().load(std::memory_order_relaxed);
 }
 
+void set_attention_mma_variants(MmaVariants v) {
+  if (v.forward < 0 || v.forward >= kMmaForwardVariants || v.dq < 0 || v.dq >= kMmaDqVariants ||
+      v.dkdv < 0 || v.dkdv >= kMmaDkdvVariants) {
+    throw std::invalid_argument("set_attention_mma_variants: no such variant");
+  }
+  std::lock_guard<std::mutex> lock(variants_mutex());
+  variants_in_use() = v;
+}
+
+MmaVariants attention_mma_variants() {
+  std::lock_guard<std::mutex> lock(variants_mutex());
+  return variants_in_use();
+}
+
 void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const AttentionDims& s,
                        cudaStream_t stream) {
   if (s.B <= 0 || s.T <= 0) return;
@@ -566,7 +613,7 @@ void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const
   // Document masking runs the SIMT kernels below (the only ones that implement it).
   const bool fast = s.doc_start == nullptr;
   if (fast && allow_mma() && attention_mma_supported(dt, s, out, qkv)) {
-    attention_mma_forward(dt, out, lse, qkv, s, stream);
+    attention_mma_forward(dt, out, lse, qkv, s, stream, attention_mma_variants().forward);
     return;
   }
   if (fast && !force_simt() && attention_tc_supported(dt, s.HS, out, qkv)) {
@@ -601,7 +648,8 @@ void attention_backward(Storage dt, void* dqkv, const void* dout, const void* qk
   const Shape sh = make_shape(s, s.T);
   const bool fast = s.doc_start == nullptr;  // (document masking: SIMT, as the forward)
   if (fast && allow_mma() && attention_mma_supported(dt, s, dqkv, dout, qkv, out)) {
-    attention_mma_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream);
+    const MmaVariants v = attention_mma_variants();
+    attention_mma_backward(dt, dqkv, dout, qkv, out, lse, s, scratch, stream, v.dq, v.dkdv);
     return;
   }
   if (fast && !force_simt() && attention_tc_supported(dt, s.HS, dqkv, dout, qkv, out)) {

@@ -46,7 +46,7 @@ struct AttentionDims {
   // j >= doc_start[b,i] (non-decreasing in i; see zerod::AttentionShape). Only
   // attention_forward / attention_backward take it, and only their SIMT kernels implement it:
   // a call with doc_start always runs the SIMT kernels of attention.cu (the mma.sync and WMMA
-  // kernels are not extended). Compiled, not yet run on a GPU.
+  // kernels are not extended). Tested against the CPU on an H100.
   const int32_t* doc_start = nullptr;
 
   int64_t qkv_row() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
@@ -62,6 +62,19 @@ struct AttentionDims {
 enum class AttentionImpl { kAuto, kWmma, kSimt };
 void set_attention_impl(AttentionImpl impl);
 AttentionImpl attention_impl();
+
+// The kernel variants the mma path runs (attention_mma.h: bitwise the same outputs, different
+// tile shapes and register budgets). Start as ZEROD_ATTENTION_MMA=f,q,k (forward, dQ, dK/dV
+// variant numbers; a malformed or out-of-range value throws std::invalid_argument naming the
+// variable) or the defaults below (the fastest on an H100 at GPT-2 124M's shape, measured by
+// zerod_attention_bench: forward 1, dQ 3, dK/dV 3); process-wide, for benches and tests.
+struct MmaVariants {
+  int forward = 1;
+  int dq = 3;
+  int dkdv = 3;
+};
+void set_attention_mma_variants(MmaVariants v);
+MmaVariants attention_mma_variants();
 
 // out (B,T,NH*HS) =; lse (B,NH,T) = log-sum-exp of each scaled, masked score row (fp32).
 void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const AttentionDims& s,

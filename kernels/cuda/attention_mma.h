@@ -22,14 +22,21 @@ bool attention_mma_supported(Storage dt, const AttentionDims& s, const void* a,
                              const void* b = nullptr, const void* c = nullptr,
                              const void* d = nullptr);
 
-// As attention_forward; requires attention_mma_supported.
+// Kernel variants (attention_mma.cu: tile rows per block, fragments held in registers or
+// reloaded, columns per pass, blocks per SM); every variant gives bitwise the same outputs, they
+// differ in speed only. 0 is each kernel's first version.
+constexpr int kMmaForwardVariants = 4;
+constexpr int kMmaDqVariants = 5;
+constexpr int kMmaDkdvVariants = 5;
+
+// As attention_forward; requires attention_mma_supported. variant < kMmaForwardVariants.
 void attention_mma_forward(Storage dt, void* out, float* lse, const void* qkv,
-                           const AttentionDims& s, cudaStream_t stream);
+                           const AttentionDims& s, cudaStream_t stream, int variant);
 
 // As attention_backward (scratch: attention_backward_scratch_bytes, receives D); requires
-// attention_mma_supported.
+// attention_mma_supported. dq_variant < kMmaDqVariants, dkdv_variant < kMmaDkdvVariants.
 void attention_mma_backward(Storage dt, void* dqkv, const void* dout, const void* qkv,
                             const void* out, const float* lse, const AttentionDims& s,
-                            float* scratch, cudaStream_t stream);
+                            float* scratch, cudaStream_t stream, int dq_variant, int dkdv_variant);
 
 }  // namespace zerod::cuda

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_mma.h"
 
 namespace zerod {
 namespace {
@@ -200,6 +202,72 @@ INSTANTIATE_TEST_SUITE_P(Impl, CudaAttention,
                          ::testing::Values(cuda::AttentionImpl::kAuto, cuda::AttentionImpl::kWmma,
                                            cuda::AttentionImpl::kSimt),
                          [](const auto& info) { return std::string(impl_name(info.param) + 1); });
+
+// The mma kernels' variants (kernels/cuda/attention_mma.h: 64- or 128-row blocks, fragments held
+// or reloaded, 32 or 64 columns a pass, register budgets) do the same arithmetic in the same
+// order: every variant's out, lse and dqkv must equal variant 0's bit for bit (variant 0 is
+// checked against the CPU above), on head-size-64 shapes with partial blocks of 64 and 128
+// rows, GQA, and a single position. Outputs start poisoned (NaN never equals).
+TEST(CudaAttentionMma, EveryVariantGivesBitwiseTheOutputsOfVariantZero) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  constexpr Shape kMmaShapes[] = {{2, 300, 4, 2, 64, 0}, {1, 129, 2, 2, 64, 0},
+                                  {3, 64, 4, 4, 64, 0},  {1, 1, 2, 1, 64, 0},
+                                  {1, 200, 8, 2, 64, 0}, {2, 128, 2, 2, 64, 0}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (const Shape& sh : kMmaShapes) {
+      SCOPED_TRACE(label(dt, sh));
+      const AttentionShape s = attention_shape(sh);
+      Backends be(dt);
+      const int64_t BT = int64_t{s.B} * s.T;
+      const int64_t nlse = int64_t{s.B} * s.NH * s.T;
+      Buffer d_qkv = be.compute(be.round(test::randn(BT * s.qkv_row(), 110, 1.5f)));
+      Buffer d_dout = be.compute(be.round(test::randn(BT * s.out_row(), 111)));
+      VecF out0, lse0, dqkv0;
+      auto run = [&](cuda::MmaVariants v, VecF& out, VecF& lse, VecF& dqkv) {
+        cuda::set_attention_mma_variants(v);
+        Buffer d_out = be.poisoned_compute(BT * s.out_row());
+        Buffer d_lse = be.poisoned_f32(nlse);
+        be.gpu->attention_forward(d_out.data(), d_lse.as<float>(), d_qkv.data(), s);
+        Buffer d_dqkv = be.poisoned_compute(BT * s.qkv_row());
+        be.gpu->attention_backward(d_dqkv.data(), d_dout.data(), d_qkv.data(), d_out.data(),
+                                   d_lse.as<float>(), s);
+        out = be.read_compute(d_out, BT * s.out_row());
+        lse = be.read_f32(d_lse, nlse);
+        dqkv = be.read_compute(d_dqkv, BT * s.qkv_row());
+      };
+      run({0, 0, 0}, out0, lse0, dqkv0);
+      const int most =
+          std::max({cuda::kMmaForwardVariants, cuda::kMmaDqVariants, cuda::kMmaDkdvVariants});
+      for (int i = 1; i < most; ++i) {
+        const cuda::MmaVariants v{std::min(i, cuda::kMmaForwardVariants - 1),
+                                  std::min(i, cuda::kMmaDqVariants - 1),
+                                  std::min(i, cuda::kMmaDkdvVariants - 1)};
+        SCOPED_TRACE("variants " + std::to_string(v.forward) + "," + std::to_string(v.dq) + "," +
+                     std::to_string(v.dkdv));
+        VecF out, lse, dqkv;
+        run(v, out, lse, dqkv);
+        EXPECT_TRUE(out == out0);
+        EXPECT_TRUE(lse == lse0);
+        EXPECT_TRUE(dqkv == dqkv0);
+      }
+      cuda::set_attention_mma_variants({});
+    }
+  }
+}
+
+// Out-of-range variant numbers are refused, naming what was asked (no GPU needed).
+TEST(CudaAttentionMma, AVariantThatDoesNotExistIsRefused) {
+  const cuda::MmaVariants before = cuda::attention_mma_variants();
+  EXPECT_THROW(cuda::set_attention_mma_variants({cuda::kMmaForwardVariants, 0, 0}),
+               std::invalid_argument);
+  EXPECT_THROW(cuda::set_attention_mma_variants({0, -1, 0}), std::invalid_argument);
+  EXPECT_THROW(cuda::set_attention_mma_variants({0, 0, cuda::kMmaDkdvVariants}),
+               std::invalid_argument);
+  const cuda::MmaVariants after = cuda::attention_mma_variants();
+  EXPECT_EQ(after.forward, before.forward);
+  EXPECT_EQ(after.dq, before.dq);
+  EXPECT_EQ(after.dkdv, before.dkdv);
+}
 
 // Generation: a prefix of pos0 positions goes through the cache first (a prefill call at 0),
 // then Tq new positions at pos0; out and the caches against the CPU's same two calls, and out
