@@ -6,7 +6,15 @@
 // element. Otherwise lanes stride the channels element by element and reread the row.
 // dweight/dbias: grid (ceil(C/128), chunks) of 128 threads, one thread per channel summing a
 // chunk of rows into a partial; then the partials of each channel are added in an order fixed by
-// the chunk count (combine_columns, device_util.cuh), in parallel over chunks and channels.
+// the chunk count (combine_columns, device_util.cuh), in parallel over chunks and channels. Rows of
+// at most 3 packs a lane (C <= 768 in bf16/fp16, 384 in fp32) take one fused kernel for dinp and
+// the partials instead (layernorm_backward_fused_kernel), unless switched off.
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/cast.h"
@@ -211,23 +219,22 @@ __global__ void residual_layernorm_forward_packed_kernel(
   layernorm_packed_finish<T, VEC>(out, mean, rstd, x, sum, weight, bias, row, C, lane);
 }
 
-// dinp += rstd (dn - mean(dn) - norm mean(dn norm)), dn = w dout, norm = (x - mean) rstd. The
-// row's dout is in registers before dinp is written (dinp may be dout).
-template <class T, int VEC>
-__global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout, const T* __restrict__ inp,
-                                             const T* __restrict__ weight,
-                                             const float* __restrict__ mean,
-                                             const float* __restrict__ rstd, int64_t N, int C) {
+// dinp += rstd (dn - mean(dn) - norm mean(dn norm)), dn = w dout, norm = (x - mean) rstd, for
+// one row (one warp). The row's dout is in registers before dinp is written (dinp may be dout).
+// With kGrads, also aw += norm dout and ab += dout over the lane's columns (the weight and bias
+// gradients' partial sums).
+template <class T, int VEC, bool kGrads>
+__device__ __forceinline__ void layernorm_dinp_row(T* dinp, const T* dout,
+                                                   const T* __restrict__ inp,
+                                                   const T* __restrict__ weight, float m, float s,
+                                                   int64_t row, int C, int lane,
+                                                   float (&aw)[VEC][Pack16<T>::kN],
+                                                   float (&ab)[VEC][Pack16<T>::kN]) {
   using P = Pack16<T>;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= N) return;
   const int packs = C / P::kN;
   float norm[VEC][P::kN], dn[VEC][P::kN];
   load_row<T, VEC>(norm, inp + row * C, packs, lane);
   load_row<T, VEC>(dn, dout + row * C, packs, lane);
-  const float m = mean[row];
-  const float s = rstd[row];
   float dn_sum = 0.0f, dnn_sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
@@ -237,6 +244,10 @@ __global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout, const T* __
 #pragma unroll
       for (int k = 0; k < P::kN; ++k) {
         norm[i][k] = (norm[i][k] - m) * s;
+        if constexpr (kGrads) {
+          aw[i][k] += norm[i][k] * dn[i][k];
+          ab[i][k] += dn[i][k];
+        }
         dn[i][k] *= to_f32(w.v[k]);
         dn_sum += dn[i][k];
         dnn_sum += dn[i][k] * norm[i][k];
@@ -258,6 +269,89 @@ __global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout, const T* __
       di[p] = v;
     }
   }
+}
+
+template <class T, int VEC>
+__global__ void layernorm_dinp_packed_kernel(T* dinp, const T* dout, const T* __restrict__ inp,
+                                             const T* __restrict__ weight,
+                                             const float* __restrict__ mean,
+                                             const float* __restrict__ rstd, int64_t N, int C) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  float unused[VEC][Pack16<T>::kN];
+  layernorm_dinp_row<T, VEC, false>(dinp, dout, inp, weight, mean[row], rstd[row], row, C, lane,
+                                    unused, unused);
+}
+
+// layernorm_dinp_packed_kernel's dinp (the same row function) and, in the same pass over dout
+// and inp, the weight and bias gradient partials: block b's warps walk rows b kRowsPerBlock + warp,
+// b kRowsPerBlock + warp + gridDim.x kRowsPerBlock, ...; each lane sums norm dout and dout over
+// its columns in registers; then the block's warps are added in order through shared memory
+// ((kRowsPerBlock, 2C) floats) into partial[b] = [sum norm dout (C) | sum dout (C)]. One read of
+// dout and inp for all three gradients. Lanes of at most kFusedVec packs (the accumulators stay
+// in registers: C <= 768 in bf16/fp16, 384 in fp32).
+constexpr int kFusedVec = 3;           // (4 spills at 2 blocks of 256 threads per SM)
+constexpr int64_t kFusedBlocks = 264;  // the most blocks (partial rows): two per SM of an H100
+
+template <class T, int VEC>
+__global__ void __launch_bounds__(kRowThreads, 2)
+    layernorm_backward_fused_kernel(T* dinp, float* __restrict__ partial, const T* dout,
+                                    const T* __restrict__ inp, const T* __restrict__ weight,
+                                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                                    int64_t N, int C) {
+  using P = Pack16<T>;
+  extern __shared__ float red[];  // (kRowsPerBlock, 2C)
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int packs = C / P::kN;
+  float aw[VEC][P::kN], ab[VEC][P::kN];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+#pragma unroll
+    for (int k = 0; k < P::kN; ++k) aw[i][k] = ab[i][k] = 0.0f;
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp; row < N;
+       row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    layernorm_dinp_row<T, VEC, true>(dinp, dout, inp, weight, mean[row], rstd[row], row, C, lane,
+                                     aw, ab);
+  }
+  float* mine = red + static_cast<int64_t>(warp) * 2 * C;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const int p = lane + 32 * i;
+    if (p < packs) {
+#pragma unroll
+      for (int k = 0; k < P::kN; ++k) {
+        mine[p * P::kN + k] = aw[i][k];
+        mine[C + p * P::kN + k] = ab[i][k];
+      }
+    }
+  }
+  __syncthreads();
+  float* out = partial + static_cast<int64_t>(blockIdx.x) * 2 * C;
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kRowsPerBlock; ++w) total += red[w * 2 * C + c];
+    out[c] = total;
+  }
+}
+
+std::atomic<bool>& fused_grads_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("ZEROD_LAYERNORM_FUSED_GRADS");
+    if (e == nullptr || *e == '\0' || std::strcmp(e, "1") == 0) return true;
+    if (std::strcmp(e, "0") == 0) return false;
+    throw std::invalid_argument("ZEROD_LAYERNORM_FUSED_GRADS='" + std::string(e) +
+                                "': expected 0 or 1");
+  }()};
+  return on;
+}
+
+int64_t fused_blocks(int64_t N) {
+  const int64_t b = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  return b < kFusedBlocks ? b : kFusedBlocks;
 }
 
 // Calls fn(std::integral_constant<int, VEC>) for the packed path's VEC (packs_per_lane > 0).
@@ -413,10 +507,18 @@ void residual_layernorm_forward(Storage dt, void* res, void* out, float* mean, f
   check(cudaGetLastError(), "residual_layernorm_forward kernel launch");
 }
 
+void set_layernorm_fused_gradients(bool on) {
+  fused_grads_flag().store(on, std::memory_order_relaxed);
+}
+
+bool layernorm_fused_gradients() {
+  return fused_grads_flag().load(std::memory_order_relaxed);
+}
+
 size_t layernorm_backward_scratch_bytes(int64_t N, int C) {
   if (N <= 0 || C <= 0) return 0;
-  return static_cast<size_t>(row_chunks(N, kMinChunkRows).count) * 2 * static_cast<size_t>(C) *
-         sizeof(float);
+  const int64_t rows = std::max(row_chunks(N, kMinChunkRows).count, fused_blocks(N));
+  return static_cast<size_t>(rows) * 2 * static_cast<size_t>(C) * sizeof(float);
 }
 
 void layernorm_backward(Storage dt, void* dinp, void* dweight, void* dbias, const void* dout,
@@ -430,6 +532,28 @@ void layernorm_backward(Storage dt, void* dinp, void* dweight, void* dbias, cons
   dispatch(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int vec = packed_vec<T>(C, dinp, dout, inp, weight);
+    // The exact packs a lane holds (the other kernels round VEC up to a power of two).
+    const int lane_packs = (C / Pack16<T>::kN + 31) / 32;
+    if (vec > 0 && lane_packs <= kFusedVec && layernorm_fused_gradients()) {
+      const int64_t blocks = fused_blocks(N);
+      const size_t shared = static_cast<size_t>(kRowsPerBlock) * 2 * C * sizeof(float);
+      auto launch = [&](auto v) {
+        auto kernel = layernorm_backward_fused_kernel<T, decltype(v)::value>;
+        allow_dynamic_shared(kernel, shared, "layernorm_backward: cudaFuncSetAttribute");
+        kernel<<<static_cast<unsigned>(blocks), kRowThreads, shared, stream>>>(
+            static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
+            static_cast<const T*>(weight), mean, rstd, N, C);
+      };
+      if (lane_packs == 1) launch(std::integral_constant<int, 1>{});
+      if (lane_packs == 2) launch(std::integral_constant<int, 2>{});
+      if (lane_packs == 3) launch(std::integral_constant<int, 3>{});
+      check(cudaGetLastError(), "layernorm_backward fused kernel launch");
+      layernorm_combine_kernel<T>
+          <<<static_cast<unsigned>((2 * C + 31) / 32), dim3(32, kCombineRows), 0, stream>>>(
+              static_cast<T*>(dweight), static_cast<T*>(dbias), scratch, blocks, C);
+      check(cudaGetLastError(), "layernorm_backward combine kernel launch");
+      return;
+    }
     if (vec > 0) {
       dispatch_vec(vec, [&](auto v) {
         layernorm_dinp_packed_kernel<T, decltype(v)::value>

@@ -22,6 +22,14 @@ void residual_layernorm_forward(Storage dt, void* res, void* out, float* mean, f
                                 const void* a, const void* b, const void* weight, const void* bias,
                                 int64_t N, int C, cudaStream_t stream);
 
+// Whether layernorm_backward computes dinp and the weight/bias gradient partials in one pass over
+// dout and inp (rows of at most 3 16-byte packs a lane: C <= 768 in bf16/fp16, 384 in fp32) or
+// in two (dinp, then per-channel partials). dinp is the same either way; the weight and bias
+// gradients are summed in another (fixed) order. Starts as ZEROD_LAYERNORM_FUSED_GRADS (0 or 1;
+// anything else throws std::invalid_argument naming the variable), else true; process-wide.
+void set_layernorm_fused_gradients(bool on);
+bool layernorm_fused_gradients();
+
 // Bytes of device scratch layernorm_backward needs (fp32 partial sums of dweight and dbias).
 size_t layernorm_backward_scratch_bytes(int64_t N, int C);
 

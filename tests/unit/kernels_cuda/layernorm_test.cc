@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/layernorm.h"
 
 namespace zerod {
 namespace {
@@ -82,7 +83,19 @@ TEST(CudaLayerNorm, FusedResidualForwardMatchesTheCpu) {
   }
 }
 
-TEST(CudaLayerNorm, BackwardAccumulatesLikeTheCpu) {
+// Runs the body with layernorm_backward's fused dinp + weight/bias partials kernel allowed and
+// not, restoring the setting after.
+class CudaLayerNormGrads : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    before_ = cuda::layernorm_fused_gradients();
+    cuda::set_layernorm_fused_gradients(GetParam());
+  }
+  void TearDown() override { cuda::set_layernorm_fused_gradients(before_); }
+  bool before_ = true;
+};
+
+TEST_P(CudaLayerNormGrads, BackwardAccumulatesLikeTheCpu) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   for (DType dt : test::kAllDtypes) {
     for (const Shape& s : kShapes) {
@@ -113,6 +126,54 @@ TEST(CudaLayerNorm, BackwardAccumulatesLikeTheCpu) {
       EXPECT_TRUE(test::close(be.read_compute(d_db, s.C), db, test::tolerance(dt)));
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grads, CudaLayerNormGrads, ::testing::Values(true, false),
+                         [](const auto& info) {
+                           return std::string(info.param ? "fused" : "separate");
+                         });
+
+// The fused kernel (rows of 1 to 3 packs a lane, blocks walking several rows each) against the
+// separate kernels: dinp bit for bit (the same arithmetic), dweight and dbias within rounding
+// (another summation order), from the same += starting values.
+TEST(CudaLayerNorm, FusedGradientsEqualTheSeparateKernels) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  const bool before = cuda::layernorm_fused_gradients();
+  constexpr Shape kFusedShapes[] = {{5000, 768}, {3001, 384}, {70, 128}, {2113, 256}};
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kFusedShapes) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " N=" + std::to_string(s.N) +
+                   " C=" + std::to_string(s.C));
+      Backends be(dt);
+      const int64_t NC = s.N * s.C;
+      const VecF inp = be.round(test::randn(NC, 70, 2.0f, 0.5f));
+      const VecF w = be.round(test::randn(s.C, 71));
+      const VecF dout = be.round(test::randn(NC, 72));
+      VecF mean(s.N), rstd(s.N), out(NC);
+      const VecF zero_bias(s.C, 0.0f);
+      be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                                zero_bias.data(), s.N, s.C);
+      const VecF dinp0 = be.round(test::randn(NC, 73, 0.1f));
+      const VecF dw0 = be.round(test::randn(s.C, 74, 0.1f)), db0 = be.round(test::randn(s.C, 75));
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
+      Buffer d_mean = be.f32(mean), d_rstd = be.f32(rstd);
+      VecF dinp[2], dw[2], db[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        cuda::set_layernorm_fused_gradients(fused == 1);
+        Buffer d_dinp = be.compute(dinp0), d_dw = be.compute(dw0), d_db = be.compute(db0);
+        be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(),
+                                   d_inp.data(), d_w.data(), d_mean.as<float>(), d_rstd.as<float>(),
+                                   s.N, s.C);
+        dinp[fused] = be.read_compute(d_dinp, NC);
+        dw[fused] = be.read_compute(d_dw, s.C);
+        db[fused] = be.read_compute(d_db, s.C);
+      }
+      EXPECT_TRUE(dinp[0] == dinp[1]);
+      EXPECT_TRUE(test::close(dw[1], dw[0], test::tolerance(dt)));
+      EXPECT_TRUE(test::close(db[1], db[0], test::tolerance(dt)));
+    }
+  }
+  cuda::set_layernorm_fused_gradients(before);
 }
 
 }  // namespace
