@@ -25,10 +25,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "core/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/attention_tc.h"
@@ -46,10 +46,10 @@ constexpr int kRowsPerWarp = kTile / kWarps;
 
 struct Shape {
   int T, NH, KVH, group, hs;
-  int window;    // 0 (causal) or 0 < window < T (a wider window changes nothing)
+  int window;                // 0 (causal) or 0 < window < T (a wider window changes nothing)
   const int32_t* doc_start;  // (B,T) document masking, or null (see AttentionDims)
-  int64_t row;   // elements of a qkv row: (NH + 2 KVH) hs
-  int64_t orow;  // elements of an out row: NH hs
+  int64_t row;               // elements of a qkv row: (NH + 2 KVH) hs
+  int64_t orow;              // elements of an out row: NH hs
   float scale;
 };
 
@@ -554,22 +554,9 @@ bool allow_mma() {
 }
 
 MmaVariants variants_from_env() {
-  MmaVariants v;
   const char* e = std::getenv("ZEROD_ATTENTION_MMA");
-  if (e == nullptr || *e == '\0') return v;
-  int f = -1, q = -1, k = -1;
-  char tail = 0;
-  if (std::sscanf(e, "%d,%d,%d%c", &f, &q, &k, &tail) != 3 || f < 0 || f >= kMmaForwardVariants ||
-      q < 0 || q >= kMmaDqVariants || k < 0 || k >= kMmaDkdvVariants) {
-    throw std::invalid_argument(
-        "ZEROD_ATTENTION_MMA='" + std::string(e) + "': expected forward,dq,dkdv variant numbers " +
-        "below " + std::to_string(kMmaForwardVariants) + "," + std::to_string(kMmaDqVariants) +
-        "," + std::to_string(kMmaDkdvVariants) + " (for example 0,0,0)");
-  }
-  v.forward = f;
-  v.dq = q;
-  v.dkdv = k;
-  return v;
+  if (e == nullptr || *e == '\0') return MmaVariants{};
+  return parse_attention_mma_variants(e);
 }
 
 std::mutex& variants_mutex() {
@@ -592,10 +579,28 @@ AttentionImpl attention_impl() {
   return impl_in_use().load(std::memory_order_relaxed);
 }
 
+MmaVariants parse_attention_mma_variants(const std::string& value) {
+  int f = -1, q = -1, k = -1;
+  char tail = 0;
+  if (std::sscanf(value.c_str(), "%d,%d,%d%c", &f, &q, &k, &tail) != 3 || f < 0 ||
+      f >= kMmaForwardVariants || q < 0 || q >= kMmaDqVariants || k < 0 || k >= kMmaDkdvVariants) {
+    throw InputError("ZEROD_ATTENTION_MMA='" + value +
+                     "': expected forward,dq,dkdv variant numbers below " +
+                     std::to_string(kMmaForwardVariants) + "," + std::to_string(kMmaDqVariants) +
+                     "," + std::to_string(kMmaDkdvVariants) + " (for example 1,3,3)");
+  }
+  MmaVariants v;
+  v.forward = f;
+  v.dq = q;
+  v.dkdv = k;
+  return v;
+}
+
 void set_attention_mma_variants(MmaVariants v) {
   if (v.forward < 0 || v.forward >= kMmaForwardVariants || v.dq < 0 || v.dq >= kMmaDqVariants ||
       v.dkdv < 0 || v.dkdv >= kMmaDkdvVariants) {
-    throw std::invalid_argument("set_attention_mma_variants: no such variant");
+    throw InputError("set_attention_mma_variants: no such variant " + std::to_string(v.forward) +
+                     "," + std::to_string(v.dq) + "," + std::to_string(v.dkdv));
   }
   std::lock_guard<std::mutex> lock(variants_mutex());
   variants_in_use() = v;

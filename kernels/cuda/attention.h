@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/storage.h"
 
@@ -65,16 +66,19 @@ AttentionImpl attention_impl();
 
 // The kernel variants the mma path runs (attention_mma.h: bitwise the same outputs, different
 // tile shapes and register budgets). Start as ZEROD_ATTENTION_MMA=f,q,k (forward, dQ, dK/dV
-// variant numbers; a malformed or out-of-range value throws std::invalid_argument naming the
-// variable) or the defaults below (the fastest on an H100 at GPT-2 124M's shape, measured by
-// zerod_attention_bench: forward 1, dQ 3, dK/dV 3); process-wide, for benches and tests.
+// variant numbers; a malformed or out-of-range value throws InputError naming the variable, when
+// the CUDA backend is made) or the defaults below (the fastest on an H100 at GPT-2 124M's shape,
+// measured by zerod_attention_bench: forward 1, dQ 3, dK/dV 3); process-wide, for benches and
+// tests.
 struct MmaVariants {
   int forward = 1;
   int dq = 3;
   int dkdv = 3;
 };
-void set_attention_mma_variants(MmaVariants v);
+void set_attention_mma_variants(MmaVariants v);  // (InputError for a variant that does not exist)
 MmaVariants attention_mma_variants();
+// "f,q,k" as ZEROD_ATTENTION_MMA reads it; InputError naming the variable otherwise.
+MmaVariants parse_attention_mma_variants(const std::string& value);
 
 // out (B,T,NH*HS) =; lse (B,NH,T) = log-sum-exp of each scaled, masked score row (fp32).
 void attention_forward(Storage dt, void* out, float* lse, const void* qkv, const AttentionDims& s,

@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
              count);
     device_ = device;
     check(cudaSetDevice(device_), "cudaSetDevice");
+    cuda::attention_mma_variants();  // a bad ZEROD_ATTENTION_MMA fails here, before any step
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     try {
       matmul_ = std::make_unique<Matmul>(st_, stream_);

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 
 #include "core/error.h"
@@ -255,14 +254,25 @@ TEST(CudaAttentionMma, EveryVariantGivesBitwiseTheOutputsOfVariantZero) {
   }
 }
 
-// Out-of-range variant numbers are refused, naming what was asked (no GPU needed).
+// Out-of-range variant numbers are refused as bad input (exit code 2), and ZEROD_ATTENTION_MMA's
+// values are parsed or refused naming the variable (no GPU needed).
 TEST(CudaAttentionMma, AVariantThatDoesNotExistIsRefused) {
   const cuda::MmaVariants before = cuda::attention_mma_variants();
-  EXPECT_THROW(cuda::set_attention_mma_variants({cuda::kMmaForwardVariants, 0, 0}),
-               std::invalid_argument);
-  EXPECT_THROW(cuda::set_attention_mma_variants({0, -1, 0}), std::invalid_argument);
-  EXPECT_THROW(cuda::set_attention_mma_variants({0, 0, cuda::kMmaDkdvVariants}),
-               std::invalid_argument);
+  EXPECT_THROW(cuda::set_attention_mma_variants({cuda::kMmaForwardVariants, 0, 0}), InputError);
+  EXPECT_THROW(cuda::set_attention_mma_variants({0, -1, 0}), InputError);
+  EXPECT_THROW(cuda::set_attention_mma_variants({0, 0, cuda::kMmaDkdvVariants}), InputError);
+  const cuda::MmaVariants parsed = cuda::parse_attention_mma_variants("2,4,1");
+  EXPECT_EQ(parsed.forward, 2);
+  EXPECT_EQ(parsed.dq, 4);
+  EXPECT_EQ(parsed.dkdv, 1);
+  for (const char* bad : {"", "1,3", "1,3,3,", "1,3,x", "9,0,0", "0,0,-1", "a"}) {
+    try {
+      cuda::parse_attention_mma_variants(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ZEROD_ATTENTION_MMA"), std::string::npos) << e.what();
+    }
+  }
   const cuda::MmaVariants after = cuda::attention_mma_variants();
   EXPECT_EQ(after.forward, before.forward);
   EXPECT_EQ(after.dq, before.dq);
