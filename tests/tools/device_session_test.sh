@@ -59,6 +59,34 @@ for f in zerod_test_kernels_cuda.0.xml zerod_test_kernels_cuda.1.xml zerod_test_
 done
 grep -q 'DID NOT FINISH' "$tmp/out/session.log" || fail "session.log under OUT lacks the run"
 
+# The abench and variants phases: the fastest forward and (dQ, dK/dV) pair of the attention
+# bench's JSON replace "best" in BENCH_ENVS, each entry's variables reach the bench together, and
+# its step line is printed.
+cat >"$tmp/bin/zerod_attention_bench" <<'STUB'
+#!/usr/bin/env bash
+while (($#)); do [[ "$1" == --json ]] && json="$2"; shift; done
+cat >"$json" <<'J'
+{"results": [{"kernel": "forward", "variant": 0, "ms": 0.4}, {"kernel": "forward", "variant": 2, "ms": 0.3},
+ {"kernel": "backward", "dq_variant": 0, "dkdv_variant": 0, "ms": 1.3},
+ {"kernel": "backward", "dq_variant": 1, "dkdv_variant": 3, "ms": 1.1},
+ {"kernel": "backward", "dq_variant": 4, "dkdv_variant": 1, "ms": 1.2}]}
+J
+STUB
+cat >"$tmp/bin/zerod_gpu_bench" <<'STUB'
+#!/usr/bin/env bash
+echo "env ${ZEROD_ATTENTION_MMA:-unset} ${ZEROD_LAYERNORM_FUSED_GRADS:-unset}" >&2
+printf '{"step_ms_median": 70.123, "tokens_per_s": 467000.4, "mfu": 0.40049}\n'
+STUB
+chmod +x "$tmp"/bin/*
+OUT="$tmp/out2" SESSION_BIN="$tmp/bin" BENCH_ENVS="ZEROD_ATTENTION_MMA=best+ZEROD_LAYERNORM_FUSED_GRADS=0 ZEROD_ATTENTION_MMA=0,0,0" \
+  bash "$root/tools/device/session.sh" --phases abench,variants --batch 4 --deadline 120 >"$tmp/log2" 2>&1 ||
+  fail "session.sh (variants) exited $? ($(tail -5 "$tmp/log2"))"
+grep -q 'fastest variants in attention_bench.json: 2,1,3' "$tmp/log2" || fail "best variants: $(cat "$tmp/log2")"
+grep -q '^env 2,1,3 0$' "$tmp/log2" || fail "the best entry's variables did not reach the bench"
+grep -q '^env 0,0,0 unset$' "$tmp/log2" || fail "the second entry did not run alone"
+[[ "$(grep -c '^step_ms_median 70.12 tokens_per_s 467000 mfu 0.4005$' "$tmp/log2")" == 2 ]] ||
+  fail "the step lines: $(grep step_ms "$tmp/log2")"
+
 # ncu_summary.py: mixed units, thousands separators, templated kernels in anonymous namespaces.
 python3 "$root/tools/device/ncu_summary.py" "$root/tests/tools/fixtures/ncu_sample.csv" \
   --json "$tmp/p.json" >"$tmp/summary" || fail "ncu_summary.py failed"

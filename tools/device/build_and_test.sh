@@ -160,6 +160,7 @@ else
   # The GPU tests and benchmarks: every test whose name says CUDA, NCCL or GPU, and the bench.
   while read -r t; do targets+=("$t"); done < <(grep -E '^zerod_test_[A-Za-z0-9_]*(cuda|nccl|gpu)[A-Za-z0-9_]*$' <<<"$all_targets" || true)
   has zerod_gpu_bench && targets+=(zerod_gpu_bench)
+  has zerod_attention_bench && targets+=(zerod_attention_bench)
 fi
 [[ -z "$nvcc" ]] || has zerod_test_kernels_cuda || die "target zerod_test_kernels_cuda missing although CUDA is on"
 say "build with ninja -j$jobs: ${targets[*]}"

@@ -14,16 +14,20 @@
 #             a binary that crashes or hangs is run again from the test after the one that died,
 #             so one bad test does not hide the rest
 #   bench     zerod_gpu_bench (with --breakdown; --batch B, else its search up to 32)
-#   attn      the same with ZEROD_ATTENTION=wmma (the previous attention kernels), for the ratio
+#   attn      the same with ZEROD_ATTENTION=$ATTN_IMPL (wmma: the previous kernels; mma64), for the ratio
+#   abench    zerod_attention_bench: the mma attention kernels' variants, timed, outputs compared
+#   variants  zerod_gpu_bench under each environment setting of BENCH_ENVS (see the phase)
 #   profile   ncu's GPU time of every kernel of one training step, summed per kernel
 #             (tools/device/ncu_summary.py)
+#   kprof     ncu's sections (speed of light, occupancy, stalls, memory) of the attention kernels
 #   torch     the PyTorch baseline eager and torch.compile at zerod's micro-batch
 #             (tools/device/gpu_bench.py)
 #   sanitize  compute-sanitizer memcheck and racecheck on a short training run on the GPU
 #   memory    the largest GPT-2-family model that trains on one GPU with ZeRO-3 + offload
 #
 # What comes back ($OUT, at most 8 files): session.log (everything printed), junit.tar.gz (the
-# gtest xml and per-binary logs), zerod_bench.json, zerod_wmma.json, profile.json,
+# gtest xml and per-binary logs), zerod_bench.json, zerod_$ATTN_IMPL.json, attention_bench.json,
+# profile.json,
 # pytorch_eager.json, pytorch_compile.json, sanitizer.log (build.log instead when built there).
 set -uo pipefail
 
@@ -33,7 +37,7 @@ out="${OUT:-/tmp/zerod-session}"
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 
-phases="env,tests,bench,attn,profile,torch,sanitize,memory"
+phases="env,tests,bench,attn,abench,variants,profile,kprof,torch,sanitize,memory"
 batch=""
 deadline=100000  # seconds from the start: later phases are cut short or skipped
 while (($#)); do
@@ -115,7 +119,7 @@ if [[ -z "$bin" ]]; then
   ((rc == 0)) || { say "build failed (rc $rc)"; exit 1; }
   b="$root/build-device"
   mkdir -p "$work/bin"
-  for t in zerod zerod_gpu_bench zerod_test_kernels_cuda zerod_test_train_cuda zerod_test_comm_nccl; do
+  for t in zerod zerod_gpu_bench zerod_attention_bench zerod_test_kernels_cuda zerod_test_train_cuda zerod_test_comm_nccl; do
     f="$(find "$b" -name "$t" -type f -perm -u+x | head -1)"; [[ -n "$f" ]] && ln -sf "$f" "$work/bin/$t"
   done
   bin="$work/bin"
@@ -185,11 +189,54 @@ zb="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["micro_bat
 pb="${batch:-${zb:-32}}"
 
 if want attn; then
-  # The same benchmark with the previous attention kernels (WMMA), for the ratio.
-  say "bench: zerod with ZEROD_ATTENTION=wmma at micro-batch $pb"
-  ZEROD_ATTENTION=wmma timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" --steps 20 --warmup 5 --batch "$pb" \
-    --breakdown | tee "$work/zerod_wmma.out" | grep '^{'
-  grep '^{' "$work/zerod_wmma.out" | tail -1 >"$out/zerod_wmma.json"
+  # The same benchmark with other attention kernels (ATTN_IMPL, ZEROD_ATTENTION's values: wmma,
+  # the previous tensor-core kernels, by default; mma64, the mma ones on 64-query blocks), for
+  # the ratio.
+  ai="${ATTN_IMPL:-wmma}"
+  say "bench: zerod with ZEROD_ATTENTION=$ai at micro-batch $pb"
+  ZEROD_ATTENTION="$ai" timeout -k 5 "$(lim 120)" "$bin/zerod_gpu_bench" --steps 20 --warmup 5 --batch "$pb" \
+    --breakdown | tee "$work/zerod_$ai.out" | grep '^{'
+  grep '^{' "$work/zerod_$ai.out" | tail -1 >"$out/zerod_$ai.json"
+fi
+
+if want abench && [[ -x "$bin/zerod_attention_bench" ]]; then
+  # The mma attention kernels' variants against variant 0 (bitwise equal outputs, timed).
+  say "abench: zerod_attention_bench at micro-batch $pb"
+  timeout -k 5 "$(lim 120)" "$bin/zerod_attention_bench" --batch "$pb" --json "$out/attention_bench.json"
+  echo "session: zerod_attention_bench exit $?"
+fi
+
+if want variants; then
+  # The training step under each setting of BENCH_ENVS: space-separated entries, each one or more
+  # VAR=value joined by '+' (for example "ZEROD_LAYERNORM_FUSED_GRADS=0+ZEROD_ATTENTION_MMA=0,0,0");
+  # the value "best" of ZEROD_ATTENTION_MMA is the fastest forward and (dQ, dK/dV) pair of
+  # attention_bench.json.
+  best="$(python3 - "$out/attention_bench.json" 2>/dev/null <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+f = min((x for x in r if x["kernel"] == "forward"), key=lambda x: x["ms"])
+b = min((x for x in r if x["kernel"] == "backward"), key=lambda x: x["ms"])
+print(f"{f['variant']},{b['dq_variant']},{b['dkdv_variant']}")
+EOF
+)"
+  echo "session: fastest variants in attention_bench.json: ${best:-none}"
+  for entry in ${BENCH_ENVS:-ZEROD_ATTENTION_MMA=0,0,0}; do
+    entry="${entry//ZEROD_ATTENTION_MMA=best/ZEROD_ATTENTION_MMA=${best:-0,0,0}}"
+    say "variants: zerod_gpu_bench with ${entry//+/ } at micro-batch $pb"
+    env ${entry//+/ } timeout -k 5 "$(lim 60)" "$bin/zerod_gpu_bench" --steps 20 --warmup 5 \
+      --batch "$pb" | grep '^{' | python3 -c 'import json,sys; d=json.load(sys.stdin); print("step_ms_median", round(d["step_ms_median"],2), "tokens_per_s", round(d["tokens_per_s"]), "mfu", round(d["mfu"],4))'
+  done
+fi
+
+if want torch; then
+  say "bench: PyTorch eager at micro-batch $pb"
+  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 150)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 5 --no-compile \
+    | tee "$work/pt_eager.out"
+  tail -1 "$work/pt_eager.out" >"$out/pytorch_eager.json"
+  say "bench: PyTorch torch.compile at micro-batch $pb"
+  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 240)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 8 \
+    | tee "$work/pt_compile.out"
+  tail -1 "$work/pt_compile.out" >"$out/pytorch_compile.json"
 fi
 
 if want profile; then
@@ -205,15 +252,23 @@ if want profile; then
   fi
 fi
 
-if want torch; then
-  say "bench: PyTorch eager at micro-batch $pb"
-  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 150)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 5 --no-compile \
-    | tee "$work/pt_eager.out"
-  tail -1 "$work/pt_eager.out" >"$out/pytorch_eager.json"
-  say "bench: PyTorch torch.compile at micro-batch $pb"
-  PYTHONUNBUFFERED=1 timeout -k 5 "$(lim 240)" python3 tools/device/gpu_bench.py --batch "$pb" --steps 20 --warmup 8 \
-    | tee "$work/pt_compile.out"
-  tail -1 "$work/pt_compile.out" >"$out/pytorch_compile.json"
+if want kprof; then
+  # Nsight Compute's sections for the attention kernels of one training step (KPROF_REGEX, the
+  # mma kernels by default; KPROF_COUNT launches): speed of light, occupancy, warp stalls and the
+  # memory tables, for the next change to aim at.
+  nc="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+  if [[ -n "$nc" ]]; then
+    say "kprof: ncu sections of kernels matching ${KPROF_REGEX:-mma_} at micro-batch $pb"
+    timeout -k 5 "$(lim 150)" "$nc" --clock-control none --kernel-name "regex:${KPROF_REGEX:-mma_}" \
+      --launch-count "${KPROF_COUNT:-3}" --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section LaunchStats "$bin/zerod_gpu_bench" --batch "$pb" --steps 1 --warmup 0 \
+      >"$work/kprof.txt" 2>&1
+    echo "session: ncu exit $?"
+    grep -v '^==PROF==\|^ *$' "$work/kprof.txt" | grep -v '^{' | head -400
+  else
+    echo "session: ncu not found"
+  fi
 fi
 
 if want sanitize; then
