@@ -25,10 +25,11 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on a short training run on the GPU
 #   memory    the largest GPT-2-family model that trains on one GPU with ZeRO-3 + offload
 #
-# What comes back ($OUT, at most 8 files): session.log (everything printed), junit.tar.gz (the
+# What comes back ($OUT; the device tool returns at most 8 files, so a call runs at most one of
+# attn and abench with all the rest): session.log (everything printed), junit.tar.gz (the
 # gtest xml and per-binary logs), zerod_bench.json, zerod_$ATTN_IMPL.json, attention_bench.json,
-# profile.json,
-# pytorch_eager.json, pytorch_compile.json, sanitizer.log (build.log instead when built there).
+# profile.json, pytorch_eager.json, pytorch_compile.json, sanitizer.log (build.log instead when
+# built there).
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
