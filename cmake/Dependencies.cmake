@@ -62,6 +62,18 @@ if(PkgConfig_FOUND AND ZEROD_SENTENCEPIECE)
   endif()
 endif()
 
+# oneDNN (libdnnl-dev): the CPU backend's bf16 matrix products (kernels/cpu/bf16_gemm.h) on CPUs
+# with bf16 dot-product instructions. Optional: without it bf16 mode computes its products in
+# fp32, and says so.
+option(ZEROD_ONEDNN "Build the CPU bf16 matrix products on oneDNN when it is found" ON)
+set(ZEROD_HAVE_ONEDNN OFF)
+if(ZEROD_ONEDNN)
+  find_package(dnnl CONFIG QUIET)
+  if(dnnl_FOUND)
+    set(ZEROD_HAVE_ONEDNN ON)
+  endif()
+endif()
+
 # zlib and zstd: zerod-shards reads .gz and .zst inputs. Optional: without them such inputs
 # are refused with a message naming the library.
 set(ZEROD_HAVE_ZLIB OFF)

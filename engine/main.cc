@@ -54,6 +54,7 @@
 #include "engine/runtime/grpc/endpoint.h"
 #include "engine/runtime/grpc/node_session_grpc.h"
 #endif
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -368,6 +369,11 @@ int run_check(const std::string& path, int world_size, bool config_only) {
   zerod::check_supported(job.config);
   // What `zerod train` checks at the start on this machine (nothing is created).
   if (!config_only) zerod::check_job_environment(job.config);
+  // What bf16 computes with on this machine's CPU (the backend logs the same line at the start).
+  if (!config_only && job.config.train.device == zerod::TrainDevice::kCpu &&
+      job.config.compute_dtype() == zerod::DType::kBF16) {
+    std::fprintf(stderr, "zerod: %s\n", zerod::cpu::bf16_products_note().c_str());
+  }
   std::cout << zerod::job_to_json(job.config).dump(2) << std::endl;
   return 0;
 }

@@ -22,6 +22,7 @@ packages=(
   libpcre2-dev libsentencepiece-dev  # engine/tokenizer: tokenizer.json regexes, .model files
   python3-sentencepiece  # tests/tokenizer: the reference for libsentencepiece (same version)
   zlib1g-dev libzstd-dev  # zerod-shards: .gz and .zst inputs
+  libdnnl-dev  # kernels/cpu/onednn: bf16 matrix products on AVX512-BF16 / AMX CPUs
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

@@ -1,11 +1,17 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_block.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/encoder.h"
@@ -27,6 +33,14 @@ namespace cpu {
 namespace {
 inline float* F(void* p) {
   return static_cast<float*>(p);
+}
+
+// ZEROD_CPU_BF16_GEMM: unset or 1, bf16 products where they can run; 0, never.
+bool bf16_gemm_wanted() {
+  const char* e = std::getenv("ZEROD_CPU_BF16_GEMM");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "1") == 0) return true;
+  if (std::strcmp(e, "0") == 0) return false;
+  ZD_THROW_INPUT("ZEROD_CPU_BF16_GEMM='{}': expected 0 or 1", e);
 }
 inline const float* F(const void* p) {
   return static_cast<const float*>(p);
@@ -55,6 +69,23 @@ void CpuBackend::copy_2d(void* dst, int64_t dst_ld, const void* src, int64_t src
   const float* s = F(src);
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(d + r * dst_ld, s + r * src_ld, cols * sizeof(float));
+}
+
+std::string bf16_products_note() {
+  if (!bf16_gemm_wanted()) {
+    return "bf16 on the CPU: bf16 storage, fp32 matrix products (ZEROD_CPU_BF16_GEMM=0)";
+  }
+  const std::string why = bf16_gemm_unavailable();
+  if (!why.empty()) return "bf16 on the CPU: bf16 storage, fp32 matrix products (" + why + ")";
+  return "bf16 on the CPU: matrix products on bf16 operands with fp32 accumulation (oneDNN, "
+         "avx512_bf16)";
+}
+
+CpuBackend::CpuBackend(DType compute_dtype) : dtype_(compute_dtype) {
+  if (dtype_ != DType::kBF16) return;
+  bf16_products_ = bf16_gemm_wanted() && bf16_gemm_unavailable().empty();
+  static std::once_flag logged;
+  std::call_once(logged, [] { spdlog::info("{}", bf16_products_note()); });
 }
 
 void CpuBackend::round_to_compute(void* x, int64_t n) {
@@ -103,14 +134,14 @@ void CpuBackend::layernorm_backward(void* dinp, void* dweight, void* dbias, cons
 
 void CpuBackend::matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                                 int64_t N, int C, int OC) {
-  cpu::matmul_forward(F(out), F(inp), F(weight), F(bias), N, C, OC);
+  cpu::matmul_forward(F(out), F(inp), F(weight), F(bias), N, C, OC, bf16_products_);
 }
 
 void CpuBackend::matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                  const void* inp, const void* weight, int64_t N, int C, int OC,
                                  bool accumulate_dinp) {
   cpu::matmul_backward(F(dinp), F(dweight), F(dbias), F(dout), F(inp), F(weight), N, C, OC,
-                       accumulate_dinp);
+                       accumulate_dinp, bf16_products_);
 }
 
 void CpuBackend::attention_forward(void* out, float* lse, const void* qkv,

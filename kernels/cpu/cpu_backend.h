@@ -3,13 +3,23 @@
 // round_to_compute() / cast_to_compute() / optimizer_update()'s param_out do the rounding.
 #pragma once
 
+#include <string>
+
 #include "kernels/backend.h"
 
 namespace zerod::cpu {
 
+// What bf16 mode computes its matrix products with on this machine and build, and why: one line
+// (the backend logs it once; zerod check prints it for bf16 CPU jobs).
+std::string bf16_products_note();
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(DType compute_dtype) : dtype_(compute_dtype) {}
+  // bf16 compute runs its matrix products on bf16 operands (bf16_gemm.h) where this CPU and
+  // build can, unless ZEROD_CPU_BF16_GEMM=0; the first backend made logs which, and why.
+  explicit CpuBackend(DType compute_dtype);
+  // True when matmul_forward/backward multiply bf16 operands (bf16 mode on a CPU that can).
+  bool bf16_products() const { return bf16_products_; }
 
   const char* name() const override { return "cpu"; }
   DType compute_dtype() const override { return dtype_; }
@@ -98,6 +108,7 @@ class CpuBackend final : public Backend {
 
  private:
   DType dtype_;
+  bool bf16_products_ = false;
 };
 
 }  // namespace zerod::cpu

@@ -2,14 +2,30 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 namespace zerod::cpu {
 
+namespace {
+
+// sgemm with alpha 1, or its bf16-operand twin.
+void gemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+          const float* bias = nullptr) {
+  if (bf16) {
+    bf16_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+  } else {
+    sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, bias);
+  }
+}
+
+}  // namespace
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
-                    int C, int OC) {
-  sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC, bias);
+                    int C, int OC, bool bf16_products) {
+  gemm(bf16_products, false, true, N, OC, C, inp, C, weight, C, 0.0f, out, OC, bias);
 }
 
 void column_sums_accumulate(float* dbias, const float* dout, int64_t N, int OC) {
@@ -31,12 +47,13 @@ void column_sums_accumulate(float* dbias, const float* dout, int64_t N, int OC) 
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t N, int C, int OC, bool accumulate_dinp) {
+                     const float* weight, int64_t N, int C, int OC, bool accumulate_dinp,
+                     bool bf16_products) {
   if (dinp != nullptr) {
-    sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f, dinp,
-          C);
+    gemm(bf16_products, false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
+         dinp, C);
   }
-  sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  gemm(bf16_products, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias != nullptr) column_sums_accumulate(dbias, dout, N, OC);
 }
 

@@ -109,8 +109,10 @@ TEST(CpuBackend, OpsThroughTheInterfaceEqualTheFreeFunctions) {
   const VecF inp = test::randn(N * C, 1010), w = test::randn(OC * C, 1011),
              b = test::randn(OC, 1012);
   VecF out1(N * OC), out2(N * OC);
+  // (bf16 mode's matrix products run on bf16 operands where the CPU can: bf16_gemm.h)
+  const bool bf16_products = static_cast<cpu::CpuBackend*>(be.get())->bf16_products();
   be->matmul_forward(out1.data(), inp.data(), w.data(), b.data(), N, C, OC);
-  cpu::matmul_forward(out2.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  cpu::matmul_forward(out2.data(), inp.data(), w.data(), b.data(), N, C, OC, bf16_products);
   EXPECT_TRUE(test::bitwise_equal(out1, out2));
 
   const VecF lw = test::randn(C, 1013), lb = test::randn(C, 1014);
