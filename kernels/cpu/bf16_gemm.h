@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace zerod::cpu {
 
@@ -26,5 +27,19 @@ std::string bf16_gemm_unavailable();
 void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                const float* bias = nullptr);
+
+// An operand converted once for several products (a matmul's backward reads dout twice): the
+// stored (rows, cols) matrix as compact bf16 in `storage`, which must outlive its uses.
+struct Bf16Operand {
+  const uint16_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+Bf16Operand to_bf16(std::vector<uint16_t>& storage, const float* in, int64_t rows, int64_t cols,
+                    int64_t ld);
+
+// bf16_gemm on operands already converted: A is op(A)'s stored matrix ((M,K), or (K,M) when
+// trans_a), B likewise.
+void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+               Bf16Operand B, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
 }  // namespace zerod::cpu

@@ -1,6 +1,8 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
@@ -49,6 +51,18 @@ void column_sums_accumulate(float* dbias, const float* dout, int64_t N, int OC) 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, bool accumulate_dinp,
                      bool bf16_products) {
+  if (bf16_products && N > 0 && C > 0 && OC > 0) {
+    // dout converted once for both products (the classifier's is the largest operand).
+    thread_local std::vector<uint16_t> d16, w16, i16;
+    const Bf16Operand d = to_bf16(d16, dout, N, OC, OC);
+    if (dinp != nullptr) {
+      bf16_gemm(false, false, N, C, OC, d, to_bf16(w16, weight, OC, C, C),
+                accumulate_dinp ? 1.0f : 0.0f, dinp, C);
+    }
+    bf16_gemm(true, false, OC, C, N, d, to_bf16(i16, inp, N, C, C), 1.0f, dweight, C);
+    if (dbias != nullptr) column_sums_accumulate(dbias, dout, N, OC);
+    return;
+  }
   if (dinp != nullptr) {
     gemm(bf16_products, false, false, N, C, OC, dout, OC, weight, C, accumulate_dinp ? 1.0f : 0.0f,
          dinp, C);

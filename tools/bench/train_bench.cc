@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "engine/train/trainer.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -113,6 +114,7 @@ int main(int argc, char** argv) {
              omp_get_max_threads(), cpu::gemm_impl_name(cpu::gemm_impl()),
              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "(unset)",
              openblas_get_corename());
+  if (dtype == "bf16") fmt::print("{}\n", cpu::bf16_products_note());
   fmt::print(
       "zerod: {:.0f} tokens/s (median step {:.1f} ms over {} steps), {:.1f} MFLOP/token -> {:.1f} "
       "GFLOP/s achieved\n",

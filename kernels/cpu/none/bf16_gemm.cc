@@ -13,4 +13,13 @@ void bf16_gemm(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, con
   ZD_THROW("bf16_gemm: {}", bf16_gemm_unavailable());
 }
 
+Bf16Operand to_bf16(std::vector<uint16_t>&, const float*, int64_t, int64_t, int64_t) {
+  ZD_THROW("to_bf16: {}", bf16_gemm_unavailable());
+}
+
+void bf16_gemm(bool, bool, int64_t, int64_t, int64_t, Bf16Operand, Bf16Operand, float, float*,
+               int64_t, const float*) {
+  ZD_THROW("bf16_gemm: {}", bf16_gemm_unavailable());
+}
+
 }  // namespace zerod::cpu

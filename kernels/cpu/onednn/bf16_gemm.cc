@@ -47,12 +47,6 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void to_bf16_avx512(uint1
   }
 }
 
-// The stored (rows, cols) matrix with row stride ld, compact, as bf16.
-void convert(std::vector<uint16_t>& out, const float* in, int64_t rows, int64_t cols, int64_t ld) {
-  out.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) to_bf16_avx512(out.data() + r * cols, in + r * ld, cols);
-}
-
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, bool, bool>;
 
 struct Primitive {
@@ -110,9 +104,18 @@ std::string bf16_gemm_unavailable() {
   return "";
 }
 
-void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               const float* bias) {
+Bf16Operand to_bf16(std::vector<uint16_t>& storage, const float* in, int64_t rows, int64_t cols,
+                    int64_t ld) {
+  storage.resize(static_cast<size_t>(rows * cols));
+  uint16_t* out = storage.data();
+  // Memory-bound: rows in parallel where there is enough to share.
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 18))
+  for (int64_t r = 0; r < rows; ++r) to_bf16_avx512(out + r * cols, in + r * ld, cols);
+  return {storage.data(), rows, cols};
+}
+
+void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Bf16Operand A,
+               Bf16Operand B, float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
   static const std::string why_not = bf16_gemm_unavailable();
   ZD_CHECK(why_not.empty(), "bf16_gemm called where it cannot run: {}", why_not);
@@ -125,20 +128,34 @@ void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, cons
     }
     return;
   }
+  ZD_CHECK(A.rows == (trans_a ? K : M) && A.cols == (trans_a ? M : K) &&
+               B.rows == (trans_b ? N : K) && B.cols == (trans_b ? K : N),
+           "bf16_gemm: operands ({}x{}, {}x{}) do not fit M={} N={} K={} transa={} transb={}",
+           A.rows, A.cols, B.rows, B.cols, M, N, K, trans_a, trans_b);
   ThreadState& st = state();
-  // A stored (M,K) or, transposed, (K,M); B stored (K,N) or, transposed, (N,K).
-  convert(st.a, A, trans_a ? K : M, trans_a ? M : K, lda);
-  convert(st.b, B, trans_b ? N : K, trans_b ? K : N, ldb);
   const Primitive& p = primitive(st, trans_a, trans_b, M, N, K, ldc, beta, bias != nullptr);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, memory(p.pd.src_desc(), st.engine, st.a.data())},
-      {DNNL_ARG_WEIGHTS, memory(p.pd.weights_desc(), st.engine, st.b.data())},
+      {DNNL_ARG_SRC, memory(p.pd.src_desc(), st.engine, const_cast<uint16_t*>(A.data))},
+      {DNNL_ARG_WEIGHTS, memory(p.pd.weights_desc(), st.engine, const_cast<uint16_t*>(B.data))},
       {DNNL_ARG_DST, memory(p.pd.dst_desc(), st.engine, C)}};
   if (bias != nullptr) {
     args.emplace(DNNL_ARG_BIAS, memory(p.pd.bias_desc(), st.engine, const_cast<float*>(bias)));
   }
   p.prim.execute(st.stream, args);
   st.stream.wait();
+}
+
+void bf16_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+               const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  ThreadState& st = state();
+  Bf16Operand a, b;
+  if (K > 0) {  // A stored (M,K) or, transposed, (K,M); B stored (K,N) or, transposed, (N,K)
+    a = to_bf16(st.a, A, trans_a ? K : M, trans_a ? M : K, lda);
+    b = to_bf16(st.b, B, trans_b ? N : K, trans_b ? K : N, ldb);
+  }
+  bf16_gemm(trans_a, trans_b, M, N, K, a, b, beta, C, ldc, bias);
 }
 
 }  // namespace zerod::cpu

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 
@@ -104,6 +105,28 @@ TEST(Bf16Gemm, MatchesADoubleProductOfTheBf16Operands) {
       for (int64_t j = c.N; j < ldc; ++j) ASSERT_TRUE(std::isnan(C[i * ldc + j]));  // untouched
     }
   }
+}
+
+// Operands converted once (to_bf16) give the float entry point's result bit for bit, and
+// operands of the wrong shape for the product are refused.
+TEST(Bf16Gemm, ConvertedOperandsGiveTheSameBitsAndMustFit) {
+  const std::string why = bf16_gemm_unavailable();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const int64_t M = 19, N = 23, K = 40;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> A(M * K), B(N * K);
+  for (float& x : A) x = u(rng);
+  for (float& x : B) x = u(rng);
+  std::vector<float> c1(M * N), c2(M * N);
+  bf16_gemm(false, true, M, N, K, A.data(), K, B.data(), K, 0.0f, c1.data(), N);
+  std::vector<uint16_t> a16, b16;
+  const Bf16Operand a = to_bf16(a16, A.data(), M, K, K), b = to_bf16(b16, B.data(), N, K, K);
+  EXPECT_EQ(a.rows, M);
+  EXPECT_EQ(b.cols, K);
+  bf16_gemm(false, true, M, N, K, a, b, 0.0f, c2.data(), N);
+  EXPECT_EQ(c1, c2);
+  EXPECT_THROW(bf16_gemm(false, false, M, N, K, a, b, 0.0f, c2.data(), N), Error);
 }
 
 // The CPU backend in bf16 mode multiplies bf16 operands where it can: its matmuls equal
