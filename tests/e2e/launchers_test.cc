@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::free_port;
+using testing::free_port_below_ephemeral;
 using testing::Process;
 using testing::zerod_binary;
 using namespace std::chrono_literals;
@@ -356,10 +357,12 @@ TEST_F(Launchers, SlurmSrunTwoTasksOnOneNodeTrainTheMetricsOfTwoLocalRanks) {
       const auto want = reference(8);
       write_job("slurm.json", 8);
       // MASTER_PORT: the rendezvous port (the host is the first of SLURM_JOB_NODELIST,
-      // "localhost"); srun passes the environment on to the tasks.
+      // "localhost"); srun passes the environment on to the tasks. Below the ephemeral range:
+      // srun's own I/O sockets take ephemeral ports while the tasks start (a collision once
+      // made the first task find its rendezvous port taken).
       Process srun(slurm.with_env({"/usr/bin/srun", "-N1", "-n2", "--chdir", dir_.string(),
                                    zerod_binary(), "train", "slurm.json"},
-                                  {"MASTER_PORT=" + std::to_string(free_port())}),
+                                  {"MASTER_PORT=" + std::to_string(free_port_below_ephemeral())}),
                    dir_.string(), (dir_ / "srun.log").string(), /*own_group=*/true);
       ASSERT_TRUE(srun.started());
       const int code = srun.wait_for(120s);
@@ -376,7 +379,8 @@ TEST_F(Launchers, SlurmSrunTwoTasksOnOneNodeTrainTheMetricsOfTwoLocalRanks) {
               {"/usr/bin/sbatch", "--wait", "-N1", "--ntasks-per-node=2", "--cpus-per-task=1",
                "--time=5", "--output=" + (dir_ / "sbatch.out").string(), "--chdir", dir_.string(),
                std::string(ZEROD_SOURCE_DIR) + "/tools/slurm/zerod.sbatch", "sbatch.json"},
-              {"ZEROD=" + zerod_binary(), "MASTER_PORT=" + std::to_string(free_port())}),
+              {"ZEROD=" + zerod_binary(),
+               "MASTER_PORT=" + std::to_string(free_port_below_ephemeral())}),
           dir_.string(), (dir_ / "sbatch.log").string(), /*own_group=*/true);
       ASSERT_TRUE(sbatch.started());
       const int sbatch_code = sbatch.wait_for(120s);
