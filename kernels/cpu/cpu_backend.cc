@@ -2,11 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
@@ -37,10 +37,7 @@ inline float* F(void* p) {
 
 // ZEROD_CPU_BF16_GEMM: unset or 1, bf16 products where they can run; 0, never.
 bool bf16_gemm_wanted() {
-  const char* e = std::getenv("ZEROD_CPU_BF16_GEMM");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "1") == 0) return true;
-  if (std::strcmp(e, "0") == 0) return false;
-  ZD_THROW_INPUT("ZEROD_CPU_BF16_GEMM='{}': expected 0 or 1", e);
+  return env_switch("ZEROD_CPU_BF16_GEMM", true);
 }
 inline const float* F(const void* p) {
   return static_cast<const float*>(p);

@@ -11,12 +11,9 @@
 // the partials instead (layernorm_backward_fused_kernel), unless switched off.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
+#include "core/env.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/layernorm.h"
@@ -339,13 +336,7 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 }
 
 std::atomic<bool>& fused_grads_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("ZEROD_LAYERNORM_FUSED_GRADS");
-    if (e == nullptr || *e == '\0' || std::strcmp(e, "1") == 0) return true;
-    if (std::strcmp(e, "0") == 0) return false;
-    throw std::invalid_argument("ZEROD_LAYERNORM_FUSED_GRADS='" + std::string(e) +
-                                "': expected 0 or 1");
-  }()};
+  static std::atomic<bool> on{env_switch("ZEROD_LAYERNORM_FUSED_GRADS", true)};
   return on;
 }
 

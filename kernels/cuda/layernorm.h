@@ -26,7 +26,7 @@ void residual_layernorm_forward(Storage dt, void* res, void* out, float* mean, f
 // dout and inp (rows of at most 3 16-byte packs a lane: C <= 768 in bf16/fp16, 384 in fp32) or
 // in two (dinp, then per-channel partials). dinp is the same either way; the weight and bias
 // gradients are summed in another (fixed) order. Starts as ZEROD_LAYERNORM_FUSED_GRADS (0 or 1;
-// anything else throws std::invalid_argument naming the variable), else true; process-wide.
+// anything else is InputError naming the variable), else true; process-wide.
 void set_layernorm_fused_gradients(bool on);
 bool layernorm_fused_gradients();
 
