@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/storage.h"
@@ -35,14 +35,6 @@ void cuda_ok(cudaError_t e, const char* what) {
     std::fprintf(stderr, "attention_bench: %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
-}
-
-// bf16 bits of a float (round to nearest even).
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
 }
 
 struct DeviceBuffer {
@@ -63,7 +55,7 @@ void fill_bf16(DeviceBuffer& b, uint64_t seed, float scale) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, scale);
   std::vector<uint16_t> h(b.bytes / 2);
-  for (auto& x : h) x = to_bf16(nd(rng));
+  for (auto& x : h) x = zerod::f32_to_bf16_bits(nd(rng));
   cuda_ok(cudaMemcpy(b.p, h.data(), b.bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
 

@@ -8,7 +8,6 @@
 #include <immintrin.h>
 #include <dnnl.hpp>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "core/cpu_info.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/bf16_gemm.h"
 
@@ -35,16 +35,7 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void to_bf16_avx512(uint1
     const __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(in + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<const __m256i&>(v));
   }
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, in + i, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      out[i] = static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-    } else {
-      u += 0x7fffu + ((u >> 16) & 1u);
-      out[i] = static_cast<uint16_t>(u >> 16);
-    }
-  }
+  for (; i < n; ++i) out[i] = f32_to_bf16_bits(in[i]);
 }
 
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, bool, bool>;
