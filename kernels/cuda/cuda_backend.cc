@@ -562,23 +562,14 @@ class CudaBackend final : public Backend {
     cuda::lamb_apply(st_, master, m, v, param_out, n, lamb_step_of(p), coeff, stream_);
   }
 
+  // (One piece: its partials added in order, the same bits as before the pieces call existed.)
   double sum_squares(const void* x, int64_t n) override {
     if (n <= 0) return 0.0;
-    activate();
-    auto* partial = static_cast<double*>(scratch(kSumSquaresMaxBlocks * sizeof(double)));
-    const int k = sum_squares_partials(st_, partial, x, n, stream_);
-    std::vector<double> host(static_cast<size_t>(k));
-    check(cudaMemcpyAsync(host.data(), partial, host.size() * sizeof(double),
-                          cudaMemcpyDeviceToHost, stream_),
-          "sum_squares: cudaMemcpyAsync");
-    synchronize();
-    double total = 0.0;
-    for (double s : host) total += s;
-    return total;
+    return sum_squares_pieces({{x, n}});
   }
 
-  // Every piece's partial sums to its own slice of the scratch, one copy back, one wait; the
-  // pieces' totals are then added on the host in the order sum_squares would give.
+  // Every piece's partial sums to its own slice of the scratch, one copy back, one wait; each
+  // piece's partials are added in order, then the pieces' totals in order.
   double sum_squares_pieces(const std::vector<std::pair<const void*, int64_t>>& pieces) override {
     if (pieces.empty()) return 0.0;
     activate();
