@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/layernorm.h"
@@ -83,6 +84,29 @@ TEST(CudaLayerNorm, FusedResidualForwardMatchesTheCpu) {
   }
 }
 
+// The inputs of a backward call: inp (seed), weight (seed + 1) and dout (seed + 2) rounded to
+// the dtype, the CPU forward's mean and rstd (zero bias), and their device copies.
+struct BackwardInputs {
+  VecF inp, w, dout, mean, rstd;
+  Buffer d_inp, d_w, d_dout, d_mean, d_rstd;
+};
+
+BackwardInputs backward_inputs(Backends& be, const Shape& s, uint64_t seed) {
+  const int64_t NC = s.N * s.C;
+  VecF inp = be.round(test::randn(NC, seed, 2.0f, 0.5f));
+  VecF w = be.round(test::randn(s.C, seed + 1));
+  VecF dout = be.round(test::randn(NC, seed + 2));
+  VecF mean(s.N), rstd(s.N), out(NC);
+  const VecF zero_bias(s.C, 0.0f);
+  be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
+                            zero_bias.data(), s.N, s.C);
+  Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
+  Buffer d_mean = be.f32(mean), d_rstd = be.f32(rstd);
+  return {std::move(inp),    std::move(w),     std::move(dout), std::move(mean),
+          std::move(rstd),   std::move(d_inp), std::move(d_w),  std::move(d_dout),
+          std::move(d_mean), std::move(d_rstd)};
+}
+
 // Runs the body with layernorm_backward's fused dinp + weight/bias partials kernel allowed and
 // not, restoring the setting after.
 class CudaLayerNormGrads : public ::testing::TestWithParam<bool> {
@@ -103,24 +127,16 @@ TEST_P(CudaLayerNormGrads, BackwardAccumulatesLikeTheCpu) {
                    " C=" + std::to_string(s.C));
       Backends be(dt);
       const int64_t NC = s.N * s.C;
-      const VecF inp = be.round(test::randn(NC, 60, 2.0f, 0.5f));
-      const VecF w = be.round(test::randn(s.C, 61));
-      const VecF dout = be.round(test::randn(NC, 62));
-      VecF mean(s.N), rstd(s.N), out(NC);
-      const VecF zero_bias(s.C, 0.0f);
-      be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
-                                zero_bias.data(), s.N, s.C);
+      BackwardInputs x = backward_inputs(be, s, 60);
       // += outputs start from random values on both sides.
       VecF dinp = be.round(test::randn(NC, 63, 0.1f));
       VecF dw = be.round(test::randn(s.C, 64, 0.1f)), db = be.round(test::randn(s.C, 65, 0.1f));
-      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
-      Buffer d_mean = be.f32(mean), d_rstd = be.f32(rstd);
       Buffer d_dinp = be.compute(dinp), d_dw = be.compute(dw), d_db = be.compute(db);
-      be.cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
-                                 w.data(), mean.data(), rstd.data(), s.N, s.C);
-      be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(),
-                                 d_inp.data(), d_w.data(), d_mean.as<float>(), d_rstd.as<float>(),
-                                 s.N, s.C);
+      be.cpu->layernorm_backward(dinp.data(), dw.data(), db.data(), x.dout.data(), x.inp.data(),
+                                 x.w.data(), x.mean.data(), x.rstd.data(), s.N, s.C);
+      be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), x.d_dout.data(),
+                                 x.d_inp.data(), x.d_w.data(), x.d_mean.as<float>(),
+                                 x.d_rstd.as<float>(), s.N, s.C);
       EXPECT_TRUE(test::close(be.read_compute(d_dinp, NC), dinp, test::tolerance(dt)));
       EXPECT_TRUE(test::close(be.read_compute(d_dw, s.C), dw, test::tolerance(dt)));
       EXPECT_TRUE(test::close(be.read_compute(d_db, s.C), db, test::tolerance(dt)));
@@ -146,24 +162,16 @@ TEST(CudaLayerNorm, FusedGradientsEqualTheSeparateKernels) {
                    " C=" + std::to_string(s.C));
       Backends be(dt);
       const int64_t NC = s.N * s.C;
-      const VecF inp = be.round(test::randn(NC, 70, 2.0f, 0.5f));
-      const VecF w = be.round(test::randn(s.C, 71));
-      const VecF dout = be.round(test::randn(NC, 72));
-      VecF mean(s.N), rstd(s.N), out(NC);
-      const VecF zero_bias(s.C, 0.0f);
-      be.cpu->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(),
-                                zero_bias.data(), s.N, s.C);
+      const BackwardInputs x = backward_inputs(be, s, 70);
       const VecF dinp0 = be.round(test::randn(NC, 73, 0.1f));
       const VecF dw0 = be.round(test::randn(s.C, 74, 0.1f)), db0 = be.round(test::randn(s.C, 75));
-      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_dout = be.compute(dout);
-      Buffer d_mean = be.f32(mean), d_rstd = be.f32(rstd);
       VecF dinp[2], dw[2], db[2];
       for (int fused = 0; fused < 2; ++fused) {
         cuda::set_layernorm_fused_gradients(fused == 1);
         Buffer d_dinp = be.compute(dinp0), d_dw = be.compute(dw0), d_db = be.compute(db0);
-        be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), d_dout.data(),
-                                   d_inp.data(), d_w.data(), d_mean.as<float>(), d_rstd.as<float>(),
-                                   s.N, s.C);
+        be.gpu->layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), x.d_dout.data(),
+                                   x.d_inp.data(), x.d_w.data(), x.d_mean.as<float>(),
+                                   x.d_rstd.as<float>(), s.N, s.C);
         dinp[fused] = be.read_compute(d_dinp, NC);
         dw[fused] = be.read_compute(d_dw, s.C);
         db[fused] = be.read_compute(d_db, s.C);
