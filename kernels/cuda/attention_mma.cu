@@ -886,7 +886,7 @@ MmaShape make_mma_shape(const AttentionDims& s) {
   return sh;
 }
 
-unsigned mma_tiles(int T, int rows = kTile) {
+unsigned mma_tiles(int T, int rows) {
   return static_cast<unsigned>((T + rows - 1) / rows);
 }
 
