@@ -15,23 +15,85 @@
 //                    [--offload none,opt-cpu,opt-nvme,param-cpu,param-nvme,all-nvme]
 //                    [--optimizer adamw,muon]
 //                    [--nvme-dir DIR] [--sub-group-size N] [--max-in-cpu N]
+//                    [--comm-bytes 64M] [--json]
 //                    [shape flags as zerod_train_bench]
+//
+// In the same run it prints the two ratios of issue 21: ZeRO-3 step time / ZeRO-0 step time
+// (with stages 0 and 3 among --stages, no offload, the first optimizer) and the Gloo
+// communicator's all-reduce, reduce-scatter and all-gather bus bandwidth at world 2 (2 threads,
+// as the ranks above) on --comm-bytes messages against a plain TCP stream between two threads
+// on 127.0.0.1 measured right before them (tcp_stream.h). The ratio is taken against the
+// two-direction stream: in each of these collectives both ranks send and receive the same bytes
+// at once, which is what busbw counts; the one-direction rate is printed too. --json ends with
+// one JSON line of all of it.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "bench_job.h"
+#include "collective_bw.h"
 #include "comm/collective_log.h"
 #include "comm/store.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/runtime/local_ranks.h"
 #include "engine/train/trainer.h"
+#include "tcp_stream.h"
 
 using namespace zerod;
+
+namespace {
+
+// Bus bandwidths (GB/s, median iteration) at world 2 on `bytes` messages: the TCP stream
+// between the two ranks' threads (1-dir, 2-dir), then each collective.
+struct CommRates {
+  double tcp1 = 0, tcp2 = 0;
+  double coll[3] = {0, 0, 0};  // in the order of bench::kCollectives
+};
+
+CommRates measure_collectives(size_t bytes) {
+  constexpr int kRanks = 2;
+  CommRates out;
+  std::mutex mu;
+  LocalRanksOptions o;
+  o.world_size = kRanks;
+  o.local_world_size = kRanks;
+  o.store = std::make_shared<MemoryStore>();
+  o.store_prefix = "collectives";
+  run_local_ranks(o, [&](const RankContext& ctx) {
+    ZD_CHECK(ctx.comm != nullptr, "rank {} has no communicator", ctx.rank);
+    std::vector<float> a(bytes / sizeof(float) + 1, 1.0f), b(bytes / sizeof(float) + 1, 0.0f);
+    const int iters = bench::iterations_for(bytes);
+    const double gb = static_cast<double>(bytes) / 1e9;
+    CommRates mine;
+    {
+      bench::TcpStream stream(ctx.rank, *o.store, "collectives_tcp");
+      auto* src = reinterpret_cast<const char*>(a.data());
+      auto* dst = reinterpret_cast<char*>(b.data());
+      stream.one_direction(src, dst, bytes, 1);  // warm-up
+      mine.tcp1 = gb / stream.one_direction(src, dst, bytes, iters).median;
+      stream.two_directions(src, dst, bytes, 1);
+      mine.tcp2 = gb / stream.two_directions(src, dst, bytes, iters).median;
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      const bench::Op op = bench::kCollectives[i];
+      const bench::Timing t = bench::time_collective(*ctx.comm, op, a, b, bytes, iters);
+      mine.coll[i] = gb / t.median * bench::bus_factor(op, kRanks);
+      bench::check_collective(*ctx.comm, op, a, b, bytes);
+    }
+    if (ctx.rank != 0) return;
+    std::lock_guard<std::mutex> lock(mu);
+    out = mine;
+  });
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   log::init();
@@ -70,6 +132,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "train.device of the ranks")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  std::string comm_bytes = "64M";
+  app.add_option("--comm-bytes", comm_bytes,
+                 "message size of the collectives-vs-TCP measurement at world 2 (0: skip it)")
+      ->capture_default_str();
+  bool json = false;
+  app.add_flag("--json", json, "end with one JSON line of the results");
   shape.add_options(app);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
@@ -84,6 +152,8 @@ int main(int argc, char** argv) {
         "stage", "offload", "optim", "step ms", "tokens/s", "comm wait ms", "offload I/O",
         "vs first", "vs no offl.", "model states MiB", "optim ms", "a2a B/step", "ag B/step");
     double first = 0;
+    std::map<int, double> plain;  // stage -> median step seconds (no offload, first optimizer)
+    std::string rows_json;
     for (int stage : stages) {
       double none = 0;
       for (const std::string& off : offloads)
@@ -151,7 +221,11 @@ int main(int argc, char** argv) {
           std::sort(seconds.begin(), seconds.end());
           const double median = seconds[seconds.size() / 2];
           if (first == 0) first = median;
-          if (off == "none" && optimizer == optimizers.front()) none = median;
+          if (off == "none" && optimizer == optimizers.front()) none = plain[stage] = median;
+          rows_json += fmt::format(
+              R"({}{{"stage": {}, "offload": "{}", "optimizer": "{}", "step_ms": {:.1f}, "tokens_per_s": {:.0f}, "comm_wait_ms": {:.1f}}})",
+              rows_json.empty() ? "" : ", ", stage, off, optimizer, median * 1e3,
+              double(shape.batch) * world * shape.seq / median, comm * 1e3);
           fmt::print(
               "{:>5} {:>10} {:>6} {:>10.1f} {:>10.0f} {:>14.1f} {:>12.1f} {:>10.2f} {:>12} "
               "{:>16.1f} "
@@ -161,6 +235,46 @@ int main(int argc, char** argv) {
               none > 0 ? fmt::format("{:.2f}", median / none) : std::string("-"), states,
               optim * 1e3, a2a, ag);
         }
+    }
+    std::string ratio_json = "null";
+    if (plain.count(0) && plain.count(3)) {
+      const double ratio = plain[3] / plain[0];
+      ratio_json = fmt::format("{:.3f}", ratio);
+      fmt::print(
+          "\nZeRO-3 / ZeRO-0 step time at world {}: {:.3f} ({:.1f} / {:.1f} ms; target <= 1.25: "
+          "{})\n",
+          world, ratio, plain[3] * 1e3, plain[0] * 1e3, ratio <= 1.25 ? "met" : "MISSED");
+    }
+    std::string comm_json = "null";
+    const size_t bytes = bench::parse_message_bytes(comm_bytes, "--comm-bytes");
+    if (bytes > 0) {
+      ZD_CHECK_INPUT(bytes >= 64, "--comm-bytes {}: at least 64 bytes", comm_bytes);
+      const CommRates c = measure_collectives(bytes);
+      fmt::print(
+          "\nCollectives at world 2 (threads, Gloo over loopback), {} byte messages, GB/s (1e9 "
+          "B/s, median iteration): TCP stream 1-dir {:.3f}, 2-dir {:.3f} per direction\n",
+          bytes, c.tcp1, c.tcp2);
+      comm_json = fmt::format(R"({{"bytes": {}, "tcp_1dir_gbs": {:.3f}, "tcp_2dir_gbs": {:.3f})",
+                              bytes, c.tcp1, c.tcp2);
+      for (size_t i = 0; i < 3; ++i) {
+        const double ratio = c.coll[i] / c.tcp2;
+        const char* name = bench::op_name(bench::kCollectives[i]);
+        fmt::print(
+            "  {:<15} busbw {:.3f} GB/s = {:.0f}% of TCP 2-dir ({:.0f}% of 1-dir); target >= 70%: "
+            "{}\n",
+            name, c.coll[i], 100 * ratio, 100 * c.coll[i] / c.tcp1,
+            ratio >= 0.70 ? "met" : "MISSED");
+        comm_json +=
+            fmt::format(R"(, "{}_gbs": {:.3f}, "{}_vs_tcp": {:.3f})", name, c.coll[i], name, ratio);
+      }
+      comm_json += "}";
+    }
+    if (json) {
+      fmt::print(
+          R"({{"world": {}, "layers": {}, "embd": {}, "heads": {}, "seq": {}, "batch": {}, "vocab": {}, "dtype": "{}", "rows": [{}], "zero3_over_zero0": {}, "collectives": {}}})"
+          "\n",
+          world, shape.layers, shape.embd, shape.heads, shape.seq, shape.batch, shape.vocab,
+          shape.dtype, rows_json, ratio_json, comm_json);
     }
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_zero_bench: {}\n", e.what());
