@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "engine/train/trainer.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gemm.h"
 
@@ -44,6 +45,26 @@ double sgemm_rate(cpu::GemmImpl impl, bool ta, bool tb, int M, int N, int K) {
     if (i > 0) best = std::min(best, sw.seconds());
   }
   cpu::set_gemm_impl(saved);
+  return 2.0 * M * N * K / best / 1e9;
+}
+
+// The bf16 products' rate (GFLOP/s) on operands converted beforehand (what the CPU's bf16
+// dot-product engine gives), 0 where bf16 mode computes its products in fp32.
+double bf16_gemm_rate(bool ta, bool tb, int M, int N, int K) {
+  if (!cpu::bf16_gemm_unavailable().empty()) return 0;
+  std::vector<float> a(size_t(M) * K), b(size_t(K) * N), c(size_t(M) * N);
+  fill_normal(a.data(), static_cast<int64_t>(a.size()), 0, 1, 1, 0);
+  fill_normal(b.data(), static_cast<int64_t>(b.size()), 0, 1, 1, 1);
+  std::vector<uint16_t> a16, b16;
+  const cpu::Bf16Operand A = cpu::to_bf16(a16, a.data(), ta ? K : M, ta ? M : K, ta ? M : K);
+  const cpu::Bf16Operand B = cpu::to_bf16(b16, b.data(), tb ? N : K, tb ? K : N, tb ? K : N);
+  double best = 1e30;
+  Stopwatch total;
+  for (int i = 0; i < 50 && (i < 4 || total.seconds() < 1.0); ++i) {
+    Stopwatch sw;
+    cpu::bf16_gemm(ta, tb, M, N, K, A, B, 0.0f, c.data(), N);
+    if (i > 0) best = std::min(best, sw.seconds());
+  }
   return 2.0 * M * N * K / best / 1e9;
 }
 
@@ -93,6 +114,9 @@ int main(int argc, char** argv) {
   const double ours_head =
       have512 ? sgemm_rate(cpu::GemmImpl::kAvx512, false, true, N, Vp, embd) : 0;
   const double blas_head = sgemm_rate(cpu::GemmImpl::kBlas, false, true, N, Vp, embd);
+  const bool bf16 = dtype == "bf16";
+  const double bf16_big = bf16 ? bf16_gemm_rate(false, true, 2048, 2048, 2048) : 0;
+  const double bf16_head = bf16 ? bf16_gemm_rate(false, true, N, Vp, embd) : 0;
 
   const double total_steps = static_cast<double>(r.steps.size());
   const double t_model = times.total() / total_steps;
@@ -124,6 +148,11 @@ int main(int argc, char** argv) {
       "{:.1f}, OpenBLAS {:.1f}\n",
       ours_big, blas_big, N, Vp, embd, ours_head, blas_head);
   fmt::print("achieved / sgemm(2048^3, ours): {:.0f}%\n", have512 ? 100 * gflops / ours_big : 0.0);
+  if (bf16_big > 0)
+    fmt::print(
+        "bf16 products on converted operands: 2048^3 NT {:.1f} GFLOP/s, LM head {:.1f}; achieved / "
+        "bf16 2048^3: {:.0f}%\n",
+        bf16_big, bf16_head, 100 * gflops / bf16_big);
   auto pct = [&](double t) { return 100.0 * t / total_steps / median; };
   fmt::print("step time (per step, all steps incl. warm-up): model ops {:.1f} ms of {:.1f} ms\n",
              t_model * 1e3, median * 1e3);
@@ -140,12 +169,12 @@ int main(int argc, char** argv) {
              100.0 - pct(times.total() + r.optimizer_seconds + r.data_seconds));
   if (json) {
     fmt::print(
-        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "engine": "{}", "threads": {}{}}})"
+        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "bf16gemm_2048": {:.1f}, "bf16gemm_head": {:.1f}, "engine": "{}", "threads": {}, "dtype": "{}", "model": "{}", "mflop_per_token": {:.2f}, "min_step_ms": {:.1f}, "max_step_ms": {:.1f}}})"
         "\n",
-        tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head,
-        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads(),
-        llama ? fmt::format(R"(, "model": "llama", "mflop_per_token": {:.1f})", flops_token / 1e6)
-              : std::string());
+        tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head, bf16_big, bf16_head,
+        cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads(), dtype,
+        llama ? "llama" : "gpt2", flops_token / 1e6, step_seconds.front() * 1e3,
+        step_seconds.back() * 1e3);
   }
   return 0;
 }

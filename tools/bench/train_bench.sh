@@ -9,8 +9,14 @@
 # Environment is left as the user has it (e.g. OPENBLAS_CORETYPE): both sides run under it.
 # ZEROD_BUILD_DIR=DIR uses an already configured build directory and builds only
 # zerod_train_bench there (default: tools/build.sh builds everything into ./build).
+#   tools/bench/train_bench.sh --baselines [...]: against current PyTorch (eager, torch.compile,
+#   fp32 and bf16 autocast) and DeepSpeed, zerod fp32 and bf16: tools/bench/train_baselines.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [[ "${1:-}" == --baselines ]]; then
+  shift
+  exec tools/bench/train_baselines.sh "$@"
+fi
 model=gpt2
 prev=""
 for a in "$@"; do
