@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
+#include <map>
+#include <vector>
 
 #include "core/error.h"
 #include "model/layout.h"
@@ -86,6 +89,56 @@ std::string format_bytes(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+namespace {
+
+// The ZeRO working buffers of one rank at `stage`, in elements, from its units' padded sizes
+// (zero/partition.h) as the buffer pools hold them: a pool hands a freed buffer out again only
+// for the same size and keeps it charged, so it holds, per distinct size, the most buffers of
+// that size ever in use at once.
+//  - Stages 2-3, gradient buckets (zero/grad_reducer.cc): backward finishes the units in
+//    decreasing order, each into a bucket that is reduce-scattered when its unit finishes.
+//    Without overlap_comm the bucket is returned at once; with it, the oldest buckets are
+//    retired only while more than one is in flight and those in flight pass reduce_bucket_size
+//    elements, the rest at the end of backward. Replayed here unit by unit. (With gradient
+//    accumulation the later micro-batches also take shard-sized partial sums: not counted.)
+//  - Stage 3, gathered units (zero/param_gatherer.cc): units of at most the persistence
+//    threshold stay gathered for good; of the others, the unit in use and the next one
+//    prefetched (prefetching gathers units up to stage3_prefetch_bucket_size), so two of a size
+//    several units share (the blocks), one of a size only one unit has (embedding, head).
+int64_t zero_buffer_elems(const std::vector<int64_t>& padded, int stage, const PlanRequest& r) {
+  if (stage < 2 || padded.empty()) return 0;
+  std::map<int64_t, int> count, in_use, most;  // per padded size: units, buckets now, at most
+  for (int64_t n : padded) ++count[n];
+  std::deque<int64_t> in_flight;  // sizes of the buckets being reduced, oldest first
+  int64_t in_flight_elems = 0;
+  auto retire_oldest = [&] {
+    --in_use[in_flight.front()];
+    in_flight_elems -= in_flight.front();
+    in_flight.pop_front();
+  };
+  const bool overlap = r.overlap_comm.value_or(stage == 3);
+  for (auto u = padded.rbegin(); u != padded.rend(); ++u) {
+    most[*u] = std::max(most[*u], ++in_use[*u]);
+    in_flight.push_back(*u);
+    in_flight_elems += *u;
+    if (!overlap) retire_oldest();
+    while (in_flight.size() > 1 && in_flight_elems > r.reduce_bucket_size) retire_oldest();
+  }
+  int64_t elems = 0;
+  for (const auto& [n, buckets] : most) elems += n * buckets;
+  if (stage == 3) {
+    for (const auto& [n, units] : count) {
+      if (n <= r.param_persistence_threshold)
+        elems += n * units;
+      else
+        elems += n * (units >= 2 && n <= r.prefetch_bucket_size ? 2 : 1);
+    }
+  }
+  return elems;
+}
+
+}  // namespace
+
 Plan make_plan(const PlanRequest& r) {
   ZD_CHECK_INPUT(r.world >= 1, "--world {}: must be at least 1", r.world);
   ZD_CHECK_INPUT(r.compute_bytes == 2 || r.compute_bytes == 4, "compute element size {}",
@@ -101,6 +154,7 @@ Plan make_plan(const PlanRequest& r) {
   const int T = r.tensor, dp = plan.data_parallel * r.context;
   double psi = static_cast<double>(r.params) / T;
   int64_t largest_unit = 0, activations = 0;
+  std::vector<int64_t> padded_units;  // each unit's padded size as ZeRO partitions it
   if (r.spec) {
     if (T > 1) {
       const std::string problem = tensor_parallel_problem(*r.spec, T);
@@ -112,6 +166,8 @@ Plan make_plan(const PlanRequest& r) {
     psi = static_cast<double>(layout.total_numel());
     for (int u = 0; u < layout.num_units(); ++u)
       largest_unit = std::max(largest_unit, layout.unit(u).numel);
+    const Partition part(layout, dp);
+    for (int u = 0; u < part.num_units(); ++u) padded_units.push_back(part.unit(u).padded);
     plan.parameters = r.spec->num_parameters();
     const int seq = std::min(r.seq, r.spec->seq_len);
     const size_t esz = static_cast<size_t>(r.compute_bytes);
@@ -135,6 +191,7 @@ Plan make_plan(const PlanRequest& r) {
     ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
     plan.parameters = r.params;
     largest_unit = static_cast<int64_t>(psi / 12);  // a guess: a tied embedding or one block
+    padded_units.assign(12, largest_unit);          // (the same guess for the ZeRO buffers)
   }
   plan.padded_parameters = static_cast<int64_t>(psi);
   // ZeRO partitions each rank's parameters over its data-parallel group.
@@ -164,8 +221,7 @@ Plan make_plan(const PlanRequest& r) {
     row.weights = ms.weights;
     row.gradients = ms.gradients;
     row.activations = activations;
-    // Stage 3 gathers each unit before use: the unit in use and the one prefetched.
-    row.buffers = c.stage == 3 ? static_cast<int64_t>(2 * largest_unit * e) : 0;
+    row.buffers = static_cast<int64_t>(zero_buffer_elems(padded_units, c.stage, r) * e);
     const double opt_psi = c.stage >= 1 ? psi / n : psi;
     if (off == "none") {
       row.optimizer = ms.master + ms.moments;

@@ -38,6 +38,12 @@ struct PlanRequest {
   int64_t host_bytes = 0;    // per node (all its ranks); 0: not checked
   int ranks_per_node = 1;    // to charge host bytes per node
   std::string offload;       // "" (all choices), "none", "cpu" or "nvme": which to consider
+  // zero_optimization settings that size the ZeRO working buffers (PlanRow::buffers; defaults
+  // as DeepSpeed's). overlap_comm unset: on at stage 3 only, as the job resolves it.
+  std::optional<bool> overlap_comm;
+  int64_t reduce_bucket_size = 500000000;
+  int64_t prefetch_bucket_size = 50000000;       // stage3_prefetch_bucket_size
+  int64_t param_persistence_threshold = 100000;  // stage3_param_persistence_threshold
 };
 
 struct PlanRow {
@@ -46,7 +52,9 @@ struct PlanRow {
   std::string offload_optimizer = "none", offload_param = "none";
   // per rank
   int64_t weights = 0, gradients = 0, optimizer = 0;  // model states on the device
-  int64_t activations = 0, buffers = 0;               // working memory on the device
+  // Working memory on the device: activations, and the ZeRO buffers (stages 2-3: gradient
+  // buckets; stage 3: gathered units). See zero_buffer_bytes in planner.cc.
+  int64_t activations = 0, buffers = 0;
   int64_t device = 0, host = 0, disk = 0;             // totals
   bool fits = true;
   std::string why;  // when it does not fit

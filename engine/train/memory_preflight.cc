@@ -63,10 +63,7 @@ HostMemory host_memory_available(int64_t limit) {
   return m;
 }
 
-void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int local_ranks,
-                           int elem_bytes, const HostMemory& available) {
-  if (available.bytes <= 0) return;  // nothing known to compare with
-  const int ranks = std::max(1, local_ranks);
+PlanRequest job_plan_request(const JobConfig& cfg, const ModelSpec& spec, int elem_bytes) {
   PlanRequest req;
   req.spec = spec;
   req.world = cfg.world_size;
@@ -79,12 +76,20 @@ void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int loca
   req.compute_bytes = elem_bytes;
   req.activation_checkpointing = cfg.model.activation_checkpointing;
   req.offload = "all";
-  // On the CPU backend "device" and host memory are the same memory.
-  auto need_of = [&](const PlanRow& row) { return (row.device + row.host) * ranks; };
-  auto offload_name = [](OffloadDevice d) {
-    return d == OffloadDevice::kCpu ? "cpu" : d == OffloadDevice::kNvme ? "nvme" : "none";
-  };
-  const Plan plan = make_plan(req);
+  req.overlap_comm = cfg.zero.overlap_comm;
+  req.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+  req.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
+  req.param_persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  return req;
+}
+
+namespace {
+const char* offload_name(OffloadDevice d) {
+  return d == OffloadDevice::kCpu ? "cpu" : d == OffloadDevice::kNvme ? "nvme" : "none";
+}
+}  // namespace
+
+const PlanRow* job_plan_row(const Plan& plan, const JobConfig& cfg) {
   const std::string opt = offload_name(cfg.zero.offload_optimizer.device);
   const std::string par = offload_name(cfg.zero.offload_param.device);
   const PlanRow* mine = nullptr;
@@ -93,6 +98,20 @@ void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int loca
     const int want = plan.data_parallel == 1 && opt == "none" ? 0 : cfg.zero.stage;
     if (stage == want && row.offload_optimizer == opt && row.offload_param == par) mine = &row;
   }
+  return mine;
+}
+
+void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int local_ranks,
+                           int elem_bytes, const HostMemory& available) {
+  if (available.bytes <= 0) return;  // nothing known to compare with
+  const int ranks = std::max(1, local_ranks);
+  const PlanRequest req = job_plan_request(cfg, spec, elem_bytes);
+  // On the CPU backend "device" and host memory are the same memory.
+  auto need_of = [&](const PlanRow& row) { return (row.device + row.host) * ranks; };
+  const Plan plan = make_plan(req);
+  const std::string opt = offload_name(cfg.zero.offload_optimizer.device);
+  const std::string par = offload_name(cfg.zero.offload_param.device);
+  const PlanRow* mine = job_plan_row(plan, cfg);
   if (mine == nullptr) return;  // a combination the planner does not model: no claim
   const int64_t need = need_of(*mine);
   if (need <= available.bytes) return;

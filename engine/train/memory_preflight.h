@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/config/job_config.h"
+#include "engine/plan/planner.h"
 #include "model/spec.h"
 
 namespace zerod {
@@ -23,6 +24,13 @@ struct HostMemory {
 };
 // The smallest of the machine's available memory, the cgroup's room and `limit` (0: none).
 HostMemory host_memory_available(int64_t limit);
+
+// The planner's request for this job's shape, world, parallelism, micro-batch and activation
+// checkpointing, every offload choice considered (compute elements `elem_bytes` wide).
+PlanRequest job_plan_request(const JobConfig& cfg, const ModelSpec& spec, int elem_bytes);
+// The row of `plan` that is this job's ZeRO stage and offload settings (null: a combination the
+// planner does not model). Its device + host bytes are one rank's predicted memory.
+const PlanRow* job_plan_row(const Plan& plan, const JobConfig& cfg);
 
 // Throws InputError when `local_ranks` ranks of this job would need more host memory than
 // `available` (each rank's compute elements `elem_bytes` wide: 4 on the CPU backend).

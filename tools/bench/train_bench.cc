@@ -19,8 +19,10 @@
 #include "bench_job.h"
 #include "core/cpu_info.h"
 #include "core/log.h"
+#include "core/process_memory.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "engine/train/memory_preflight.h"
 #include "engine/train/trainer.h"
 #include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -71,6 +73,9 @@ double bf16_gemm_rate(bool ta, bool tb, int M, int N, int K) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Resident before anything of ours runs: code, the libraries' data and relocations (with the
+  // CUDA backend compiled in, libcublasLt alone is ~140 MiB of it, loaded in CPU runs too).
+  const int64_t rss_start = resident_bytes();
   log::init();
   CLI::App app{"zerod CPU training benchmark"};
   int steps = 10, warmup = 2;
@@ -95,6 +100,16 @@ int main(int argc, char** argv) {
   opts.log_steps = false;
   Trainer trainer(job, opts);
   const TrainResult r = trainer.run();
+  // Peak resident memory of the whole process over the training (before the sgemm rates below
+  // allocate their matrices), against the planner's model states + activations + buffers: the
+  // bytes the job allocates, which the planner models, and with the process's own start-up
+  // resident bytes added (measured, not predicted).
+  const int64_t peak_rss = peak_resident_bytes();
+  const Plan plan = make_plan(job_plan_request(
+      job, trainer.model().spec(), static_cast<int>(trainer.backend().compute_elem_size())));
+  const PlanRow* planned = job_plan_row(plan, job);
+  const int64_t predicted = planned ? planned->device + planned->host : 0;
+  const double mib = 1024.0 * 1024.0;
   std::vector<double> step_seconds;
   for (size_t i = static_cast<size_t>(warmup); i < r.steps.size(); ++i)
     step_seconds.push_back(r.steps[i].seconds);
@@ -167,14 +182,26 @@ int main(int argc, char** argv) {
   fmt::print("  optimizer {:.1f}% | data {:.1f}% | other {:.1f}%\n", pct(r.optimizer_seconds),
              pct(r.data_seconds),
              100.0 - pct(times.total() + r.optimizer_seconds + r.data_seconds));
+  fmt::print(
+      "memory: peak RSS {:.1f} MiB (VmHWM, whole process; {:.1f} MiB resident at start), tracked "
+      "peak {:.1f} MiB; planner {:.1f} MiB (weights {:.1f} + gradients {:.1f} + optimizer {:.1f} "
+      "+ activations {:.1f} + buffers {:.1f}); peak RSS / planner {:.3f}, peak RSS / (planner + "
+      "start) {:.3f}\n",
+      peak_rss / mib, rss_start / mib, trainer.memory().total_peak() / mib, predicted / mib,
+      planned ? planned->weights / mib : 0.0, planned ? planned->gradients / mib : 0.0,
+      planned ? planned->optimizer / mib : 0.0, planned ? planned->activations / mib : 0.0,
+      planned ? planned->buffers / mib : 0.0,
+      predicted > 0 ? double(peak_rss) / double(predicted) : 0.0,
+      predicted > 0 ? double(peak_rss) / double(predicted + rss_start) : 0.0);
   if (json) {
     fmt::print(
-        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "bf16gemm_2048": {:.1f}, "bf16gemm_head": {:.1f}, "engine": "{}", "threads": {}, "dtype": "{}", "model": "{}", "mflop_per_token": {:.2f}, "min_step_ms": {:.1f}, "max_step_ms": {:.1f}}})"
+        R"({{"tokens_per_s": {:.1f}, "gflops": {:.1f}, "step_ms": {:.1f}, "sgemm_ours_2048": {:.1f}, "sgemm_openblas_2048": {:.1f}, "sgemm_ours_head": {:.1f}, "sgemm_openblas_head": {:.1f}, "bf16gemm_2048": {:.1f}, "bf16gemm_head": {:.1f}, "engine": "{}", "threads": {}, "dtype": "{}", "model": "{}", "mflop_per_token": {:.2f}, "min_step_ms": {:.1f}, "max_step_ms": {:.1f}, "params": {}, "peak_rss_mib": {:.1f}, "rss_start_mib": {:.1f}, "tracked_peak_mib": {:.1f}, "predicted_mib": {:.1f}}})"
         "\n",
         tps, gflops, median * 1e3, ours_big, blas_big, ours_head, blas_head, bf16_big, bf16_head,
         cpu::gemm_impl_name(cpu::gemm_impl()), omp_get_max_threads(), dtype,
         llama ? "llama" : "gpt2", flops_token / 1e6, step_seconds.front() * 1e3,
-        step_seconds.back() * 1e3);
+        step_seconds.back() * 1e3, trainer.model().spec().num_parameters(), peak_rss / mib,
+        rss_start / mib, trainer.memory().total_peak() / mib, predicted / mib);
   }
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/process_memory.h"
 
 namespace zerod {
 namespace {
@@ -122,16 +123,6 @@ TEST_F(Swapper, HostHoldsOnlyTheBuffersWhileTheFileHoldsTheStates) {
   EXPECT_EQ(tracker.current(MemCategory::kSwap), 0);
 }
 
-// Resident set size of this process (VmRSS), bytes.
-int64_t rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
-
 TEST_F(Swapper, ResidentMemoryStaysWithinTheBuffersWhileTheStatesPassThrough) {
   // 132 MiB of states on disk pass three times through 3 buffers of 1.5 MiB; the process's
   // resident memory grows by the buffers plus a stated margin of 8 MiB (the I/O threads' stacks
@@ -142,7 +133,7 @@ TEST_F(Swapper, ResidentMemoryStaysWithinTheBuffersWhileTheStatesPassThrough) {
   o.buffer_count = 3;
   o.pipeline_read = o.pipeline_write = true;
   const int64_t elems = int64_t{11} << 20;  // 11M elements x 12 bytes = 132 MiB
-  const int64_t before = rss_bytes();
+  const int64_t before = resident_bytes();
   ASSERT_GT(before, 0);
   StateSwapper sw(file(), elems, o, nullptr);
   sw.visit(Mode::kOverwrite, 0, sw.elems(), [](int64_t b, int64_t e, float* m, float* a, float* v) {
@@ -159,7 +150,7 @@ TEST_F(Swapper, ResidentMemoryStaysWithinTheBuffersWhileTheStatesPassThrough) {
       bad += m[i] != static_cast<float>(b + i) + 1 || v[i] != static_cast<float>(b + i);
   });
   EXPECT_EQ(bad, 0);
-  const int64_t grown = rss_bytes() - before;
+  const int64_t grown = resident_bytes() - before;
   EXPECT_GE(sw.file_bytes(), int64_t{120} << 20);
   EXPECT_LE(grown, sw.buffer_bytes() + (int64_t{8} << 20))
       << "resident memory grew by " << grown << " bytes for " << sw.file_bytes()

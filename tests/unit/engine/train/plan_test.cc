@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/config/model_spec.h"
+#include "engine/train/memory_preflight.h"
 #include "train_test_util.h"
 
 namespace zerod {
@@ -62,6 +63,53 @@ TEST(Planner, MatchesMeasuredMemoryForEveryStageAndWorldSize) {
       EXPECT_LT(rel(static_cast<double>(row->activations), static_cast<double>(acts)), 0.10)
           << what << ": planned " << row->activations << " measured " << acts;
     }
+  }
+}
+
+// The whole of a rank's tracked memory, not only its model states and activations: the peak of
+// every category together (weights, gradients, master, moments, stage-3 gathered units,
+// reduction buckets, activations, workspace) against the device + host bytes of the job's own
+// plan row (job_plan_row, what the preflight and zerod_train_bench compare with), at every stage
+// and world 1 and 2. zerod_train_bench adds the process's start-up resident bytes to compare with
+// peak RSS (docs/benchmarks.md, CPU scaling).
+TEST(Planner, JobRowMatchesTheTrackedPeakOfAllCategories) {
+  testing::TempCorpus corpus("zerod_plan_total_corpus");
+  struct Cell {
+    int world, stage;
+    std::string zero;  // zero_optimization members
+  };
+  const Cell cells[] = {
+      {1, 0, ""},
+      {2, 0, ""},
+      {2, 1, ""},
+      {2, 2, ""},                           // buckets: one per unit size
+      {2, 2, R"(, "overlap_comm": true)"},  // buckets: every unit until the step's end
+      {2, 2, R"(, "overlap_comm": true, "reduce_bucket_size": 1000)"},  // a few in flight
+      {2, 3, ""},  // overlaps; every unit persistent (all under 100000 elements)
+      {2, 3, R"(, "stage3_param_persistence_threshold": 0)"},  // in use + prefetched
+      {2, 3, R"(, "stage3_param_persistence_threshold": 0, "overlap_comm": false)"},
+  };
+  for (const Cell& c : cells) {
+    const JobConfig cfg = testing::tiny_job(corpus, c.world, c.stage, 1, 1, "", "", 8, c.zero);
+    std::mutex mu;
+    int64_t peak = 0;
+    std::string described;
+    testing::run_world(c.world, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      t.run();
+      if (ctx.rank != 0) return;
+      std::lock_guard<std::mutex> lock(mu);
+      peak = t.memory().total_peak();
+      described = t.memory().describe();
+    });
+    const Plan plan = make_plan(job_plan_request(cfg, model_spec(cfg.model), 4));
+    const PlanRow* row = job_plan_row(plan, cfg);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row->stage, c.stage);
+    const int64_t planned = row->device + row->host;
+    EXPECT_LT(rel(static_cast<double>(planned), static_cast<double>(peak)), 0.02)
+        << "world " << c.world << " stage " << c.stage << c.zero << ": planned " << planned
+        << " (buffers " << row->buffers << ") tracked peak " << peak << " (" << described << ")";
   }
 }
 
