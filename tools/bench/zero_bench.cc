@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string comm_bytes = "64M";
   app.add_option("--comm-bytes", comm_bytes,
-                 "message size of the collectives-vs-TCP measurement at world 2 (0: skip it)")
+                 "message size of the collectives-vs-TCP measurement at world 2 (0: skip it; "
+                 "skipped unless given when --world is not 2)")
       ->capture_default_str();
   bool json = false;
   app.add_flag("--json", json, "end with one JSON line of the results");
@@ -246,7 +247,9 @@ int main(int argc, char** argv) {
           world, ratio, plain[3] * 1e3, plain[0] * 1e3, ratio <= 1.25 ? "met" : "MISSED");
     }
     std::string comm_json = "null";
-    const size_t bytes = bench::parse_message_bytes(comm_bytes, "--comm-bytes");
+    const size_t bytes = world == 2 || app.count("--comm-bytes") > 0
+                             ? bench::parse_message_bytes(comm_bytes, "--comm-bytes")
+                             : 0;
     if (bytes > 0) {
       ZD_CHECK_INPUT(bytes >= 64, "--comm-bytes {}: at least 64 bytes", comm_bytes);
       const CommRates c = measure_collectives(bytes);
