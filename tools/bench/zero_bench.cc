@@ -42,6 +42,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/runtime/local_ranks.h"
+#include "engine/train/memory_preflight.h"
 #include "engine/train/trainer.h"
 #include "tcp_stream.h"
 
@@ -149,9 +150,12 @@ int main(int argc, char** argv) {
         "vocab {}, {}, {}\n",
         world, shape.layers, shape.embd, shape.seq, shape.batch, shape.vocab, shape.dtype, device);
     fmt::print(
-        "{:>5} {:>10} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10} {:>12} {:>16} {:>9} {:>12} {:>12}\n",
+        "{:>5} {:>10} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10} {:>12} {:>16} {:>9} {:>12} {:>12} "
+        "{:>12} "
+        "{:>12}\n",
         "stage", "offload", "optim", "step ms", "tokens/s", "comm wait ms", "offload I/O",
-        "vs first", "vs no offl.", "model states MiB", "optim ms", "a2a B/step", "ag B/step");
+        "vs first", "vs no offl.", "model states MiB", "optim ms", "a2a B/step", "ag B/step",
+        "tracked MiB", "planned MiB");
     double first = 0;
     std::map<int, double> plain;  // stage -> median step seconds (no offload, first optimizer)
     std::string rows_json;
@@ -191,7 +195,7 @@ int main(int argc, char** argv) {
           }
           std::mutex mu;
           std::vector<double> seconds;
-          double comm = 0, io = 0, states = 0, optim = 0;
+          double comm = 0, io = 0, states = 0, optim = 0, tracked = 0, planned = 0;
           int64_t a2a = 0, ag = 0;
           LocalRanksOptions o;
           o.world_size = world;
@@ -211,6 +215,12 @@ int main(int argc, char** argv) {
             io = r.offload_io_seconds / static_cast<double>(r.steps.size());
             states = static_cast<double>(t.engine().measured_bytes().states()) / (1 << 20);
             optim = r.optimizer_seconds / static_cast<double>(r.steps.size());
+            // Rank 0's tracked peak (every category) against its plan row (engine/plan).
+            tracked = static_cast<double>(t.memory().total_peak()) / (1 << 20);
+            const Plan plan = make_plan(job_plan_request(
+                job, t.model().spec(), static_cast<int>(t.backend().compute_elem_size())));
+            if (const PlanRow* row = job_plan_row(plan, job))
+              planned = static_cast<double>(row->device + row->host) / (1 << 20);
             if (const CollectiveLog* log = ctx.comm ? ctx.comm->collective_log() : nullptr) {
               const auto totals = log->totals();
               const auto it = totals.find("all_to_all");
@@ -224,17 +234,17 @@ int main(int argc, char** argv) {
           if (first == 0) first = median;
           if (off == "none" && optimizer == optimizers.front()) none = plain[stage] = median;
           rows_json += fmt::format(
-              R"({}{{"stage": {}, "offload": "{}", "optimizer": "{}", "step_ms": {:.1f}, "tokens_per_s": {:.0f}, "comm_wait_ms": {:.1f}}})",
+              R"({}{{"stage": {}, "offload": "{}", "optimizer": "{}", "step_ms": {:.1f}, "tokens_per_s": {:.0f}, "comm_wait_ms": {:.1f}, "tracked_mib": {:.1f}, "planned_mib": {:.1f}}})",
               rows_json.empty() ? "" : ", ", stage, off, optimizer, median * 1e3,
-              double(shape.batch) * world * shape.seq / median, comm * 1e3);
+              double(shape.batch) * world * shape.seq / median, comm * 1e3, tracked, planned);
           fmt::print(
               "{:>5} {:>10} {:>6} {:>10.1f} {:>10.0f} {:>14.1f} {:>12.1f} {:>10.2f} {:>12} "
               "{:>16.1f} "
-              "{:>9.1f} {:>12} {:>12}\n",
+              "{:>9.1f} {:>12} {:>12} {:>12.1f} {:>12.1f}\n",
               stage, off, optimizer, median * 1e3, double(shape.batch) * world * shape.seq / median,
               comm * 1e3, io * 1e3, median / first,
               none > 0 ? fmt::format("{:.2f}", median / none) : std::string("-"), states,
-              optim * 1e3, a2a, ag);
+              optim * 1e3, a2a, ag, tracked, planned);
         }
     }
     std::string ratio_json = "null";
