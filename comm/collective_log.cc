@@ -92,7 +92,9 @@ std::string CollectiveLog::describe_recent(size_t n) const {
     } else {
       state = "queued, not started";
     }
-    out += fmt::format("\n  #{} {} ({}, {}): issued at {:.3f} s, {}", r.seq, r.op, r.detail,
+    // Point-to-point messages carry no sequence number (their ids are negative).
+    const std::string name = r.seq > 0 ? fmt::format("#{} {}", r.seq, r.op) : r.op;
+    out += fmt::format("\n  {} ({}, {}): issued at {:.3f} s, {}", name, r.detail,
                        human_bytes(static_cast<double>(r.bytes)), r.issued, state);
   }
   return out;

@@ -5,7 +5,9 @@
 //
 // Bytes are what NCCL's tests call the size of an operation: the buffer each rank reduces
 // (all_reduce), the whole gathered / scattered / exchanged buffer (all_gather, reduce_scatter,
-// all_to_all), the broadcast buffer, the block sent (send_recv). Bus bandwidth = bytes / time x
+// all_to_all), the broadcast buffer, the block sent (send_recv), the message (point-to-point
+// "send" and "recv", each counted on the rank that sends or receives it; recorded under negative
+// ids, as they take no sequence number). Bus bandwidth = bytes / time x
 // (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
 // broadcast and send_recv), comparable across world sizes.
 #pragma once

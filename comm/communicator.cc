@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include <cstdint>
+#include <optional>
 
 #include "core/error.h"
 
@@ -93,6 +94,63 @@ size_t checked_send_recv_bytes(const void* send, int dst, const void* recv, int 
   const size_t bytes = static_cast<size_t>(count) * comm_type_size(type);
   if (dst != kNoPeer && src != kNoPeer) check_disjoint("send_recv", send, bytes, recv, bytes);
   return bytes;
+}
+
+const char* p2p_kind_name(P2POp::Kind k) {
+  return k == P2POp::Kind::kSend ? "send" : "recv";
+}
+
+size_t checked_p2p_bytes(const P2POp& op, int rank, int size) {
+  const char* name = p2p_kind_name(op.kind);
+  ZD_CHECK(op.peer >= 0 && op.peer < size, "{}: peer rank {} outside a communicator of {} ranks",
+           name, op.peer, size);
+  ZD_CHECK(op.peer != rank,
+           "{}: rank {} names itself as its peer (point-to-point messages go to another rank)",
+           name, rank);
+  ZD_CHECK(op.tag >= 0, "{}: negative tag {}", name, op.tag);
+  return checked_collective_bytes(name, op.data, op.data, op.count, op.type, 1);
+}
+
+namespace {
+
+// The Work of p2p_async's default: its messages' works, waited for in turn.
+class BatchWork final : public Work {
+ public:
+  explicit BatchWork(std::vector<WorkPtr> works) : works_(std::move(works)) {}
+  void wait() override {
+    std::optional<Error> first;
+    for (const WorkPtr& w : works_) {
+      try {
+        w->wait();
+      } catch (const Error& e) {
+        if (!first) first = e;
+      }
+    }
+    if (first) throw *first;
+  }
+  bool done() const override {
+    for (const WorkPtr& w : works_)
+      if (!w->done()) return false;
+    return true;
+  }
+  int64_t sequence() const override { return 0; }
+
+ private:
+  std::vector<WorkPtr> works_;
+};
+
+}  // namespace
+
+WorkPtr Communicator::p2p_async(const std::vector<P2POp>& ops) {
+  for (const P2POp& op : ops) checked_p2p_bytes(op, rank(), size());
+  std::vector<WorkPtr> works;
+  works.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    works.push_back(op.kind == P2POp::Kind::kSend
+                        ? send_async(op.data, op.count, op.type, op.peer, op.tag)
+                        : recv_async(op.data, op.count, op.type, op.peer, op.tag));
+  }
+  return std::make_shared<BatchWork>(std::move(works));
 }
 
 }  // namespace zerod

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zerod {
 
@@ -49,6 +50,24 @@ void check_disjoint(const char* op, const void* a, size_t a_bytes, const void* b
 // buffers); returns the bytes of `count` elements.
 size_t checked_send_recv_bytes(const void* send, int dst, const void* recv, int src, int64_t count,
                                CommType type, int rank, int size);
+
+// Point to point (send_async / recv_async / p2p_async below): one message between two ranks of a
+// communicator. A kSend of `count` elements of `type` at `data` to `peer`, or a kRecv of them
+// from `peer` into `data`; `tag` (>= 0) is a label checked on arrival (see Communicator).
+struct P2POp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  void* data = nullptr;  // (const for a send)
+  int64_t count = 0;
+  CommType type = CommType::kF32;
+  int peer = 0;
+  int tag = 0;
+};
+const char* p2p_kind_name(P2POp::Kind k);  // "send", "recv"
+// The argument checks of one message on `rank` of a communicator of `size` ranks (Error
+// kInternal: a peer outside the communicator or the rank itself, a negative tag or count, a null
+// buffer, a byte size that overflows); returns its bytes.
+size_t checked_p2p_bytes(const P2POp& op, int rank, int size);
 
 class Work {
  public:
@@ -103,6 +122,51 @@ class Communicator {
   virtual WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
                                   CommType type) = 0;
 
+  // ---- Point to point (issue 22: pipeline neighbours; DESIGN.md section 8) ------------------
+  // One message between two ranks of this communicator, issued by those two ranks only, at
+  // whatever moment each reaches it: send_async posts `count` elements of `type` at `data` to
+  // rank `dst`, recv_async posts a receive of them from rank `src` into `data`. Ranks are this
+  // communicator's (on a sub-group from ProcessGroups, e.g. the pipeline group, the ranks local to
+  // that group). They take no sequence number: the collectives of the ranks that exchange
+  // messages stay numbered alike with those of the ranks that do not.
+  //
+  // Matching: the k-th send from a to b matches the k-th receive on b from a, per ordered pair of
+  // ranks (the two directions are independent), whatever the tags; several messages may be in
+  // flight in each direction, and sends and receives never wait for each other's issue order
+  // (a rank may post its receive of a gradient before its send of an activation, its peer the
+  // other way round). The tag is a label, not a matching key: the receive fails when the matched
+  // message's tag or size differs from its own (a schedule out of step, caught where it starts).
+  // Order-matching is what NCCL offers (ncclSend / ncclRecv have no tags), so code written
+  // against one backend runs on the other; a pipeline schedule is data whose send/receive order
+  // is verified before it runs (parallel/pipeline/).
+  //
+  // Completion: Work::wait() returns once the message is delivered (receive) or taken by the
+  // transport so that `data` may be reused (send); the buffer must stay valid and unmodified until
+  // then. A send may complete only once the peer has posted the matching receive (Gloo's
+  // rendezvous, NCCL's send), so a rank posts (or batches) the receives its peer waits for before
+  // it waits for its own sends. A message not done `timeout()` after it was issued fails with
+  // Error(kPeerLost) naming the direction, the peer rank, the tag and the bytes; a peer that died
+  // (its connection closed, or the PeerMonitor says it is dead) fails it promptly. A size or tag
+  // mismatch is Error(kInternal) on the receiving rank. Any failure breaks the communicator as a
+  // failed collective does (its peers then fail promptly too, never hang). Sends to the rank itself
+  // are an error (Error kInternal at the call): a pipeline stage never sends to itself, and a world
+  // of one has no peer. The collective log records each message under "send" or "recv" with its
+  // bytes.
+  //
+  // Why on the Communicator and not a separate neighbour-link object: a message needs exactly
+  // what a collective needs (the group's connections, rank names, timeout, peer monitor,
+  // breaking on failure, the collective log), and every group from ProcessGroups already is a
+  // Communicator with local ranks; a pipeline stage holds its group's communicator and its two
+  // neighbours' ranks, which is all a "link" would add.
+  virtual WorkPtr send_async(const void* data, int64_t count, CommType type, int dst, int tag) = 0;
+  virtual WorkPtr recv_async(void* data, int64_t count, CommType type, int src, int tag) = 0;
+  // Several messages issued together, one Work for all (wait() waits for every one and throws the
+  // first failure). NCCL fuses them into one group (ncclGroupStart / ncclGroupEnd), which is how
+  // a rank that sends to and receives from the same peer at one step must issue them there
+  // (Megatron's batch_isend_irecv): NCCL runs point-to-point calls in issue order on one stream.
+  // The default issues each message in turn (Gloo posts every message at once anyway).
+  virtual WorkPtr p2p_async(const std::vector<P2POp>& ops);
+
   void all_reduce(void* data, int64_t count, CommType type, ReduceOp op) {
     all_reduce_async(data, count, type, op)->wait();
   }
@@ -121,6 +185,12 @@ class Communicator {
   }
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, CommType type) {
     send_recv_async(send, dst, recv, src, count, type)->wait();
+  }
+  void send(const void* data, int64_t count, CommType type, int dst, int tag) {
+    send_async(data, count, type, dst, tag)->wait();
+  }
+  void recv(void* data, int64_t count, CommType type, int src, int tag) {
+    recv_async(data, count, type, src, tag)->wait();
   }
 };
 

@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "comm/gloo/p2p.h"
 #include "core/log.h"
 
 namespace zerod::gloo_backend {
@@ -74,6 +75,8 @@ Executor::Executor(std::shared_ptr<gloo::Context> context, std::chrono::millisec
       timeout_(timeout),
       monitor_(std::move(monitor)),
       names_(std::move(names)),
+      sent_(static_cast<size_t>(size_), 0),
+      received_(static_cast<size_t>(size_), 0),
       log_(size_) {}
 
 Executor::~Executor() {
@@ -111,10 +114,10 @@ void Executor::shutdown() {
     if (stopping_) return;
     stopping_ = true;
     if (probe_ != nullptr) probe_->abortWaitRecv();
-    if (current_ != nullptr) {
-      current_->abort(
-          fmt::format("the communicator of rank {} was destroyed", names_.global(rank_)));
-    }
+    const std::string destroyed =
+        fmt::format("the communicator of rank {} was destroyed", names_.global(rank_));
+    if (current_ != nullptr) current_->abort(destroyed);
+    abort_p2p(destroyed, [](const P2PMessage&) { return true; });
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();  // it fails the queued tasks
@@ -153,12 +156,15 @@ void Executor::watch_main() {
   probe_ = nullptr;
   if (why.empty()) return;
   const Link* aborted = nullptr;
+  const std::string reason =
+      fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why);
   while (!stopping_) {
-    if (current_ != nullptr && current_ != aborted &&
-        Clock::now() - current_since_ >= kStuckAfter) {
-      current_->abort(fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why));
+    const auto now = Clock::now();
+    if (current_ != nullptr && current_ != aborted && now - current_since_ >= kStuckAfter) {
+      current_->abort(reason);
       aborted = current_;
     }
+    abort_p2p(reason, [&](const P2PMessage& m) { return now - m.issued() >= kStuckAfter; });
     cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
   }
 }
@@ -175,29 +181,151 @@ void Executor::sentinel_main() {
   while (!stopping_) {
     cv_.wait_for(lock, kSentinelPeriod, [&] { return stopping_; });
     if (stopping_) break;
-    if (current_ == nullptr || current_ == aborted ||
-        Clock::now() - current_since_ < kSentinelAfter)
-      continue;
+    const auto now = Clock::now();
+    const bool collective =
+        current_ != nullptr && current_ != aborted && now - current_since_ >= kSentinelAfter;
+    auto old = [&](const P2PMessage& m) { return now - m.issued() >= kSentinelAfter; };
+    bool messages = false;
+    for (const auto& w : p2p_) {
+      const auto m = w.lock();
+      messages = messages || (m != nullptr && !m->done() && old(*m));
+    }
+    if (!collective && !messages) continue;
     const Link* link = current_;
     lock.unlock();  // (never call the monitor under our lock)
-    std::string dead;
-    try {
-      const std::vector<RankProgress> ranks = monitor_->snapshot();
-      for (int r = 0; r < static_cast<int>(ranks.size()) && r < size_; ++r) {
-        if (r == rank_ || ranks[static_cast<size_t>(r)].alive) continue;
-        const std::string& why = ranks[static_cast<size_t>(r)].reason;
-        dead += fmt::format("{}{} is dead{}", dead.empty() ? "" : "; ", names_.rank(r),
-                            why.empty() ? "" : " (" + why + ")");
-      }
-    } catch (const std::exception&) {
-      // The monitor could not answer now: the timeout and the connection watcher still hold.
-    }
+    const std::string dead = dead_peers();
     lock.lock();
-    if (!dead.empty() && current_ == link && !stopping_) {
+    if (dead.empty() || stopping_) continue;
+    if (collective && current_ == link) {
       current_->abort(dead);
       aborted = link;
     }
+    if (messages) abort_p2p(dead, old);
   }
+}
+
+std::string Executor::dead_peers() {
+  std::string dead;
+  try {
+    const std::vector<RankProgress> ranks = monitor_->snapshot();
+    for (int r = 0; r < static_cast<int>(ranks.size()) && r < size_; ++r) {
+      if (r == rank_ || ranks[static_cast<size_t>(r)].alive) continue;
+      const std::string& why = ranks[static_cast<size_t>(r)].reason;
+      dead += fmt::format("{}{} is dead{}", dead.empty() ? "" : "; ", names_.rank(r),
+                          why.empty() ? "" : " (" + why + ")");
+    }
+  } catch (const std::exception&) {
+    // The monitor could not answer now: the timeout and the connection watcher still hold.
+  }
+  return dead;
+}
+
+template <class Stuck>
+void Executor::abort_p2p(const std::string& reason, Stuck stuck) {
+  std::vector<std::weak_ptr<P2PMessage>> kept;
+  for (const auto& w : p2p_) {
+    const auto m = w.lock();
+    if (m == nullptr || m->done()) continue;
+    if (stuck(*m)) m->abort(reason);
+    kept.push_back(w);
+  }
+  p2p_ = std::move(kept);
+}
+
+std::string Executor::peer(int r) const {
+  return names_.is_world() ? fmt::format("rank {}", r)
+                           : fmt::format("rank {} (group rank {})", names_.global(r), r);
+}
+
+WorkPtr Executor::post_p2p(const P2POp& op, size_t bytes, const std::string& detail) {
+  const bool send = op.kind == P2POp::Kind::kSend;
+  const char* kind = p2p_kind_name(op.kind);
+  const std::string where = fmt::format("{} {}", send ? "to" : "from", peer(op.peer));
+  std::shared_ptr<P2PMessage> message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) {
+      ZD_THROW_KIND(ErrorKind::kPeerLost,
+                    "{} {} (tag {}, {}, {} bytes) not started on {}: the communicator failed "
+                    "earlier: {}",
+                    kind, where, op.tag, detail, bytes, names_.rank(rank_), broken_);
+    }
+    ZD_CHECK(!stopping_, "{} issued while the communicator is being destroyed", kind);
+    uint32_t& next = (send ? sent_ : received_)[static_cast<size_t>(op.peer)];
+    P2PMessage::Spec spec;
+    spec.kind = op.kind;
+    spec.peer = op.peer;
+    spec.tag = op.tag;
+    spec.bytes = bytes;
+    spec.index = next++;
+    spec.log_id = -(++p2p_ids_);
+    spec.what = fmt::format("{} #{} {} (tag {}, {}, {} bytes)", kind, spec.index + 1, where, op.tag,
+                            detail, bytes);
+    log_.issued(spec.log_id, kind, fmt::format("{}, tag {}; {}", detail, op.tag, where),
+                static_cast<int64_t>(bytes));
+    log_.started(spec.log_id);
+    message = std::make_shared<P2PMessage>(std::move(spec), op.data, Clock::now() + timeout_,
+                                           weak_from_this());
+    abort_p2p({}, [](const P2PMessage&) { return false; });  // prunes the finished
+    p2p_.push_back(message);
+  }
+  cv_.notify_all();
+  try {
+    message->post(*context_);
+  } catch (const std::exception& e) {
+    message->abort(fmt::format("posting it failed: {}", e.what()));  // its wait() fails
+  }
+  return message;
+}
+
+std::optional<Error> Executor::p2p_ended(P2PMessage& message, const std::exception* e) {
+  const P2PMessage::Spec& spec = message.spec();
+  if (e == nullptr) {
+    log_.ended(spec.log_id, true);
+    return std::nullopt;
+  }
+  const auto elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - message.issued())
+          .count();
+  const auto where = fmt::format("{} failed on {} after {} ms (timeout {} ms)", spec.what,
+                                 names_.rank_of(rank_, size_), elapsed, timeout_.count());
+  const auto* ours = dynamic_cast<const Error*>(e);
+  const auto* transport = dynamic_cast<const PeerError*>(e);
+  Error error = transport == nullptr && (ours == nullptr || ours->kind() != ErrorKind::kPeerLost)
+                    ? Error(ours ? ours->kind() : ErrorKind::kInternal,
+                            fmt::format("{}: {}", where, e->what()), __FILE__, __LINE__)
+                    : Error(ErrorKind::kPeerLost, fmt::format("{}: {}", where, e->what()), __FILE__,
+                            __LINE__);
+  if (error.kind() == ErrorKind::kPeerLost && monitor_) {
+    const std::string dead = dead_peers();
+    if (!dead.empty() && std::string(e->what()).find(dead) == std::string::npos) {
+      error = Error(ErrorKind::kPeerLost, fmt::format("{}; {}", error.what(), dead), __FILE__,
+                    __LINE__);
+    }
+  }
+  log_.ended(spec.log_id, false);
+  break_with(error.what());
+  return error;
+}
+
+void Executor::break_with(const std::string& what) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.empty()) return;  // an earlier failure closed everything
+    broken_ = what;
+    const std::string reason = fmt::format("the communicator failed: {}", what);
+    if (current_ != nullptr) current_->abort(reason);
+    abort_p2p(reason, [](const P2PMessage&) { return true; });
+  }
+  cv_.notify_all();
+  // Peers blocked on this rank fail now rather than at their timeout.
+  try {
+    context_->closeConnections();
+  } catch (const std::exception& e) {
+    spdlog::warn("closing the connections of {} failed: {}", names_.rank(rank_), e.what());
+  }
+  // The flight recorder: what this rank did last, for reading the ranks' logs side by side.
+  spdlog::warn("{}\n  last operations of {}:{}", what, names_.rank(rank_), log_.describe_recent(8));
 }
 
 void Executor::thread_main() {
@@ -285,20 +413,8 @@ void Executor::execute(Task& task) {
     error = failure(task, e, start);
   }
   if (error) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (broken_.empty()) broken_ = error->what();
-    }
-    // Peers blocked on this rank fail now rather than at their timeout.
-    try {
-      context_->closeConnections();
-    } catch (const std::exception& e) {
-      spdlog::warn("closing the connections of {} failed: {}", names_.rank(rank_), e.what());
-    }
     log_.ended(task.seq, false);
-    // The flight recorder: what this rank did last, for reading the ranks' logs side by side.
-    spdlog::warn("{}\n  last collectives of {}:{}", error->what(), names_.rank(rank_),
-                 log_.describe_recent(8));
+    break_with(error->what());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

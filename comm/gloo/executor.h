@@ -20,8 +20,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/collective_log.h"
 #include "comm/communicator.h"
@@ -41,6 +43,7 @@ class UnboundBuffer;
 namespace zerod::gloo_backend {
 
 class GlooWork;
+class P2PMessage;
 
 class Executor : public std::enable_shared_from_this<Executor> {
  public:
@@ -61,6 +64,16 @@ class Executor : public std::enable_shared_from_this<Executor> {
   WorkPtr submit(const char* op, const std::string& detail, int64_t bytes,
                  std::function<void(Link&)> run, const std::string& local = {});
   const CollectiveLog& log() const { return log_; }
+
+  // A point-to-point message (p2p.h), checked by the caller: posted now, outside the queue. It
+  // takes no sequence number; the log records it as "send" / "recv". While in flight it is
+  // aborted, like a running collective, by the connection watcher, the dead-peer sentinel,
+  // shutdown() and any failure that breaks the executor. `detail`: "1024 x f32".
+  // Throws Error(kPeerLost) at once when the executor is broken.
+  WorkPtr post_p2p(const P2POp& op, size_t bytes, const std::string& detail);
+  // Called once by a message's waiter when it finished: logs it, forgets it and, for `e` (its
+  // failure), returns the error its wait() throws and breaks the executor.
+  std::optional<Error> p2p_ended(P2PMessage& message, const std::exception* e);
 
   int64_t sequence() const;
   // Every later collective's sends go through `limiter` (null: none). Call before submitting.
@@ -101,6 +114,17 @@ class Executor : public std::enable_shared_from_this<Executor> {
   // Runs a task taken off the queue (running_ is set); clears running_ when done.
   void execute(Task& task);
   Error failure(const Task& task, const std::exception& e, Clock::time_point start);
+  // The first failure (`what`): later submissions throw; the running collective and the messages
+  // in flight are aborted; every connection closes (peers blocked on this rank fail now rather
+  // than at their timeout); the flight recorder is written to the log.
+  void break_with(const std::string& what);
+  // Under mu_: aborts the messages in flight for which `stuck(message)` holds; prunes the finished.
+  template <class Stuck>
+  void abort_p2p(const std::string& reason, Stuck stuck);
+  // The dead ranks the monitor knows of ("rank 3 is dead (killed)"), or "" (never under mu_).
+  std::string dead_peers();
+  // A peer in messages: "rank 3", or "rank 5 (group rank 1)" in a sub-group.
+  std::string peer(int r) const;
 
   const std::shared_ptr<gloo::Context> context_;
   const int rank_;
@@ -119,6 +143,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   gloo::transport::UnboundBuffer* probe_ = nullptr;  // the watcher's receive, while it waits
   bool stopping_ = false;
   std::string broken_;  // the first failure; non-empty: submissions throw
+  // Point-to-point: the messages in flight, and the number of the next message to / from each
+  // rank.
+  std::vector<std::weak_ptr<P2PMessage>> p2p_;
+  std::vector<uint32_t> sent_, received_;
+  int64_t p2p_ids_ = 0;
   CollectiveLog log_;
   std::thread thread_;
   std::thread watcher_;

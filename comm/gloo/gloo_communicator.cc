@@ -115,8 +115,20 @@ class GlooCommunicator final : public Communicator {
   WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, CommType type) override;
   WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
                           CommType type) override;
+  WorkPtr send_async(const void* data, int64_t count, CommType type, int dst, int tag) override {
+    return post(P2POp{P2POp::Kind::kSend, const_cast<void*>(data), count, type, dst, tag});
+  }
+  WorkPtr recv_async(void* data, int64_t count, CommType type, int src, int tag) override {
+    return post(P2POp{P2POp::Kind::kRecv, data, count, type, src, tag});
+  }
 
  private:
+  // A point-to-point message (comm/gloo/p2p.h), posted at once outside the collectives' queue.
+  WorkPtr post(const P2POp& op) {
+    const size_t bytes = checked_p2p_bytes(op, rank_, size_);
+    return executor_->post_p2p(op, bytes,
+                               fmt::format("{} x {}", op.count, comm_type_name(op.type)));
+  }
   GlooAlgorithm choose(size_t bytes, size_t direct_max) const;
   // "rank 5" (its global rank in a sub-group), or "nobody" for kNoPeer.
   std::string peer_name(int peer) const;

@@ -94,6 +94,13 @@ class NcclCommunicator final : public Communicator {
   WorkPtr all_to_all_async(const void* send, void* recv, int64_t count, CommType type) override;
   WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
                           CommType type) override;
+  WorkPtr send_async(const void* data, int64_t count, CommType type, int dst, int tag) override {
+    return p2p_async({P2POp{P2POp::Kind::kSend, const_cast<void*>(data), count, type, dst, tag}});
+  }
+  WorkPtr recv_async(void* data, int64_t count, CommType type, int src, int tag) override {
+    return p2p_async({P2POp{P2POp::Kind::kRecv, data, count, type, src, tag}});
+  }
+  WorkPtr p2p_async(const std::vector<P2POp>& ops) override;
 
  private:
   static const NcclOptions& checked(const NcclOptions& o);
@@ -330,6 +337,43 @@ WorkPtr NcclCommunicator::send_recv_async(const void* send, int dst, void* recv,
                    if (dst != kNoPeer) r = ncclSend(send, n, dt, dst, comm, stream);
                    if (src != kNoPeer)
                      r = first_failure(r, ncclRecv(recv, n, dt, src, comm, stream));
+                   return r;
+                 });
+               });
+}
+
+// Point to point: the messages as one NCCL group on the communication stream (a single message
+// is a group of one), numbered, timed and logged as one operation: "send" / "recv" for one
+// message, "p2p" for several (the log's bytes: the sum of the messages'). NCCL matches by order
+// per pair of ranks and carries no tag, so the tags are named in errors but not checked, and a
+// size mismatch is not detected (NCCL's own checks, if any, decide).
+WorkPtr NcclCommunicator::p2p_async(const std::vector<P2POp>& ops) {
+  size_t total = 0;
+  std::string detail;
+  for (const P2POp& op : ops) {
+    const size_t bytes = checked_p2p_bytes(op, rank_, size_);
+    nccl_backend::nccl_type(op.type);
+    if (op.count > 0) check_device_buffer(p2p_kind_name(op.kind), "data", op.data);
+    total += bytes;
+    detail +=
+        fmt::format("{}{} {} x {} {} {}, tag {}", detail.empty() ? "" : "; ",
+                    p2p_kind_name(op.kind), op.count, comm_type_name(op.type),
+                    op.kind == P2POp::Kind::kSend ? "to" : "from", peer_name(op.peer), op.tag);
+  }
+  const char* name = ops.size() == 1 ? p2p_kind_name(ops.front().kind) : "p2p";
+  const std::vector<P2POp> calls = ops;
+  return issue(name, detail, static_cast<int64_t>(total),
+               [calls](ncclComm_t comm, cudaStream_t stream) {
+                 return grouped([&] {
+                   ncclResult_t r = ncclSuccess;
+                   for (const P2POp& op : calls) {
+                     if (op.count == 0) continue;
+                     const ncclDataType_t dt = nccl_backend::nccl_type(op.type);
+                     const auto n = static_cast<size_t>(op.count);
+                     r = first_failure(r, op.kind == P2POp::Kind::kSend
+                                              ? ncclSend(op.data, n, dt, op.peer, comm, stream)
+                                              : ncclRecv(op.data, n, dt, op.peer, comm, stream));
+                   }
                    return r;
                  });
                });

@@ -88,4 +88,16 @@ WorkPtr SelfCommunicator::send_recv_async(const void* send, int dst, void* recv,
   return complete(send, recv, bytes);
 }
 
+WorkPtr SelfCommunicator::send_async(const void* data, int64_t count, CommType type, int dst,
+                                     int tag) {
+  checked_p2p_bytes(P2POp{P2POp::Kind::kSend, const_cast<void*>(data), count, type, dst, tag}, 0,
+                    1);
+  ZD_THROW("send: unreachable in a world of one rank");
+}
+
+WorkPtr SelfCommunicator::recv_async(void* data, int64_t count, CommType type, int src, int tag) {
+  checked_p2p_bytes(P2POp{P2POp::Kind::kRecv, data, count, type, src, tag}, 0, 1);
+  ZD_THROW("recv: unreachable in a world of one rank");
+}
+
 }  // namespace zerod

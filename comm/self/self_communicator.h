@@ -38,6 +38,10 @@ class SelfCommunicator : public Communicator {
   // dst and src are both 0 (recv = send) or both kNoPeer (nothing moves).
   WorkPtr send_recv_async(const void* send, int dst, void* recv, int src, int64_t count,
                           CommType type) override;
+  // Point to point: a world of one has no peer, and a rank never sends to itself, so every call
+  // throws Error(kInternal) naming the peer (checked_p2p_bytes); nothing is numbered.
+  WorkPtr send_async(const void* data, int64_t count, CommType type, int dst, int tag) override;
+  WorkPtr recv_async(void* data, int64_t count, CommType type, int src, int tag) override;
 
  private:
   // Numbers the collective, reports it, copies `bytes` from src to dst when they differ, and
