@@ -1,6 +1,7 @@
 // zerod_gemm_bench: GFLOP/s of zerod's sgemm (the AVX-512 engine) against OpenBLAS cblas_sgemm,
 // both measured in this process, for 2048^3 and the matmul shapes of training (the CPU benchmark
-// model and GPT-2 124M), plus attention-sized blocks on one thread.
+// model and GPT-2 124M), plus attention-sized blocks on one thread. --bf16 adds the bf16
+// products of bf16 mode (kernels/cpu/bf16_gemm.h) on the same shapes.
 //
 // OpenBLAS runs as the environment configured it (OPENBLAS_CORETYPE, ...): the header prints
 // the core type it picked. Both libraries get the same thread count (--threads, default
@@ -22,6 +23,7 @@
 
 #include "core/cpu_info.h"
 #include "core/error.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/gemm.h"
 
 namespace {
@@ -38,13 +40,15 @@ struct Shape {
 struct Result {
   double ours = 0.0;
   double blas = 0.0;
+  double bf16 = 0.0;       // bf16_gemm on operands converted beforehand (--bf16)
+  double bf16_conv = 0.0;  // bf16_gemm on fp32 operands: their conversion included (--bf16)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Result measure(const Shape& s, bool have_ours, double min_time, int min_reps) {
+Result measure(const Shape& s, bool have_ours, bool bf16, double min_time, int min_reps) {
   const int64_t lda = s.ta ? s.M : s.K;
   const int64_t ldb = s.tb ? s.K : s.N;
   std::mt19937 rng(1);
@@ -67,9 +71,26 @@ Result measure(const Shape& s, bool have_ours, double min_time, int min_reps) {
                 1.0f, A.data(), static_cast<blasint>(lda), B.data(), static_cast<blasint>(ldb),
                 s.beta, C.data(), static_cast<blasint>(s.N));
   };
+  std::vector<uint16_t> a16, b16;
+  zerod::cpu::Bf16Operand a_bf16, b_bf16;
+  if (bf16) {
+    a_bf16 = zerod::cpu::to_bf16(a16, A.data(), s.ta ? s.K : s.M, s.ta ? s.M : s.K, lda);
+    b_bf16 = zerod::cpu::to_bf16(b16, B.data(), s.tb ? s.N : s.K, s.tb ? s.K : s.N, ldb);
+  }
+  auto run_bf16 = [&] {
+    zerod::cpu::bf16_gemm(s.ta, s.tb, s.M, s.N, s.K, a_bf16, b_bf16, s.beta, C.data(), s.N);
+  };
+  auto run_bf16_conv = [&] {
+    zerod::cpu::bf16_gemm(s.ta, s.tb, s.M, s.N, s.K, A.data(), lda, B.data(), ldb, s.beta, C.data(),
+                          s.N);
+  };
   // Warm-up: packing buffers, thread pools, page faults of C.
   if (have_ours) run_ours();
   run_blas();
+  if (bf16) {
+    run_bf16();
+    run_bf16_conv();
+  }
 
   // Each library runs in blocks with a pause before each: OpenBLAS's idle threads spin for
   // ~0.1 s after a call (and OpenMP's briefly), and measured right after the other library a
@@ -89,6 +110,10 @@ Result measure(const Shape& s, bool have_ours, double min_time, int min_reps) {
   for (int round = 0; round < 2; ++round) {
     if (have_ours) block(run_ours, &r.ours);
     block(run_blas, &r.blas);
+    if (bf16) {
+      block(run_bf16, &r.bf16);
+      block(run_bf16_conv, &r.bf16_conv);
+    }
   }
   return r;
 }
@@ -120,23 +145,30 @@ std::vector<Shape> training_shapes() {
   return shapes;
 }
 
-void print_row(const Shape& s, const Result& r, bool have_ours) {
+void print_row(const Shape& s, const Result& r, bool have_ours, bool bf16) {
   const char op[3] = {s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', 0};
   if (have_ours) {
-    std::printf("%-24s %s %6lld %6lld %6lld  %8.1f  %8.1f  %5.2f\n", s.name.c_str(), op,
+    std::printf("%-24s %s %6lld %6lld %6lld  %8.1f  %8.1f  %5.2f", s.name.c_str(), op,
                 static_cast<long long>(s.M), static_cast<long long>(s.N),
                 static_cast<long long>(s.K), r.ours, r.blas, r.ours / r.blas);
   } else {
-    std::printf("%-24s %s %6lld %6lld %6lld  %8s  %8.1f  %5s\n", s.name.c_str(), op,
+    std::printf("%-24s %s %6lld %6lld %6lld  %8s  %8.1f  %5s", s.name.c_str(), op,
                 static_cast<long long>(s.M), static_cast<long long>(s.N),
                 static_cast<long long>(s.K), "n/a", r.blas, "-");
   }
+  if (bf16) {
+    const double fp32 = std::max(r.ours, r.blas);
+    std::printf("  %8.1f  %8.1f  %5.2f", r.bf16, r.bf16_conv, r.bf16 / fp32);
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 
-void print_header() {
-  std::printf("%-24s %s %6s %6s %6s  %8s  %8s  %5s\n", "shape", "op", "M", "N", "K", "ours",
+void print_header(bool bf16) {
+  std::printf("%-24s %s %6s %6s %6s  %8s  %8s  %5s", "shape", "op", "M", "N", "K", "ours",
               "OpenBLAS", "ratio");
+  if (bf16) std::printf("  %8s  %8s  %5s", "bf16", "bf16+cvt", "/fp32");
+  std::printf("\n");
 }
 
 int run(int argc, char** argv) {
@@ -150,7 +182,16 @@ int run(int argc, char** argv) {
   app.add_option("--reps", reps, "runs per library and shape, at least");
   app.add_option("--shapes", set, "all | big (2048^3) | train | attention")
       ->check(CLI::IsMember({"all", "big", "train", "attention"}));
+  bool bf16 = false;
+  app.add_flag("--bf16", bf16,
+               "also bf16_gemm (oneDNN, bf16 operands, fp32 accumulation): on operands converted "
+               "beforehand, and with their conversion; /fp32 = bf16 over the faster fp32 column");
   CLI11_PARSE(app, argc, argv);
+  if (bf16 && !zerod::cpu::bf16_gemm_unavailable().empty()) {
+    std::fprintf(stderr, "zerod_gemm_bench: --bf16: %s\n",
+                 zerod::cpu::bf16_gemm_unavailable().c_str());
+    return 2;
+  }
 
   const auto& cpu = zerod::cpu_info();
   const bool have_ours = cpu.avx512f;
@@ -171,19 +212,19 @@ int run(int argc, char** argv) {
       "GFLOP/s = best run of >= %d runs and >= %.2f s per library and shape\n\n",
       threads, reps, min_time);
 
-  if (set != "attention") print_header();
+  if (set != "attention") print_header(bf16);
   if (set == "all" || set == "big") {
     for (int t = 0; t < 4; ++t) {
       const Shape s{"2048^3", (t & 2) != 0, (t & 1) != 0, 2048, 2048, 2048, 0.0f};
-      print_row(s, measure(s, have_ours, min_time, reps), have_ours);
+      print_row(s, measure(s, have_ours, bf16, min_time, reps), have_ours, bf16);
     }
   }
   if (set == "all" || set == "train") {
     double log_sum = 0.0, worst = 1e30;
     int n = 0;
     for (const Shape& s : training_shapes()) {
-      const Result r = measure(s, have_ours, min_time, reps);
-      print_row(s, r, have_ours);
+      const Result r = measure(s, have_ours, bf16, min_time, reps);
+      print_row(s, r, have_ours, bf16);
       if (have_ours) {
         log_sum += std::log(r.ours / r.blas);
         worst = std::min(worst, r.ours / r.blas);
@@ -198,14 +239,15 @@ int run(int argc, char** argv) {
   if (set == "all" || set == "attention") {
     // Attention calls sgemm inside its own parallel region: one thread, strided T x T x 64.
     std::printf("\nattention blocks (1 thread each):\n");
-    print_header();
+    print_header(bf16);
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     const std::vector<Shape> shapes = {{"att q k^T  T=256 hs=64", false, true, 256, 256, 64, 0.0f},
                                        {"att P v    T=256 hs=64", false, false, 256, 64, 256, 0.0f},
                                        {"att dP^T   T=256 hs=64", true, false, 256, 64, 256, 1.0f},
                                        {"att q k^T  T=64 hs=64", false, true, 64, 64, 64, 0.0f}};
-    for (const Shape& s : shapes) print_row(s, measure(s, have_ours, min_time, reps), have_ours);
+    for (const Shape& s : shapes)
+      print_row(s, measure(s, have_ours, bf16, min_time, reps), have_ours, bf16);
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
   }
