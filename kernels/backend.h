@@ -304,7 +304,10 @@ class Backend {
                                     int64_t N, int V, int Vp) = 0;
   // Fused forward + backward: losses (N) = as above, and logits (N,Vp) is overwritten by
   // dlogits = dloss * (softmax - onehot(target)) on columns < V and 0 on the padding;
-  // dloss is the gradient of the objective with respect to each position's loss.
+  // dloss is the gradient of the objective with respect to each position's loss. Both are at
+  // the compute dtype's precision: a backend that keeps 16-bit values in fp32 storage (the CPU's
+  // bf16/fp16 modes) rounds the logits it reads and the dlogits it writes itself, so its caller
+  // need not round them (the other cross-entropy entry points leave that to their callers).
   virtual void crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
                                   int64_t N, int V, int Vp, float dloss) = 0;
 

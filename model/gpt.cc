@@ -261,7 +261,6 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   timed(timer(), times_.matmul_fwd, [&] {
     be_.matmul_forward(logits_, lnf, elem_at(we, layout_.wte_offset(), esz_), nullptr, N, C, Vp);
   });
-  round(logits_, N * Vp);
   *wte_unit = we;
   return wf;
 }
@@ -278,7 +277,6 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
   const float dloss = loss_gradient(targets, loss_weight);
   timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
-  round(logits_, N * Vp);
   forward_phase_done();  // the forward phase ends with the loss
 
   // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
@@ -346,6 +344,7 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
 void Gpt::run_to_logits(ParamSource& params) {
   const void* we = nullptr;
   forward_to_logits(tokens_, params, &we);
+  round_logits();
   params.release(layout_.embedding_unit());
   params.release(layout_.final_unit());
 }

@@ -328,7 +328,6 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
                               : elem_at(wf, layout_.lm_head_offset(), esz_);
   timed(timer(), times_.matmul_fwd,
         [&] { be_.matmul_forward(logits_, lnf, head, nullptr, N, C, Vp); });
-  round(logits_, N * Vp);
   *emb_unit = we;
   return wf;
 }
@@ -345,7 +344,6 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
 
   const float dloss = loss_gradient(targets, loss_weight);
   timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
-  round(logits_, N * Vp);
   forward_phase_done();  // the forward phase ends with the loss
 
   // Head: logits = lnf @ head^T, head = embed_tokens (tied) or lm_head (final unit).
@@ -402,6 +400,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
 void Llama::run_to_logits(ParamSource& params) {
   const void* we = nullptr;
   forward_to_logits(tokens_, params, &we);
+  round_logits();
   if (we != nullptr) params.release(layout_.embedding_unit());
   params.release(layout_.final_unit());
 }

@@ -153,6 +153,7 @@ void ModelBase::loss_and_dlogits(float dloss) {
     return;
   }
   // Megatron's vocabulary-parallel cross-entropy: the full logits are never gathered.
+  round_logits();
   be_.crossentropy_shard_stats(loss_stats_, logits_, targets_, N, d.vocab_real, d.vocab_rows,
                                d.vocab_begin);
   exchange_->loss_max(loss_stats_, N);
@@ -161,6 +162,7 @@ void ModelBase::loss_and_dlogits(float dloss) {
   exchange_->loss_sum(loss_stats_ + 2 * N, N);
   be_.crossentropy_shard_finish(losses_, logits_, targets_, loss_stats_, N, d.vocab_real,
                                 d.vocab_rows, d.vocab_begin, dloss);
+  round_logits();  // (dlogits)
 }
 
 float ModelBase::mean_loss(const int32_t* targets) {

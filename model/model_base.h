@@ -81,6 +81,10 @@ class ModelBase : public Model {
   float* stat(size_t elems);
   // x (n) rounded to the compute dtype where the backend emulates it (timed as rounding).
   void round(void* x, int64_t n);
+  // round() of all of logits_ (the head's matmul leaves them unrounded: the fused cross-entropy
+  // of training rounds each row itself; evaluation, generation and the vocabulary-parallel loss
+  // call this).
+  void round_logits() { round(logits_, int64_t{B_} * T_ * layout_.local().vocab_rows); }
   Backend* timer() { return timing_ ? &be_ : nullptr; }  // for timed()
   // inputs and targets (host) into tokens_ and targets_ (the backend's memory). Tensor-parallel,
   // tokens_ holds the rows of this rank's vocabulary shard (-1: a token another rank holds).
@@ -109,8 +113,9 @@ class ModelBase : public Model {
   void exchange_backward(ExchangePoint p, void* part, void* full, int64_t width) {
     if (tensor_parallel()) exchange_->backward(p, part, full, int64_t{B_} * T_, width);
   }
-  // losses_ and logits_ -> dlogits (in place) for the per-position loss gradient dloss: the
-  // fused cross-entropy, or its vocabulary-parallel form over the tensor group.
+  // losses_ and logits_ (as the head's matmul left them, unrounded) -> dlogits (in place, at the
+  // compute dtype's precision) for the per-position loss gradient dloss: the fused cross-entropy,
+  // or its vocabulary-parallel form over the tensor group.
   void loss_and_dlogits(float dloss);
   // Mean of the losses of the positions whose target is >= 0 (read back from the backend;
   // context-parallel: over the whole micro-batch, summed over the context group).

@@ -217,7 +217,8 @@ void CpuBackend::crossentropy_forward(float* losses, const void* logits, const i
 
 void CpuBackend::crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
                                     int64_t N, int V, int Vp, float dloss) {
-  cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss);
+  // 16-bit modes: the rows are rounded in cache (the Backend contract), not in extra passes.
+  cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss, dtype_);
 }
 
 // Like crossentropy_fused, the shard ops compute in fp32 on the stored values (already rounded

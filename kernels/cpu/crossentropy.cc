@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math.h"
 
@@ -64,8 +65,9 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 }
 
 void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* targets, int64_t N,
-                        int V, int Vp, float dloss) {
+                        int V, int Vp, float dloss, DType round_to) {
   check_targets(targets, N, V, Vp);
+  const bool rounding = round_to != DType::kF32;
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMinElems)
   for (int64_t n = 0; n < N; ++n) {
     float* x = logits_to_dlogits + n * Vp;
@@ -75,6 +77,7 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
       std::fill(x, x + Vp, 0.0f);
       continue;
     }
+    if (rounding) cast_round(x, x, V, round_to);  // (the padding columns are zeroed below)
     const float m = row_max(x, V);
     const float xt = x[t];
     float s = 0.0f;
@@ -90,6 +93,7 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
     for (int j = 0; j < V; ++j) x[j] *= scale;
     x[t] -= dloss;
     std::fill(x + V, x + Vp, 0.0f);
+    if (rounding) cast_round(x, x, V, round_to);
   }
 }
 

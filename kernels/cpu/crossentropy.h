@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace zerod::cpu {
 
 // losses (N) = -log softmax(logits[n, :V])[targets[n]] from logits (N,Vp); columns V..Vp-1 are
@@ -15,8 +17,12 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 // dlogits = dloss * (softmax - onehot(target)) on columns < V and 0 on columns >= V; rows with
 // target < 0 become all zero. Per row: one pass for the max, then (with the row resident in
 // L2) one pass writing e^(x - max) and summing, one pass scaling to dlogits.
+// round_to bf16/fp16 (the CPU backend's 16-bit modes, which keep 16-bit values in fp32 storage):
+// each row is rounded to that type before it is read and its dlogits after they are written,
+// while the row is in cache, bit for bit what rounding the whole (N,Vp) array before and after
+// would give without the two extra passes over memory.
 void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* targets, int64_t N,
-                        int V, int Vp, float dloss);
+                        int V, int Vp, float dloss, DType round_to = DType::kF32);
 
 // ---- vocabulary-parallel cross-entropy (tensor parallelism) ----------------------------------
 // This rank holds the columns [v0, v0 + Vl) of every row of the full logits: logits (N,Vl), of

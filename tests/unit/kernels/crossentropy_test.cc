@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "kernel_test_util.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cast.h"
 
 namespace zerod::cpu {
 namespace {
@@ -96,6 +97,35 @@ TEST(CrossEntropy, FusedMatchesForwardAndFiniteDifferences) {
     if (c.targets[n] < 0) {
       for (int j = 0; j < c.Vp; ++j) EXPECT_EQ(d[n * c.Vp + j], 0.0f) << "ignored row " << n;
     }
+  }
+}
+
+TEST(CrossEntropy, FusedRoundingEqualsRoundingTheArrayBeforeAndAfter) {
+  // round_to bf16/fp16 rounds each row in cache: the same bits as rounding the whole logits,
+  // the plain fused kernel, and rounding the whole dlogits. Rows long enough to span several
+  // vector blocks and a tail, with padding, an ignored row and values at rounding ties' scale.
+  const CeCase c{5, 1037, 1040, {3, -1, 1036, 0, 517}};
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    const VecF x = test::randn(c.N * c.Vp, 430, 4.0f);
+    VecF want = x, want_loss(c.N), got = x, got_loss(c.N);
+    cast_round(want.data(), want.data(), c.N * c.Vp, dt);
+    crossentropy_fused(want_loss.data(), want.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f);
+    cast_round(want.data(), want.data(), c.N * c.Vp, dt);
+    crossentropy_fused(got_loss.data(), got.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f, dt);
+    for (int64_t n = 0; n < c.N; ++n) EXPECT_EQ(got_loss[n], want_loss[n]) << "row " << n;
+    int64_t differ = 0, unrounded = 0;
+    for (int64_t i = 0; i < c.N * c.Vp; ++i) {
+      differ += got[i] != want[i];
+      unrounded += dt == DType::kBF16 ? got[i] != round_bf16(got[i]) : got[i] != round_f16(got[i]);
+    }
+    EXPECT_EQ(differ, 0) << dtype_name(dt);
+    EXPECT_EQ(unrounded, 0) << dtype_name(dt);
+    // Without round_to the kernel neither rounds the input nor the output: a different result.
+    VecF plain = x, plain_loss(c.N);
+    crossentropy_fused(plain_loss.data(), plain.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f);
+    int64_t plain_differ = 0;
+    for (int64_t i = 0; i < c.N * c.Vp; ++i) plain_differ += plain[i] != got[i];
+    EXPECT_GT(plain_differ, c.N * c.V / 2) << dtype_name(dt);
   }
 }
 
@@ -198,8 +228,10 @@ TEST(CrossEntropyShards, StepsCombinedOverOneToFourShardsEqualTheFusedLoss) {
     auto be = make_cpu_backend(dt);
     VecF x = ce_logits(c, 430);  // row 1 at +1000, padding 1e30
     be->round_to_compute(x.data(), static_cast<int64_t>(x.size()));
+    // The fused kernel without the bf16 backend's rounding of dlogits (the shard steps leave
+    // that to their caller): the same arithmetic on the same (rounded) logits.
     VecF loss_ref(c.N, test::kNaN), d_ref = x;
-    be->crossentropy_fused(loss_ref.data(), d_ref.data(), c.targets.data(), c.N, c.V, c.Vp, dloss);
+    crossentropy_fused(loss_ref.data(), d_ref.data(), c.targets.data(), c.N, c.V, c.Vp, dloss);
     for (int S = 1; S <= 4; ++S) {
       SCOPED_TRACE("S=" + std::to_string(S));
       const Sharded r = sharded_ce(*be, x, c.targets, c.N, c.V, c.Vp, S, dloss);
