@@ -120,7 +120,14 @@ void Executor::shutdown() {
     abort_p2p(destroyed, [](const P2PMessage&) { return true; });
   }
   cv_.notify_all();
+  reap_cv_.notify_all();
   if (thread_.joinable()) thread_.join();  // it fails the queued tasks
+  std::vector<std::thread> reapers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, r] : reapers_) reapers.push_back(std::move(r.thread));
+  }
+  for (auto& t : reapers) t.join();  // the aborted messages fail at once
   if (watcher_.joinable()) watcher_.join();
   if (sentinel_.joinable()) sentinel_.join();
   std::unique_lock<std::mutex> lock(mu_);
@@ -275,7 +282,43 @@ WorkPtr Executor::post_p2p(const P2POp& op, size_t bytes, const std::string& det
   } catch (const std::exception& e) {
     message->abort(fmt::format("posting it failed: {}", e.what()));  // its wait() fails
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Reaper& reaper = reapers_[{op.peer, op.kind}];
+    reaper.queue.push_back(message);
+    if (!reaper.thread.joinable() && !stopping_) {
+      reaper.thread =
+          std::thread([this, peer = op.peer, kind = op.kind] { reap_main(peer, kind); });
+    }
+  }
+  reap_cv_.notify_all();
   return message;
+}
+
+void Executor::reap_main(int peer, P2POp::Kind kind) {
+  log::set_thread_rank(names_.global(rank_));
+  pthread_setname_np(
+      pthread_self(),
+      fmt::format("zd-{}-{}", kind == P2POp::Kind::kSend ? "tx" : "rx", names_.global(peer))
+          .substr(0, 15)
+          .c_str());
+  // A message younger than kReapAfter is left to its caller, who usually waits for it at once
+  // and then awaits it inline (see post_p2p in executor.h).
+  constexpr auto kReapAfter = std::chrono::milliseconds(2);
+  std::unique_lock<std::mutex> lock(mu_);
+  std::deque<std::shared_ptr<P2PMessage>>& queue = reapers_[{peer, kind}].queue;
+  for (;;) {
+    reap_cv_.wait(lock, [&] { return stopping_ || !queue.empty(); });
+    if (queue.empty()) return;  // stopping, and every message of this direction finished
+    std::shared_ptr<P2PMessage> message = std::move(queue.front());
+    queue.pop_front();
+    reap_cv_.wait_until(lock, message->issued() + kReapAfter,
+                        [&] { return stopping_ || message->done(); });
+    lock.unlock();
+    message->finish();  // (returns at once when a waiting caller finished it)
+    message.reset();
+    lock.lock();
+  }
 }
 
 std::optional<Error> Executor::p2p_ended(P2PMessage& message, const std::exception* e) {

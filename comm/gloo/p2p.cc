@@ -82,6 +82,13 @@ bool P2PMessage::done() const {
 }
 
 void P2PMessage::wait() {
+  finish();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (error_) throw *error_;
+}
+
+void P2PMessage::finish() {
   bool run = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -106,9 +113,6 @@ void P2PMessage::wait() {
     }
     cv_.notify_all();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
-  if (error_) throw *error_;
 }
 
 void P2PMessage::complete() {

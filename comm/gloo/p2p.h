@@ -1,7 +1,8 @@
 // One point-to-point message of a Gloo communicator (communicator.h: send_async / recv_async),
 // on Gloo's unbound buffers, outside the executor's queue of collectives: it is posted in the
 // issuing thread at once (Gloo's send and recv only post), so messages in flight never wait for
-// each other or for a collective, and waited for by whoever calls wait().
+// each other or for a collective, and awaited by whichever comes first of a caller of wait() and
+// the executor's reaper thread for its peer and direction (so done() turns true unasked).
 //
 // Wire: each message is a 16-byte header (a magic number, the tag, the byte size) and, when the
 // size is not zero, the payload. The k-th message from a to b travels on slots numbered k (per
@@ -57,6 +58,9 @@ class P2PMessage final : public Work {
 
   void wait() override;
   bool done() const override;
+  // Awaits the message's completion unless another thread does (its waiter or its reaper); then
+  // it is done, and the executor has heard of it. Never throws.
+  void finish();
   int64_t sequence() const override { return 0; }  // messages take no sequence number
 
   // Makes a current or later wait fail at once with `reason` (any thread; idempotent).

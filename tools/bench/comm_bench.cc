@@ -13,6 +13,10 @@
 // collectives are compared with 2-dir: in each of them both ranks send and receive the same
 // number of bytes at the same time, which is exactly what busbw counts, so 2-dir is the most
 // a collective could reach on this link and CPU.
+//
+// "send": a point-to-point message (Communicator::send / recv) of `size` bytes from rank 0 to
+// rank 1, which answers with an empty message once it has it: the 1-dir stream's pattern, so its
+// % is of tcp 1-dir.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +43,19 @@ namespace {
 
 using namespace zerod;
 using namespace zerod::bench;
+
+// One message of `bytes` from rank 0 to rank 1 and an empty answer (see the file comment).
+void send_and_answer(Communicator& comm, std::vector<float>& a, std::vector<float>& b,
+                     size_t bytes) {
+  const auto count = static_cast<int64_t>(bytes / sizeof(float));
+  if (comm.rank() == 0) {
+    comm.send(a.data(), count, CommType::kF32, 1, 0);
+    comm.recv(nullptr, 0, CommType::kF32, 1, 1);
+  } else {
+    comm.recv(b.data(), count, CommType::kF32, 0, 0);
+    comm.send(nullptr, 0, CommType::kF32, 0, 1);
+  }
+}
 
 std::string human(size_t bytes) {
   if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return fmt::format("{}M", bytes >> 20);
@@ -105,8 +122,8 @@ int run_rank(const Options& o) {
       std::printf(
           "\nalgorithm: %s%s\n", name.c_str(),
           o.segment_bytes ? fmt::format(", segment {}", human(o.segment_bytes)).c_str() : "");
-      std::printf("%5s | %14s | %14s | %22s | %22s | %22s | %s\n", "size", "tcp 1-dir", "tcp 2-dir",
-                  "all_reduce", "reduce_scatter", "all_gather", "check");
+      std::printf("%5s | %14s | %14s | %22s | %22s | %22s | %22s | %s\n", "size", "tcp 1-dir",
+                  "tcp 2-dir", "all_reduce", "reduce_scatter", "all_gather", "send", "check");
     }
     for (size_t s : sizes) {
       stream.one_direction(src, dst, s, 1);  // warm-up
@@ -124,6 +141,11 @@ int run_rank(const Options& o) {
                            100 * gbs(t.median, f) / gbs(two.median, 1), gbs(t.mean, f),
                            100 * gbs(t.mean, f) / gbs(two.mean, 1));
       }
+      send_and_answer(*comm, a, b, s);  // warm-up
+      const Timing p2p = time_each(iterations_for(s), [&] { send_and_answer(*comm, a, b, s); });
+      row += fmt::format(" | {:>6.3f} {:>3.0f}% ({:>5.2f} {:>3.0f}%)", gbs(p2p.median, 1),
+                         100 * gbs(p2p.median, 1) / gbs(one.median, 1), gbs(p2p.mean, 1),
+                         100 * gbs(p2p.mean, 1) / gbs(one.mean, 1));
       std::string verdict = "-";
       if (o.check) {
         for (Op op : kCollectives) {

@@ -159,6 +159,15 @@ TEST(GlooP2P, BatchZeroSizeAndSixtyFourMegabyteMessages) {
           ->wait();
       EXPECT_EQ(small, std::vector<int32_t>(3, 7));
     }
+    // done() turns true without a wait (the reaper of the direction saw it complete).
+    double flag = r == 0 ? 2.5 : 0.0;
+    WorkPtr one = r == 0 ? c.send_async(&flag, 1, CommType::kF64, 1, 13)
+                         : c.recv_async(&flag, 1, CommType::kF64, 0, 13);
+    const auto polled = Clock::now();
+    while (!one->done() && ms_since(polled) < 5000) std::this_thread::sleep_for(Ms(1));
+    EXPECT_TRUE(one->done()) << "rank " << r;
+    one->wait();
+    EXPECT_EQ(flag, 2.5);
     std::vector<float> x(big);
     if (r == 0) std::iota(x.begin(), x.end(), 0.f);
     c.barrier();
