@@ -15,14 +15,15 @@
 //                    [--offload none,opt-cpu,opt-nvme,param-cpu,param-nvme,all-nvme]
 //                    [--optimizer adamw,muon]
 //                    [--nvme-dir DIR] [--sub-group-size N] [--max-in-cpu N]
-//                    [--comm-bytes 64M] [--json]
+//                    [--comm-bytes 64M] [--comm-rounds 5] [--json]
 //                    [shape flags as zerod_train_bench]
 //
 // In the same run it prints the two ratios of issue 21: ZeRO-3 step time / ZeRO-0 step time
 // (with stages 0 and 3 among --stages, no offload, the first optimizer) and the Gloo
 // communicator's all-reduce, reduce-scatter and all-gather bus bandwidth at world 2 (2 threads,
 // as the ranks above) on --comm-bytes messages against a plain TCP stream between two threads
-// on 127.0.0.1 measured right before them (tcp_stream.h). The ratio is taken against the
+// on 127.0.0.1 measured right before them (tcp_stream.h), --comm-rounds times (medians of the
+// rates and of the per-round ratios are reported). The ratio is taken against the
 // two-direction stream: in each of these collectives both ranks send and receive the same bytes
 // at once, which is what busbw counts; the one-direction rate is printed too. --json ends with
 // one JSON line of all of it.
@@ -50,14 +51,22 @@ using namespace zerod;
 
 namespace {
 
-// Bus bandwidths (GB/s, median iteration) at world 2 on `bytes` messages: the TCP stream
-// between the two ranks' threads (1-dir, 2-dir), then each collective.
+// Bus bandwidths (GB/s) at world 2 on `bytes` messages: the TCP stream between the two ranks'
+// threads (1-dir, 2-dir) and each collective, and each collective's ratio to the 2-dir stream.
+// `rounds` rounds, each measuring the stream right before the collectives (median iteration of
+// each); reported: the median over rounds of each rate and of each ratio, so that a burst of
+// other load on the shared machine skews one round, not the comparison.
 struct CommRates {
   double tcp1 = 0, tcp2 = 0;
-  double coll[3] = {0, 0, 0};  // in the order of bench::kCollectives
+  double coll[3] = {0, 0, 0};   // in the order of bench::kCollectives
+  double ratio[3] = {0, 0, 0};  // coll / tcp2, median over rounds
 };
 
-CommRates measure_collectives(size_t bytes) {
+double median_of(std::vector<double> v) {
+  return bench::summarize(std::move(v)).median;
+}
+
+CommRates measure_collectives(size_t bytes, int rounds) {
   constexpr int kRanks = 2;
   CommRates out;
   std::mutex mu;
@@ -71,25 +80,31 @@ CommRates measure_collectives(size_t bytes) {
     std::vector<float> a(bytes / sizeof(float) + 1, 1.0f), b(bytes / sizeof(float) + 1, 0.0f);
     const int iters = bench::iterations_for(bytes);
     const double gb = static_cast<double>(bytes) / 1e9;
-    CommRates mine;
-    {
-      bench::TcpStream stream(ctx.rank, *o.store, "collectives_tcp");
-      auto* src = reinterpret_cast<const char*>(a.data());
-      auto* dst = reinterpret_cast<char*>(b.data());
-      stream.one_direction(src, dst, bytes, 1);  // warm-up
-      mine.tcp1 = gb / stream.one_direction(src, dst, bytes, iters).median;
-      stream.two_directions(src, dst, bytes, 1);
-      mine.tcp2 = gb / stream.two_directions(src, dst, bytes, iters).median;
-    }
-    for (size_t i = 0; i < 3; ++i) {
-      const bench::Op op = bench::kCollectives[i];
-      const bench::Timing t = bench::time_collective(*ctx.comm, op, a, b, bytes, iters);
-      mine.coll[i] = gb / t.median * bench::bus_factor(op, kRanks);
-      bench::check_collective(*ctx.comm, op, a, b, bytes);
+    bench::TcpStream stream(ctx.rank, *o.store, "collectives_tcp");
+    auto* src = reinterpret_cast<const char*>(a.data());
+    auto* dst = reinterpret_cast<char*>(b.data());
+    stream.one_direction(src, dst, bytes, 1);  // warm-up
+    stream.two_directions(src, dst, bytes, 1);
+    std::vector<double> tcp1, tcp2, coll[3], ratio[3];
+    for (int round = 0; round < rounds; ++round) {
+      tcp1.push_back(gb / stream.one_direction(src, dst, bytes, iters).median);
+      tcp2.push_back(gb / stream.two_directions(src, dst, bytes, iters).median);
+      for (size_t i = 0; i < 3; ++i) {
+        const bench::Op op = bench::kCollectives[i];
+        const bench::Timing t = bench::time_collective(*ctx.comm, op, a, b, bytes, iters);
+        coll[i].push_back(gb / t.median * bench::bus_factor(op, kRanks));
+        ratio[i].push_back(coll[i].back() / tcp2.back());
+        if (round == 0) bench::check_collective(*ctx.comm, op, a, b, bytes);
+      }
     }
     if (ctx.rank != 0) return;
     std::lock_guard<std::mutex> lock(mu);
-    out = mine;
+    out.tcp1 = median_of(tcp1);
+    out.tcp2 = median_of(tcp2);
+    for (size_t i = 0; i < 3; ++i) {
+      out.coll[i] = median_of(coll[i]);
+      out.ratio[i] = median_of(ratio[i]);
+    }
   });
   return out;
 }
@@ -137,6 +152,10 @@ int main(int argc, char** argv) {
   app.add_option("--comm-bytes", comm_bytes,
                  "message size of the collectives-vs-TCP measurement at world 2 (0: skip it; "
                  "skipped unless given when --world is not 2)")
+      ->capture_default_str();
+  int comm_rounds = 5;
+  app.add_option("--comm-rounds", comm_rounds,
+                 "rounds of the collectives-vs-TCP measurement (medians over them)")
       ->capture_default_str();
   bool json = false;
   app.add_flag("--json", json, "end with one JSON line of the results");
@@ -262,15 +281,18 @@ int main(int argc, char** argv) {
                              : 0;
     if (bytes > 0) {
       ZD_CHECK_INPUT(bytes >= 64, "--comm-bytes {}: at least 64 bytes", comm_bytes);
-      const CommRates c = measure_collectives(bytes);
+      ZD_CHECK_INPUT(comm_rounds >= 1, "--comm-rounds {}: at least 1", comm_rounds);
+      const CommRates c = measure_collectives(bytes, comm_rounds);
       fmt::print(
           "\nCollectives at world 2 (threads, Gloo over loopback), {} byte messages, GB/s (1e9 "
-          "B/s, median iteration): TCP stream 1-dir {:.3f}, 2-dir {:.3f} per direction\n",
-          bytes, c.tcp1, c.tcp2);
-      comm_json = fmt::format(R"({{"bytes": {}, "tcp_1dir_gbs": {:.3f}, "tcp_2dir_gbs": {:.3f})",
-                              bytes, c.tcp1, c.tcp2);
+          "B/s; median iteration, median of {} rounds): TCP stream 1-dir {:.3f}, 2-dir {:.3f} per "
+          "direction\n",
+          bytes, comm_rounds, c.tcp1, c.tcp2);
+      comm_json = fmt::format(
+          R"({{"bytes": {}, "rounds": {}, "tcp_1dir_gbs": {:.3f}, "tcp_2dir_gbs": {:.3f})", bytes,
+          comm_rounds, c.tcp1, c.tcp2);
       for (size_t i = 0; i < 3; ++i) {
-        const double ratio = c.coll[i] / c.tcp2;
+        const double ratio = c.ratio[i];
         const char* name = bench::op_name(bench::kCollectives[i]);
         fmt::print(
             "  {:<15} busbw {:.3f} GB/s = {:.0f}% of TCP 2-dir ({:.0f}% of 1-dir); target >= 70%: "
