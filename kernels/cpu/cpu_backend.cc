@@ -137,8 +137,13 @@ void CpuBackend::matmul_forward(void* out, const void* inp, const void* weight, 
 void CpuBackend::matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                  const void* inp, const void* weight, int64_t N, int C, int OC,
                                  bool accumulate_dinp) {
+  // The fused cross-entropy's bf16 dlogits serve the very next backward product that reads
+  // those dlogits (the head's), and only it.
+  const uint16_t* d16 =
+      dout == dlogits_bf16_of_ && N * OC == dlogits_bf16_elems_ ? dlogits_bf16_.data() : nullptr;
+  dlogits_bf16_of_ = nullptr;
   cpu::matmul_backward(F(dinp), F(dweight), F(dbias), F(dout), F(inp), F(weight), N, C, OC,
-                       accumulate_dinp, bf16_products_);
+                       accumulate_dinp, bf16_products_, d16);
 }
 
 void CpuBackend::attention_forward(void* out, float* lse, const void* qkv,
@@ -217,8 +222,19 @@ void CpuBackend::crossentropy_forward(float* losses, const void* logits, const i
 
 void CpuBackend::crossentropy_fused(float* losses, void* logits_to_dlogits, const int32_t* targets,
                                     int64_t N, int V, int Vp, float dloss) {
-  // 16-bit modes: the rows are rounded in cache (the Backend contract), not in extra passes.
-  cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss, dtype_);
+  // 16-bit modes: the rows are rounded in cache (the Backend contract), not in extra passes;
+  // with bf16 products also written as bf16 for the head's backward (matmul_backward).
+  dlogits_bf16_of_ = nullptr;
+  uint16_t* d16 = nullptr;
+  if (bf16_products_) {
+    dlogits_bf16_.resize(static_cast<size_t>(N * Vp));
+    d16 = dlogits_bf16_.data();
+  }
+  cpu::crossentropy_fused(losses, F(logits_to_dlogits), targets, N, V, Vp, dloss, dtype_, d16);
+  if (d16 != nullptr) {
+    dlogits_bf16_of_ = logits_to_dlogits;
+    dlogits_bf16_elems_ = N * Vp;
+  }
 }
 
 // Like crossentropy_fused, the shard ops compute in fp32 on the stored values (already rounded
@@ -236,6 +252,7 @@ void CpuBackend::crossentropy_shard_sumexp(float* stats, const void* logits, int
 void CpuBackend::crossentropy_shard_finish(float* losses, void* logits_to_dlogits,
                                            const int32_t* targets, const float* stats, int64_t N,
                                            int real, int Vl, int v0, float dloss) {
+  dlogits_bf16_of_ = nullptr;
   cpu::crossentropy_shard_finish(losses, F(logits_to_dlogits), targets, stats, N, real, Vl, v0,
                                  dloss);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 
@@ -109,6 +110,12 @@ class CpuBackend final : public Backend {
  private:
   DType dtype_;
   bool bf16_products_ = false;
+  // bf16 products: the last crossentropy_fused's dlogits as bf16 (N,Vp), valid for the next
+  // matmul_backward when it reads dout == dlogits_bf16_of_ (then, or at any other backward
+  // product or cross-entropy, forgotten).
+  std::vector<uint16_t> dlogits_bf16_;
+  const void* dlogits_bf16_of_ = nullptr;
+  int64_t dlogits_bf16_elems_ = 0;
 };
 
 }  // namespace zerod::cpu

@@ -1,6 +1,7 @@
 #include "kernels/cpu/crossentropy.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -65,8 +66,10 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 }
 
 void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* targets, int64_t N,
-                        int V, int Vp, float dloss, DType round_to) {
+                        int V, int Vp, float dloss, DType round_to, uint16_t* dlogits_bf16) {
   check_targets(targets, N, V, Vp);
+  ZD_CHECK(dlogits_bf16 == nullptr || round_to == DType::kBF16,
+           "crossentropy_fused: bf16 dlogits need round_to bf16, not {}", dtype_name(round_to));
   const bool rounding = round_to != DType::kF32;
 #pragma omp parallel for schedule(static) if (N * V >= kParallelMinElems)
   for (int64_t n = 0; n < N; ++n) {
@@ -75,6 +78,7 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
     if (t < 0) {
       losses[n] = 0.0f;
       std::fill(x, x + Vp, 0.0f);
+      if (dlogits_bf16 != nullptr) std::fill(dlogits_bf16 + n * Vp, dlogits_bf16 + (n + 1) * Vp, 0);
       continue;
     }
     if (rounding) cast_round(x, x, V, round_to);  // (the padding columns are zeroed below)
@@ -94,6 +98,12 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
     x[t] -= dloss;
     std::fill(x + V, x + Vp, 0.0f);
     if (rounding) cast_round(x, x, V, round_to);
+    if (dlogits_bf16 != nullptr) {  // (bf16 values: their bits are the fp32 bits' upper half)
+      uint16_t* o = dlogits_bf16 + n * Vp;
+#pragma omp simd simdlen(16)
+      for (int j = 0; j < Vp; ++j)
+        o[j] = static_cast<uint16_t>(std::bit_cast<uint32_t>(x[j]) >> 16);
+    }
   }
 }
 

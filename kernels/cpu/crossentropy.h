@@ -21,8 +21,12 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 // each row is rounded to that type before it is read and its dlogits after they are written,
 // while the row is in cache, bit for bit what rounding the whole (N,Vp) array before and after
 // would give without the two extra passes over memory.
+// dlogits_bf16 (N,Vp), when not null (round_to must then be bf16): each row's dlogits also as
+// bf16 bits, written from the same cached row (the bf16 products of the head's backward take
+// them instead of converting the fp32 dlogits again).
 void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* targets, int64_t N,
-                        int V, int Vp, float dloss, DType round_to = DType::kF32);
+                        int V, int Vp, float dloss, DType round_to = DType::kF32,
+                        uint16_t* dlogits_bf16 = nullptr);
 
 // ---- vocabulary-parallel cross-entropy (tensor parallelism) ----------------------------------
 // This rank holds the columns [v0, v0 + Vl) of every row of the full logits: logits (N,Vl), of

@@ -50,11 +50,13 @@ void column_sums_accumulate(float* dbias, const float* dout, int64_t N, int OC) 
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, bool accumulate_dinp,
-                     bool bf16_products) {
+                     bool bf16_products, const uint16_t* dout_bf16) {
   if (bf16_products && N > 0 && C > 0 && OC > 0) {
-    // dout converted once for both products (the classifier's is the largest operand).
+    // dout converted once for both products (the classifier's is the largest operand), unless
+    // the caller has it in bf16 already.
     thread_local std::vector<uint16_t> d16, w16, i16;
-    const Bf16Operand d = to_bf16(d16, dout, N, OC, OC);
+    const Bf16Operand d =
+        dout_bf16 != nullptr ? Bf16Operand{dout_bf16, N, OC} : to_bf16(d16, dout, N, OC, OC);
     if (dinp != nullptr) {
       bf16_gemm(false, false, N, C, OC, d, to_bf16(w16, weight, OC, C, C),
                 accumulate_dinp ? 1.0f : 0.0f, dinp, C);

@@ -15,9 +15,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dweight (OC,C) += dout^T x inp.
 // dbias (OC) += column sums of dout (skipped when null); each column is summed over rows in
 // order by one thread (thread-count independent).
+// dout_bf16 (N,OC), with bf16_products and when not null: dout's bf16 bits (dout holds bf16
+// values), used for the products instead of converting dout.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int C, int OC, bool accumulate_dinp,
-                     bool bf16_products = false);
+                     bool bf16_products = false, const uint16_t* dout_bf16 = nullptr);
 
 // dbias (OC) += column sums of dout (N,OC).
 void column_sums_accumulate(float* dbias, const float* dout, int64_t N, int OC);

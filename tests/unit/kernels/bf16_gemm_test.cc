@@ -17,7 +17,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/crossentropy.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/matmul.h"
 
 namespace zerod::cpu {
 namespace {
@@ -156,6 +158,49 @@ TEST(Bf16Gemm, TheBf16BackendRoutesItsMatmulsThroughIt) {
   for (size_t i = 0; i < dinp_bf.size(); ++i) ASSERT_NEAR(dinp_bf[i], dinp_fp[i], 1e-4) << i;
   for (size_t i = 0; i < dw_bf.size(); ++i) ASSERT_NEAR(dw_bf[i], dw_fp[i], 1e-4) << i;
   EXPECT_EQ(db_bf, db_fp);  // the bias gradient is the same column sums either way
+}
+
+TEST(Bf16Gemm, TheHeadBackwardTakesTheFusedCrossEntropysBf16DlogitsWithTheSameBits) {
+  // The bf16 backend's crossentropy_fused writes the dlogits also as bf16 and the next
+  // matmul_backward reading them uses those: the same bits as converting them (the plain
+  // kernels), for the head's products, its bias sums, and a second backward on the same buffer
+  // (which converts again, since its values may have changed).
+  CpuBackend bf16(DType::kBF16);
+  if (!bf16.bf16_products()) GTEST_SKIP() << bf16_products_note();
+  const int64_t N = 9;
+  const int C = 40, V = 301, Vp = 320;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = round_bf16(u(rng));
+    return v;
+  };
+  const std::vector<float> inp = values(N * C), w = values(int64_t{Vp} * C);
+  const std::vector<float> logits = values(N * Vp);
+  const std::vector<int32_t> targets = {0, 300, -1, 17, 5, 299, 100, 2, 64};
+  std::vector<float> d = logits, loss(N);
+  bf16.crossentropy_fused(loss.data(), d.data(), targets.data(), N, V, Vp, 0.5f);
+  std::vector<float> want_d = logits, want_loss(N);
+  crossentropy_fused(want_loss.data(), want_d.data(), targets.data(), N, V, Vp, 0.5f, DType::kBF16);
+  ASSERT_EQ(d, want_d);
+  std::vector<float> dinp(N * C), dw(int64_t{Vp} * C, 0.125f), db(Vp, 0.0f);
+  std::vector<float> want_dinp(N * C), want_dw = dw, want_db = db;
+  bf16.matmul_backward(dinp.data(), dw.data(), db.data(), d.data(), inp.data(), w.data(), N, C, Vp,
+                       false);
+  matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), d.data(), inp.data(), w.data(),
+                  N, C, Vp, false, true);
+  EXPECT_EQ(dinp, want_dinp);
+  EXPECT_EQ(dw, want_dw);
+  EXPECT_EQ(db, want_db);
+  // The bf16 copy is used once: change the dlogits, and the next backward reads the new values.
+  for (float& x : d) x = round_bf16(x * 0.5f + 0.25f);
+  bf16.matmul_backward(dinp.data(), dw.data(), db.data(), d.data(), inp.data(), w.data(), N, C, Vp,
+                       false);
+  matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), d.data(), inp.data(), w.data(),
+                  N, C, Vp, false, true);
+  EXPECT_EQ(dinp, want_dinp);
+  EXPECT_EQ(dw, want_dw);
 }
 
 }  // namespace

@@ -108,10 +108,12 @@ TEST(CrossEntropy, FusedRoundingEqualsRoundingTheArrayBeforeAndAfter) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     const VecF x = test::randn(c.N * c.Vp, 430, 4.0f);
     VecF want = x, want_loss(c.N), got = x, got_loss(c.N);
+    std::vector<uint16_t> bits(static_cast<size_t>(c.N * c.Vp), 0xdead);
     cast_round(want.data(), want.data(), c.N * c.Vp, dt);
     crossentropy_fused(want_loss.data(), want.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f);
     cast_round(want.data(), want.data(), c.N * c.Vp, dt);
-    crossentropy_fused(got_loss.data(), got.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f, dt);
+    crossentropy_fused(got_loss.data(), got.data(), c.targets.data(), c.N, c.V, c.Vp, 0.25f, dt,
+                       dt == DType::kBF16 ? bits.data() : nullptr);
     for (int64_t n = 0; n < c.N; ++n) EXPECT_EQ(got_loss[n], want_loss[n]) << "row " << n;
     int64_t differ = 0, unrounded = 0;
     for (int64_t i = 0; i < c.N * c.Vp; ++i) {
@@ -119,6 +121,11 @@ TEST(CrossEntropy, FusedRoundingEqualsRoundingTheArrayBeforeAndAfter) {
       unrounded += dt == DType::kBF16 ? got[i] != round_bf16(got[i]) : got[i] != round_f16(got[i]);
     }
     EXPECT_EQ(differ, 0) << dtype_name(dt);
+    if (dt == DType::kBF16) {  // the bf16 copy of dlogits: every element, padding included
+      int64_t wrong_bits = 0;
+      for (int64_t i = 0; i < c.N * c.Vp; ++i) wrong_bits += bits[i] != f32_to_bf16_bits(got[i]);
+      EXPECT_EQ(wrong_bits, 0);
+    }
     EXPECT_EQ(unrounded, 0) << dtype_name(dt);
     // Without round_to the kernel neither rounds the input nor the output: a different result.
     VecF plain = x, plain_loss(c.N);
