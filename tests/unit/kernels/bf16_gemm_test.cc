@@ -124,6 +124,18 @@ TEST(Bf16Gemm, ConvertedOperandsGiveTheSameBitsAndMustFit) {
 // The CPU backend in bf16 mode multiplies bf16 operands where it can: its matmuls equal
 // bf16_gemm's, and stay within fp32 accumulation noise of the fp32 backend on the same bf16
 // values (the products of bf16 values are exact in fp32).
+// Uniform bf16 values in [-scale, scale): values(n).
+struct Bf16Values {
+  std::mt19937 rng;
+  std::uniform_real_distribution<float> u;
+  Bf16Values(unsigned seed, float scale) : rng(seed), u(-scale, scale) {}
+  std::vector<float> operator()(int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = round_bf16(u(rng));
+    return v;
+  }
+};
+
 TEST(Bf16Gemm, TheBf16BackendRoutesItsMatmulsThroughIt) {
   const std::string why = bf16_gemm_unavailable();
   CpuBackend bf16(DType::kBF16), fp32(DType::kF32);
@@ -133,13 +145,7 @@ TEST(Bf16Gemm, TheBf16BackendRoutesItsMatmulsThroughIt) {
   if (!bf16.bf16_products()) GTEST_SKIP() << bf16_products_note();
   const int64_t N = 65;
   const int C = 96, OC = 130;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto values = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = round_bf16(u(rng));
-    return v;
-  };
+  Bf16Values values(11, 1.0f);
   const std::vector<float> inp = values(N * C), w = values(int64_t{OC} * C), b = values(OC);
   const std::vector<float> dout = values(N * OC);
   std::vector<float> out_bf(N * OC), out_fp(N * OC), want(N * OC);
@@ -169,13 +175,7 @@ TEST(Bf16Gemm, TheHeadBackwardTakesTheFusedCrossEntropysBf16DlogitsWithTheSameBi
   if (!bf16.bf16_products()) GTEST_SKIP() << bf16_products_note();
   const int64_t N = 9;
   const int C = 40, V = 301, Vp = 320;
-  std::mt19937 rng(12);
-  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
-  auto values = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = round_bf16(u(rng));
-    return v;
-  };
+  Bf16Values values(12, 3.0f);
   const std::vector<float> inp = values(N * C), w = values(int64_t{Vp} * C);
   const std::vector<float> logits = values(N * Vp);
   const std::vector<int32_t> targets = {0, 300, -1, 17, 5, 299, 100, 2, 64};
@@ -186,21 +186,19 @@ TEST(Bf16Gemm, TheHeadBackwardTakesTheFusedCrossEntropysBf16DlogitsWithTheSameBi
   ASSERT_EQ(d, want_d);
   std::vector<float> dinp(N * C), dw(int64_t{Vp} * C, 0.125f), db(Vp, 0.0f);
   std::vector<float> want_dinp(N * C), want_dw = dw, want_db = db;
-  bf16.matmul_backward(dinp.data(), dw.data(), db.data(), d.data(), inp.data(), w.data(), N, C, Vp,
-                       false);
-  matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), d.data(), inp.data(), w.data(),
-                  N, C, Vp, false, true);
-  EXPECT_EQ(dinp, want_dinp);
-  EXPECT_EQ(dw, want_dw);
-  EXPECT_EQ(db, want_db);
+  auto backward_matches_the_plain_kernel = [&] {
+    bf16.matmul_backward(dinp.data(), dw.data(), db.data(), d.data(), inp.data(), w.data(), N, C,
+                         Vp, false);
+    matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), d.data(), inp.data(),
+                    w.data(), N, C, Vp, false, true);
+    EXPECT_EQ(dinp, want_dinp);
+    EXPECT_EQ(dw, want_dw);
+    EXPECT_EQ(db, want_db);
+  };
+  backward_matches_the_plain_kernel();
   // The bf16 copy is used once: change the dlogits, and the next backward reads the new values.
   for (float& x : d) x = round_bf16(x * 0.5f + 0.25f);
-  bf16.matmul_backward(dinp.data(), dw.data(), db.data(), d.data(), inp.data(), w.data(), N, C, Vp,
-                       false);
-  matmul_backward(want_dinp.data(), want_dw.data(), want_db.data(), d.data(), inp.data(), w.data(),
-                  N, C, Vp, false, true);
-  EXPECT_EQ(dinp, want_dinp);
-  EXPECT_EQ(dw, want_dw);
+  backward_matches_the_plain_kernel();
 }
 
 }  // namespace
