@@ -127,8 +127,9 @@ class Communicator {
   // whatever moment each reaches it: send_async posts `count` elements of `type` at `data` to
   // rank `dst`, recv_async posts a receive of them from rank `src` into `data`. Ranks are this
   // communicator's (on a sub-group from ProcessGroups, e.g. the pipeline group, the ranks local to
-  // that group). They take no sequence number: the collectives of the ranks that exchange
-  // messages stay numbered alike with those of the ranks that do not.
+  // that group). They take no sequence number (their Work::sequence() is their negative id in the
+  // collective log): the collectives of the ranks that exchange messages stay numbered alike with
+  // those of the ranks that do not.
   //
   // Matching: the k-th send from a to b matches the k-th receive on b from a, per ordered pair of
   // ranks (the two directions are independent), whatever the tags; several messages may be in

@@ -61,7 +61,8 @@ class P2PMessage final : public Work {
   // Awaits the message's completion unless another thread does (its waiter or its reaper); then
   // it is done, and the executor has heard of it. Never throws.
   void finish();
-  int64_t sequence() const override { return 0; }  // messages take no sequence number
+  // Messages take no sequence number: their (negative) id in the collective log.
+  int64_t sequence() const override { return spec_.log_id; }
 
   // Makes a current or later wait fail at once with `reason` (any thread; idempotent).
   void abort(const std::string& reason);

@@ -110,8 +110,10 @@ class NcclCommunicator final : public Communicator {
   void check_device_buffer(const char* op, const char* name, const void* p) const;
   // Numbers the collective, orders it after the compute stream, launches it on the
   // communication stream between its two events, and hands it to the watchdog. A failure after
-  // numbering breaks the communicator and returns a failed work (its wait() throws).
-  WorkPtr issue(const char* op, const std::string& detail, int64_t bytes, const Launch& launch);
+  // numbering breaks the communicator and returns a failed work (its wait() throws). `message`:
+  // point-to-point messages, which take no sequence number (Watchdog::number).
+  WorkPtr issue(const char* op, const std::string& detail, int64_t bytes, const Launch& launch,
+                bool message = false);
 
   const int rank_;
   const int size_;
@@ -162,9 +164,9 @@ void NcclCommunicator::check_device_buffer(const char* op, const char* name, con
 }
 
 WorkPtr NcclCommunicator::issue(const char* op, const std::string& detail, int64_t bytes,
-                                const Launch& launch) {
+                                const Launch& launch, bool message) {
   std::lock_guard<std::mutex> issuing(issue_mu_);
-  const int64_t seq = watchdog_->number(op, detail, bytes);
+  const int64_t seq = watchdog_->number(op, detail, bytes, message);
   auto work = std::make_shared<NcclWork>(seq, fmt::format("{} #{} ({})", op, seq, detail), device_,
                                          compute_, watchdog_);
   try {
@@ -362,21 +364,23 @@ WorkPtr NcclCommunicator::p2p_async(const std::vector<P2POp>& ops) {
   }
   const char* name = ops.size() == 1 ? p2p_kind_name(ops.front().kind) : "p2p";
   const std::vector<P2POp> calls = ops;
-  return issue(name, detail, static_cast<int64_t>(total),
-               [calls](ncclComm_t comm, cudaStream_t stream) {
-                 return grouped([&] {
-                   ncclResult_t r = ncclSuccess;
-                   for (const P2POp& op : calls) {
-                     if (op.count == 0) continue;
-                     const ncclDataType_t dt = nccl_backend::nccl_type(op.type);
-                     const auto n = static_cast<size_t>(op.count);
-                     r = first_failure(r, op.kind == P2POp::Kind::kSend
-                                              ? ncclSend(op.data, n, dt, op.peer, comm, stream)
-                                              : ncclRecv(op.data, n, dt, op.peer, comm, stream));
-                   }
-                   return r;
-                 });
-               });
+  return issue(
+      name, detail, static_cast<int64_t>(total),
+      [calls](ncclComm_t comm, cudaStream_t stream) {
+        return grouped([&] {
+          ncclResult_t r = ncclSuccess;
+          for (const P2POp& op : calls) {
+            if (op.count == 0) continue;
+            const ncclDataType_t dt = nccl_backend::nccl_type(op.type);
+            const auto n = static_cast<size_t>(op.count);
+            r = first_failure(r, op.kind == P2POp::Kind::kSend
+                                     ? ncclSend(op.data, n, dt, op.peer, comm, stream)
+                                     : ncclRecv(op.data, n, dt, op.peer, comm, stream));
+          }
+          return r;
+        });
+      },
+      /*message=*/true);
 }
 
 }  // namespace

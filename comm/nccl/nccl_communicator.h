@@ -43,9 +43,9 @@
 // like a collective ("send", "recv", or "p2p" for a batch of several). They run in issue order on
 // the one stream, so a rank that sends to and receives from a peer at one step batches them in
 // one p2p_async (else both ranks' sends could wait for receives queued behind them). NCCL carries
-// no tag and checks no size: the tags are named in errors only. As the collectives', their
-// sequence numbers and PeerMonitor reports are this rank's own, so after messages the "ranks that
-// had not arrived" of a later failure compare unlike numbers. Not yet run on a GPU.
+// no tag and checks no size: the tags are named in errors only. Like the Gloo backend's, they take
+// no sequence number (negative log ids) and are not reported to the PeerMonitor. Not yet run on a
+// GPU.
 //
 // Thread safety: issue collectives of one communicator from one thread at a time (all ranks must
 // issue them in the same order anyway); works may be waited on from any thread.

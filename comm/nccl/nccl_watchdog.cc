@@ -65,7 +65,7 @@ int64_t Watchdog::sequence() const {
 // Issue side
 // ---------------------------------------------------------------------------------------------
 
-int64_t Watchdog::number(const char* op, const std::string& detail, int64_t bytes) {
+int64_t Watchdog::number(const char* op, const std::string& detail, int64_t bytes, bool message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!broken_.empty()) {
     ZD_THROW_KIND(ErrorKind::kPeerLost,
@@ -73,7 +73,7 @@ int64_t Watchdog::number(const char* op, const std::string& detail, int64_t byte
                   names_.rank(rank_), broken_);
   }
   ZD_CHECK(!shut_down_, "{} issued while the communicator is being destroyed", op);
-  const int64_t seq = ++seq_;
+  const int64_t seq = message ? -(++message_ids_) : ++seq_;
   log_.issued(seq, op, detail, bytes);
   return seq;
 }
@@ -142,12 +142,12 @@ void Watchdog::mark_started(NcclWork& w, Clock::time_point now) {
   w.phase_ = NcclWork::Phase::kStarted;
   w.started_at_ = now;
   log_.started(w.seq_);
-  if (monitor_) monitor_->on_start(rank_, w.seq_);
+  if (monitor_ && w.seq_ > 0) monitor_->on_start(rank_, w.seq_);
 }
 
 void Watchdog::finish_ok(NcclWork& w) {
   w.phase_ = NcclWork::Phase::kFinished;
-  if (monitor_) monitor_->on_complete(rank_, w.seq_);
+  if (monitor_ && w.seq_ > 0) monitor_->on_complete(rank_, w.seq_);
   log_.ended(w.seq_, true);
 }
 
@@ -171,7 +171,8 @@ Error Watchdog::failure_error(const Failure& f) const {
                               timeout_.count(), f.reason)
                 : fmt::format("{} failed on {} (timeout {} ms): {}", f.work->what(),
                               names_.rank_of(rank_, size_), timeout_.count(), f.reason);
-  if (f.kind == ErrorKind::kPeerLost && monitor_) {
+  // (A message's peers are named in its description; the monitor's progress counts collectives.)
+  if (f.kind == ErrorKind::kPeerLost && monitor_ && f.work->sequence() > 0) {
     std::string missing;
     try {
       missing = describe_missing_ranks(monitor_->snapshot(), f.work->sequence(), rank_,

@@ -62,7 +62,10 @@ class Watchdog {
   // Numbers the next collective and logs it as issued ("all_reduce", "1001 x f32, sum", bytes:
   // see collective_log.h). Throws Error(kPeerLost) "<op> (<detail>) not started on rank r: the
   // communicator failed earlier: <first failure>" when broken.
-  int64_t number(const char* op, const std::string& detail, int64_t bytes);
+  // `message`: a point-to-point operation (communicator.h), which takes no sequence number: it
+  // gets the next negative id instead (its log id and Work::sequence()), and the PeerMonitor
+  // hears nothing of it (its ranks' progress counts collectives only).
+  int64_t number(const char* op, const std::string& detail, int64_t bytes, bool message = false);
   // Runs `call` (one NCCL collective on the communicator) and, while NCCL answers
   // ncclInProgress, polls until the operation is on the stream. Throws Error: NCCL's failure
   // (nccl_error_kind), kPeerLost when it is still not enqueued at `deadline` or the communicator
@@ -129,6 +132,7 @@ class Watchdog {
   std::condition_variable done_;  // waiters: a work finished
   std::deque<WorkPtr> inflight_;  // issue order
   int64_t seq_ = 0;
+  int64_t message_ids_ = 0;
   std::string broken_;  // the first failure; non-empty: the communicator is broken
   bool abort_pending_ = false;
   bool shut_down_ = false;

@@ -94,7 +94,9 @@ TEST_P(GlooP2PChain, ActivationsForwardAndGradientsBackWithEveryMicroBatchInFlig
         if (s + 1 < P) ASSERT_EQ(grad_out[m][i], g) << "stage " << s << " mb " << m << " i " << i;
       }
     }
-    // Messages take no sequence number: a collective after them is #1 on every rank.
+    // Messages take no sequence number (their works' are their negative log ids): a collective
+    // after them is #1 on every rank.
+    for (auto& x : sends) EXPECT_LT(x->sequence(), 0);
     EXPECT_EQ(c.sequence(), 0);
     float one = 1.f;
     c.all_reduce(&one, 1, CommType::kF32, ReduceOp::kSum);
@@ -187,9 +189,10 @@ TEST(GlooP2P, BatchZeroSizeAndSixtyFourMegabyteMessages) {
               (64 << 20) / seconds[1] / 1e9);
 }
 
-TEST(GlooP2P, MessagesOnThePipelineGroupUseItsLocalRanks) {
-  // World 4 as pipeline 2 x data 2: pipeline groups {0, 2} and {1, 3}.
-  const MeshShape shape{.pipeline = 2, .data = 2};
+// Runs body(global rank, its process groups) on 4 thread-ranks of a Gloo world of pipeline 2 x
+// data 2 (pipeline groups {0, 2} and {1, 3}), with `timeout`.
+template <class F>
+void run_pipeline_by_data(Ms timeout, F&& body) {
   auto store = std::make_shared<MemoryStore>();
   auto monitor = std::make_shared<LocalPeerMonitor>(4);
   run_ranks(4, [&](int r) {
@@ -197,11 +200,17 @@ TEST(GlooP2P, MessagesOnThePipelineGroupUseItsLocalRanks) {
     o.rank = r;
     o.size = 4;
     o.store = std::make_shared<PrefixStore>("world", store);
-    o.timeout = Ms(10000);
+    o.timeout = timeout;
     o.monitor = monitor;
     auto world = make_gloo_communicator(o);
     GlooGroupFactory factory(o);
-    ProcessGroups pg(Mesh(shape), r, world.get(), &factory);
+    ProcessGroups pg(Mesh(MeshShape{.pipeline = 2, .data = 2}), r, world.get(), &factory);
+    body(r, pg);
+  });
+}
+
+TEST(GlooP2P, MessagesOnThePipelineGroupUseItsLocalRanks) {
+  run_pipeline_by_data(Ms(10000), [&](int r, const ProcessGroups& pg) {
     Communicator& pipe = pg.pipeline().comm();
     ASSERT_EQ(pipe.size(), 2);
     const int stage = pipe.rank();
@@ -220,6 +229,30 @@ TEST(GlooP2P, MessagesOnThePipelineGroupUseItsLocalRanks) {
                                                        : fmt::format("from rank {}", r - 2)))
         << rec.back().detail;
     EXPECT_TRUE(contains(pg.pipeline().comm().collective_log()->describe_recent(4), "tag 3"));
+  });
+}
+
+// A message on a sub-group that times out names the group, the peer by its global and group
+// ranks, the tag and the bytes; the world and the other pipeline group are untouched.
+TEST(GlooP2P, ATimeoutOnThePipelineGroupNamesTheGroupAndThePeer) {
+  std::promise<void> failed;
+  std::shared_future<void> failed_f = failed.get_future().share();
+  run_pipeline_by_data(Ms(1000), [&](int r, const ProcessGroups& pg) {
+    Communicator& pipe = pg.pipeline().comm();
+    float x[4] = {};
+    if (r == 0) {
+      const std::string msg = peer_lost_message([&] { pipe.recv(x, 4, CommType::kF32, 1, 2); });
+      failed.set_value();
+      EXPECT_TRUE(contains(msg,
+                           "recv #1 from rank 2 (group rank 1) (tag 2, 4 x f32, 16 bytes) "
+                           "failed on rank 0 of group 'pipeline' (global ranks 0, 2) after"))
+          << msg;
+      EXPECT_TRUE(contains(msg, "timed out")) << msg;
+    } else {
+      failed_f.wait();
+    }
+    if (r == 1) pipe.send(x, 4, CommType::kF32, 1, 0);  // the other pipeline group still works
+    if (r == 3) pipe.recv(x, 4, CommType::kF32, 0, 0);
   });
 }
 

@@ -58,6 +58,8 @@ TEST(NcclP2P, ChainRelaysActivationsForwardAndGradientsBack) {
         EXPECT_EQ(grad[m]->download(), values<float>(m, count)) << "stage " << s << " mb " << m;
       }
     }
+    EXPECT_EQ(c.sequence(), 0) << "messages take no sequence number";
+    for (auto& w : works) EXPECT_LT(w->sequence(), 0);
     const auto totals = c.collective_log()->totals();
     const auto bytes = static_cast<int64_t>(count * sizeof(float));
     const int64_t sends = (s + 1 < P ? M : 0) + (s > 0 ? M : 0);
