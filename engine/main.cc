@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/config/parse.h"
+#include "engine/plan/pipeline_plan.h"
 #include "engine/plan/planner.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/local_session.h"
@@ -366,7 +367,10 @@ int run_check(const std::string& path, int world_size, bool config_only) {
   for (const auto& w : job.warnings)
     std::fprintf(stderr, "zerod: warning: %s: %s\n", path.c_str(), w.c_str());
   zerod::resolve_job(job.config, world_size);
-  zerod::check_supported(job.config);
+  zerod::check_supported(job.config, /*running=*/false);
+  // A pipeline's stages and schedule (the job cannot run yet: check_supported refuses it then).
+  if (job.config.parallelism.pipeline > 1)
+    std::fputs(zerod::format_pipeline_plan(zerod::make_pipeline_plan(job.config)).c_str(), stderr);
   // What `zerod train` checks at the start on this machine (nothing is created).
   if (!config_only) zerod::check_job_environment(job.config);
   // What bf16 computes with on this machine's CPU (the backend logs the same line at the start).

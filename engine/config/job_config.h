@@ -318,14 +318,24 @@ struct TrainConfig {
 
 // ---- the whole job ----------------------------------------------------------------------------
 // "parallelism": how the world's ranks split the model besides data parallelism (DESIGN.md
-// section 8). The data-parallel size is world / (tensor x context), derived with the world size;
-// DeepSpeed's tensor_parallel.autotp_size and sequence_parallel_size are aliases of tensor and
-// context (Ulysses).
+// section 8). The data-parallel size is world / (pipeline x tensor x context), derived with the
+// world size; DeepSpeed's tensor_parallel.autotp_size and sequence_parallel_size are aliases of
+// tensor and context (Ulysses).
 struct ParallelismConfig {
   int tensor = 1;
   bool sequence_parallel = false;  // Megatron SP in the tensor group
   int context = 1;
   std::string context_impl = "ulysses";  // ulysses | ring
+  // Pipeline parallelism (parallel/pipeline/): P stages of V chunks each, the micro-batches of a
+  // step (gradient_accumulation_steps) run in the named schedule's order.
+  int pipeline = 1;
+  std::string pipeline_schedule = "1f1b";      // gpipe | 1f1b | interleaved_1f1b | zero_bubble
+  int virtual_stages = 1;                      // V chunks per rank (interleaved_1f1b)
+  std::string pipeline_partition = "uniform";  // uniform | parameters | explicit
+  std::vector<int> pipeline_layers;            // "explicit": layers per stage (P x V of them)
+
+  // The ranks of one model replica (the data-parallel size is the world over this).
+  int model_ranks() const { return pipeline * tensor * context; }
 
   bool operator==(const ParallelismConfig&) const = default;
 };

@@ -2,12 +2,81 @@
 // sequence_parallel_size), and the rules that tie it to the model: tensor parallelism splits
 // heads (GQA: key/value head groups) and the MLP width, Ulysses context parallelism splits
 // heads (per tensor rank), context parallelism splits each sequence in 2C chunks, and the
-// vocabulary is padded to a multiple of 128 x tensor as Megatron does.
+// vocabulary is padded to a multiple of 128 x tensor as Megatron does. Pipeline parallelism
+// splits the layers into pipeline x virtual_stages stages (parallel/pipeline/partition.h) run in
+// a schedule's order (parallel/pipeline/schedule.h).
 #include <fmt/format.h>
 
 #include "engine/config/sections.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace zerod::config {
+
+namespace {
+
+// "pipeline", "pipeline_schedule", "virtual_stages" and "pipeline_partition": "uniform",
+// "parameters" or a list of layer counts.
+void read_pipeline(ObjectReader& r, ParallelismConfig& p) {
+  r.read_int("pipeline", p.pipeline, int_between(1, 1 << 16));
+  size_t idx = 0;
+  if (r.read_choice("pipeline_schedule", idx, pipeline::schedule_names(), false))
+    p.pipeline_schedule = pipeline::schedule_names()[idx];
+  r.read_int("virtual_stages", p.virtual_stages, int_between(1, 1 << 10));
+  const Json* part = r.find("pipeline_partition");
+  if (part == nullptr || !part->is_array()) {
+    const std::vector<std::string> methods = {"uniform", "parameters"};
+    if (r.read_choice("pipeline_partition", idx, methods, false))
+      p.pipeline_partition = methods[idx];
+    return;
+  }
+  std::vector<int> counts;
+  for (size_t i = 0; i < part->size(); ++i) {
+    int64_t n = 0;
+    if (!r.value_to_int((*part)[i], fmt::format("{}[{}]", r.path_of("pipeline_partition"), i), n,
+                        int_between(1, 1 << 20)))
+      return;
+    counts.push_back(static_cast<int>(n));
+  }
+  p.pipeline_partition = "explicit";
+  p.pipeline_layers = std::move(counts);
+}
+
+// The pipeline's rules against the model: P x V stages of at least one layer each, V dividing
+// the layers and only with interleaved_1f1b, an explicit list of P x V counts summing to them.
+void validate_pipeline(const JobConfig& cfg, Problems& p) {
+  const ParallelismConfig& par = cfg.parallelism;
+  const int layers = cfg.model.n_layer, P = par.pipeline, V = par.virtual_stages;
+  const char* layers_key = cfg.model.llama_family() ? "model.num_hidden_layers" : "model.n_layer";
+  if (V > 1 && par.pipeline_schedule != "interleaved_1f1b") {
+    p.error("parallelism.virtual_stages",
+            fmt::format("{} virtual stages need \"pipeline_schedule\": \"interleaved_1f1b\" (the "
+                        "schedule is \"{}\")",
+                        V, par.pipeline_schedule));
+  }
+  if (V > 1 && layers % V != 0) {
+    p.error("parallelism.virtual_stages",
+            fmt::format("{} does not divide the {} layers ({})", V, layers, layers_key));
+  }
+  const pipeline::PartitionMethod method = par.pipeline_partition == "explicit"
+                                               ? pipeline::PartitionMethod::kExplicit
+                                               : pipeline::PartitionMethod::kUniform;
+  const std::string why = pipeline::partition_problem(layers, P * V, method, par.pipeline_layers);
+  if (!why.empty()) {
+    p.error(method == pipeline::PartitionMethod::kExplicit ? "parallelism.pipeline_partition"
+                                                           : "parallelism.pipeline",
+            fmt::format("{} ({} = {}; pipeline {} x virtual_stages {})", why, layers_key, layers, P,
+                        V));
+  }
+}
+
+}  // namespace
+
+std::string model_ranks_text(const ParallelismConfig& p) {
+  return fmt::format("{}parallelism.tensor {} x parallelism.context {}",
+                     p.pipeline > 1 ? fmt::format("parallelism.pipeline {} x ", p.pipeline) : "",
+                     p.tensor, p.context);
+}
 
 void read_parallelism(ObjectReader& top, JobConfig& cfg) {
   ParallelismConfig& p = cfg.parallelism;
@@ -20,6 +89,7 @@ void read_parallelism(ObjectReader& top, JobConfig& cfg) {
     size_t idx = 0;
     const std::vector<std::string> impls = {"ulysses", "ring"};
     if (r.read_choice("context_impl", idx, impls, false)) p.context_impl = impls[idx];
+    read_pipeline(r, p);
     r.finish();
   }
   const bool has_tensor = top.has("parallelism") && top.find("parallelism")->is_object() &&
@@ -54,6 +124,7 @@ void read_parallelism(ObjectReader& top, JobConfig& cfg) {
 }
 
 void validate_parallelism(const JobConfig& cfg, Problems& p) {
+  validate_pipeline(cfg, p);
   const ParallelismConfig& par = cfg.parallelism;
   const ModelConfig& m = cfg.model;
   const int T = par.tensor, C = par.context;

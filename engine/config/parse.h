@@ -57,8 +57,10 @@ ParsedJob load_job_file(const std::string& path);
 // (re)computes every derived value. Idempotent. Throws ConfigError.
 void resolve_job(JobConfig& cfg, int world_size);
 
-// ConfigError listing each option that is recognised but not implemented yet in zerod.
-void check_supported(const JobConfig& cfg);
+// ConfigError listing each option that is recognised but not implemented yet in zerod. With
+// running false (`zerod check`), options whose plan can be shown without running them (pipeline
+// parallelism) pass.
+void check_supported(const JobConfig& cfg, bool running = true);
 
 // The fully resolved config: every field with its default or derived value, in the job file's
 // own format (derived values under "resolved"). parse_job_text(job_to_json(c).dump()) == c.

@@ -3,8 +3,8 @@
 //
 //   train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp
 //
-// over the data-parallel size dp = world_size / (parallelism.tensor x parallelism.context)
-// (the world size when neither splits the model).
+// over the data-parallel size dp = world_size / (parallelism.pipeline x tensor x context)
+// (the world size when none splits the model).
 //
 // Two of the three derive the third by integer division in DeepSpeed's order; one alone derives
 // the rest with gradient_accumulation_steps = 1. The result must then hold exactly.
@@ -12,6 +12,7 @@
 
 #include "engine/config/parse.h"
 #include "engine/config/sections.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace zerod {
 
@@ -105,11 +106,10 @@ void resolve_job(JobConfig& cfg, int world_size) {
   JobConfig out = cfg;  // cfg is left untouched when resolving fails
   out.world_size = world_size;
   // The batch triangle holds over the data-parallel ranks (DeepSpeed's dp world size).
-  const int model_ranks = out.parallelism.tensor * out.parallelism.context;
+  const int model_ranks = out.parallelism.model_ranks();
   if (world_size % model_ranks != 0) {
-    problems.push_back(fmt::format(
-        "world size {} is not divisible by parallelism.tensor {} x parallelism.context {} = {}",
-        world_size, out.parallelism.tensor, out.parallelism.context, model_ranks));
+    problems.push_back(fmt::format("world size {} is not divisible by {} = {}", world_size,
+                                   config::model_ranks_text(out.parallelism), model_ranks));
     throw ConfigError(std::move(problems), cfg.source);
   }
   out.data_parallel_size = world_size / model_ranks;
@@ -117,6 +117,17 @@ void resolve_job(JobConfig& cfg, int world_size) {
   const char* dp_name = model_ranks == 1 ? "world size" : "data-parallel size";
   const std::string how = derive_triangle(out, dp, dp_name, problems);
   if (problems.empty()) check_triangle(out, dp, dp_name, how, problems);
+  // The pipeline's micro-batches per step are the gradient accumulation steps (DeepSpeed's rule).
+  pipeline::ScheduleKind schedule{};
+  if (problems.empty() && out.parallelism.pipeline > 1 &&
+      pipeline::parse_schedule_name(out.parallelism.pipeline_schedule, schedule)) {
+    const std::string why = pipeline::schedule_problem(
+        schedule, out.parallelism.pipeline, static_cast<int>(out.grad_accum()),
+        schedule == pipeline::ScheduleKind::kInterleaved1F1B ? out.parallelism.virtual_stages : 1);
+    if (!why.empty())
+      problems.push_back(fmt::format("parallelism.pipeline_schedule: {} (pipeline {})", why,
+                                     out.parallelism.pipeline));
+  }
   // Muon's matrix exchange between data-parallel ranks moves host buffers, which NCCL cannot.
   if (out.optimizer.type == "Muon" && out.train.device == TrainDevice::kCuda && dp > 1) {
     problems.push_back(fmt::format(

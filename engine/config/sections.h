@@ -45,6 +45,9 @@ void read_resolved(ObjectReader& top, JobConfig& cfg);
 // (parallelism_section.cc); validate_parallelism: its rules against the model.
 void read_parallelism(ObjectReader& top, JobConfig& cfg);
 void validate_parallelism(const JobConfig& cfg, Problems& problems);
+// "parallelism.tensor T x parallelism.context C", with "parallelism.pipeline P x " before it
+// when P > 1: the ranks of one model replica, for messages.
+std::string model_ranks_text(const ParallelismConfig& p);
 
 // Cross-field rules that need no world size (validate.cc).
 void validate_job(const JobConfig& cfg, Problems& problems);

@@ -205,13 +205,17 @@ const char* train_device_name(TrainDevice d) {
 namespace config {
 Json rank_layout_json(const JobConfig& cfg) {
   const ParallelismConfig& p = cfg.parallelism;
-  if (int64_t{cfg.data_parallel_size} * p.tensor * p.context != cfg.world_size) return nullptr;
-  const Mesh mesh(MeshShape{
-      .pipeline = 1, .data = cfg.data_parallel_size, .context = p.context, .tensor = p.tensor});
-  return {{"tensor", mesh.groups({MeshAxis::kTensor})},
-          {"context", mesh.groups({MeshAxis::kContext})},
-          {"data", mesh.groups({MeshAxis::kData})},
-          {"zero", mesh.groups({MeshAxis::kData, MeshAxis::kContext})}};
+  if (int64_t{cfg.data_parallel_size} * p.model_ranks() != cfg.world_size) return nullptr;
+  const Mesh mesh(MeshShape{.pipeline = p.pipeline,
+                            .data = cfg.data_parallel_size,
+                            .context = p.context,
+                            .tensor = p.tensor});
+  Json out = {{"tensor", mesh.groups({MeshAxis::kTensor})},
+              {"context", mesh.groups({MeshAxis::kContext})},
+              {"data", mesh.groups({MeshAxis::kData})},
+              {"zero", mesh.groups({MeshAxis::kData, MeshAxis::kContext})}};
+  if (p.pipeline > 1) out["pipeline"] = mesh.groups({MeshAxis::kPipeline});
+  return out;
 }
 }  // namespace config
 
@@ -363,7 +367,13 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
        {{"tensor", cfg.parallelism.tensor},
         {"sequence_parallel", cfg.parallelism.sequence_parallel},
         {"context", cfg.parallelism.context},
-        {"context_impl", cfg.parallelism.context_impl}}},
+        {"context_impl", cfg.parallelism.context_impl},
+        {"pipeline", cfg.parallelism.pipeline},
+        {"pipeline_schedule", cfg.parallelism.pipeline_schedule},
+        {"virtual_stages", cfg.parallelism.virtual_stages},
+        {"pipeline_partition", cfg.parallelism.pipeline_partition == "explicit"
+                                   ? Json(cfg.parallelism.pipeline_layers)
+                                   : Json(cfg.parallelism.pipeline_partition)}}},
       {"resolved",
        {{"world_size", cfg.world_size},
         {"compute_dtype", std::string(dtype_name(cfg.compute_dtype()))},

@@ -132,7 +132,7 @@ void read_resolved(ObjectReader& top, JobConfig& cfg) {
   expect("compute_dtype", std::string(dtype_name(cfg.compute_dtype())));
   expect("padded_vocab_size", cfg.model.padded_vocab_size);
   expect("overlap_comm", cfg.zero.overlap_comm_resolved);
-  const int model_ranks = cfg.parallelism.tensor * cfg.parallelism.context;
+  const int model_ranks = cfg.parallelism.model_ranks();
   if (cfg.world_size % model_ranks == 0) {
     cfg.data_parallel_size = cfg.world_size / model_ranks;
     expect("data_parallel_size", cfg.data_parallel_size);
@@ -140,10 +140,8 @@ void read_resolved(ObjectReader& top, JobConfig& cfg) {
   } else {
     r.find("data_parallel_size");
     r.find("layout");
-    problems.error("resolved.world_size",
-                   fmt::format("{} is not divisible by parallelism.tensor {} x "
-                               "parallelism.context {}",
-                               cfg.world_size, cfg.parallelism.tensor, cfg.parallelism.context));
+    problems.error("resolved.world_size", fmt::format("{} is not divisible by {}", cfg.world_size,
+                                                      model_ranks_text(cfg.parallelism)));
   }
   r.finish();
 }

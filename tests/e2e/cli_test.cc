@@ -189,6 +189,37 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
   EXPECT_NE(r.output.find("\"padded_vocab_size\": 256"), std::string::npos) << r.output;
 }
 
+// A pipeline job: `zerod check` prints each stage's layers and parameters, each rank's model
+// states, and the schedule's simulated bubble; `zerod train` refuses it (no executor yet).
+TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRefusesIt) {
+  write("p.json", R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+      "model": {"n_layer": 4, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "parallelism": {"pipeline": 2, "pipeline_schedule": "1f1b"},
+      "data": {"train": "data/t_train_*.bin"}, "train": {"steps": 2}})");
+  const RunResult r = run("check p.json --world-size 2", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // (P - 1) / (M + P - 1) = 1 / 5 with F = 1, B = 2.
+  EXPECT_NE(r.output.find("schedule 1f1b, 4 micro-batches per step: simulated bubble 0.2000"),
+            std::string::npos)
+      << r.output;
+  // 16-wide blocks of 3280 parameters; wte 256 x 16 + wpe 16 x 16 = 4352; ln_f 32 and the tied
+  // head's copy of wte 4096.
+  EXPECT_NE(r.output.find("stage 0 (rank 0, chunk 0): layers 0-1 (2) + embedding, 10912 "
+                          "parameters"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("stage 1 (rank 1, chunk 0): layers 2-3 (2) + final norm and head, "
+                          "10688 parameters"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("at most 2 micro-batch activations live"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"pipeline\": [\n"), std::string::npos) << r.output;  // the layout
+  const RunResult t = run("train p.json --nproc-per-node 2", dir_);
+  EXPECT_EQ(t.code, 2) << t.output;
+  EXPECT_NE(t.output.find("pipeline execution is not implemented yet"), std::string::npos)
+      << t.output;
+}
+
 TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name :
        {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
@@ -274,6 +305,17 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
            "data": {"train": "data/t_train_*.bin", "document_masking": true, "eos_token_id": 256},
            "train": {"steps": 1}})",
        "data.eos_token_id: 256 is not a token of the model"},
+      {"more pipeline stages than layers", "check j.json --world-size 4", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+           "parallelism": {"pipeline": 4},
+           "model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "train": {"steps": 1}})",
+       "parallelism.pipeline: 4 pipeline stages for 2 layers"},
+      {"a pipeline with too few micro-batches", "check j.json --world-size 2", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "parallelism": {"pipeline": 2},
+           "model": {"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+           "train": {"steps": 1}})",
+       "1 micro-batches (gradient_accumulation_steps) < 2 stages"},
       {"bad flag value", "train --nproc-per-node 0", "", "", "nproc-per-node"},
       {"unknown flag", "train --bogus", "", "", "bogus"},
       {"bad log level", "--log-level loud check j.json", "j.json", job(), "loud"},

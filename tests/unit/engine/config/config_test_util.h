@@ -39,6 +39,17 @@ inline std::vector<std::string> problems_of(const std::string& text) {
   return {};
 }
 
+// The problems resolve_job reports for `text` on `world` ranks; empty when it resolves.
+inline std::vector<std::string> resolve_problems(const std::string& text, int world) {
+  try {
+    ParsedJob job = parse(text);
+    resolve_job(job.config, world);
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
 inline bool contains(const std::vector<std::string>& lines, const std::string& needle) {
   return std::any_of(lines.begin(), lines.end(),
                      [&](const std::string& l) { return l.find(needle) != std::string::npos; });

@@ -14,16 +14,7 @@ using testing_config::job_with;
 using testing_config::joined;
 using testing_config::parse;
 using testing_config::problems_of;
-
-std::vector<std::string> resolve_problems(const std::string& text, int world) {
-  try {
-    ParsedJob job = parse(text);
-    resolve_job(job.config, world);
-  } catch (const ConfigError& e) {
-    return e.problems();
-  }
-  return {};
-}
+using testing_config::resolve_problems;
 
 TEST(Parallelism, WithoutTheSectionTheWorldIsTheDataParallelGroup) {
   ParsedJob job = parse(job_with(json::object()));

@@ -1,0 +1,111 @@
+// pipeline_plan.h: the partition over the model's layout, the ZeRO formula per rank and the
+// schedule's simulation.
+#include "engine/plan/pipeline_plan.h"
+
+#include <fmt/format.h>
+
+#include "engine/config/model_spec.h"
+#include "engine/plan/planner.h"
+#include "model/layout.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/simulate.h"
+#include "zero/zero_engine.h"
+
+namespace zerod {
+
+namespace {
+
+int64_t real_parameters(const UnitLayout& u) {
+  int64_t n = 0;
+  for (const TensorInfo& t : u.tensors) n += t.numel;
+  return n;
+}
+
+}  // namespace
+
+PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
+  const ParallelismConfig& par = cfg.parallelism;
+  PipelinePlan plan;
+  plan.schedule = par.pipeline_schedule;
+  plan.ranks = par.pipeline;
+  plan.virtual_stages = par.virtual_stages;
+  plan.micro_batches = static_cast<int>(cfg.grad_accum());
+  const int P = plan.ranks, V = plan.virtual_stages, S = P * V;
+  const ParamLayout layout(model_spec(cfg.model), 16, TensorShard{0, par.tensor});
+  const int L = layout.spec().n_layer;
+
+  pipeline::PartitionRequest req;
+  req.layers = L;
+  req.stages = S;
+  req.method = par.pipeline_partition == "explicit"     ? pipeline::PartitionMethod::kExplicit
+               : par.pipeline_partition == "parameters" ? pipeline::PartitionMethod::kParameters
+                                                        : pipeline::PartitionMethod::kUniform;
+  req.counts = par.pipeline_layers;
+  for (int l = 0; l < L; ++l) req.layer_params.push_back(real_parameters(layout.unit(l + 1)));
+  const UnitLayout& emb = layout.unit(layout.embedding_unit());
+  req.first_params = real_parameters(emb);
+  // The head: the final unit (norm, and lm_head when untied), or with a tied embedding the
+  // final norm plus a copy of the embedding matrix (its first tensor).
+  const bool tied = layout.lm_head_offset() < 0;
+  req.last_params =
+      real_parameters(layout.unit(layout.final_unit())) + (tied ? emb.tensors.front().numel : 0);
+  const std::vector<int> counts = pipeline::partition_layers(req);
+  const std::vector<int> first = pipeline::stage_first_layers(counts);
+
+  plan.rank_parameters.assign(static_cast<size_t>(P), 0);
+  for (int s = 0; s < S; ++s) {
+    PipelineStagePlan st;
+    st.stage = s;
+    st.rank = pipeline::stage_rank(s, P);
+    st.chunk = pipeline::stage_chunk(s, P);
+    st.first_layer = first[s];
+    st.layers = counts[s];
+    st.embedding = s == 0;
+    st.head = s == S - 1;
+    for (int l = first[s]; l < first[s + 1]; ++l) st.parameters += req.layer_params[l];
+    if (st.embedding) st.parameters += req.first_params;
+    if (st.head) st.parameters += req.last_params;
+    plan.rank_parameters[st.rank] += st.parameters;
+    plan.stages.push_back(st);
+  }
+  const int zero_group = cfg.data_parallel_size * par.context;
+  const int compute_bytes = static_cast<int>(dtype_size(cfg.compute_dtype()));
+  for (int64_t p : plan.rank_parameters) {
+    plan.rank_state_bytes.push_back(
+        zero_formula_bytes(static_cast<double>(p), zero_group, cfg.zero.stage, compute_bytes)
+            .states());
+  }
+
+  pipeline::ScheduleKind kind{};
+  if (pipeline::parse_schedule_name(par.pipeline_schedule, kind)) {
+    const pipeline::Simulation sim = pipeline::simulate(
+        pipeline::make_schedule(kind, P, plan.micro_batches, V), plan.micro_batches, V);
+    plan.bubble = sim.bubble;
+    plan.live_micro_batches = sim.peak_live;
+  }
+  return plan;
+}
+
+std::string format_pipeline_plan(const PipelinePlan& p) {
+  std::string out = fmt::format(
+      "pipeline: {} stages on {} ranks ({} virtual stage{} each), schedule {}, {} micro-batches "
+      "per step: simulated bubble {:.4f} (unit costs F = 1, B = 2; Bi = W = 1)\n",
+      p.ranks * p.virtual_stages, p.ranks, p.virtual_stages, p.virtual_stages == 1 ? "" : "s",
+      p.schedule, p.micro_batches, p.bubble);
+  for (const PipelineStagePlan& s : p.stages) {
+    out += fmt::format("  stage {} (rank {}, chunk {}): layers {}-{} ({}){}{}, {} parameters\n",
+                       s.stage, s.rank, s.chunk, s.first_layer, s.first_layer + s.layers - 1,
+                       s.layers, s.embedding ? " + embedding" : "",
+                       s.head ? " + final norm and head" : "", s.parameters);
+  }
+  for (size_t r = 0; r < p.rank_parameters.size(); ++r) {
+    out += fmt::format(
+        "  rank {}: {} parameters, model states {} per rank (ZeRO formula: weights, gradients, "
+        "optimizer; activations not included), at most {} micro-batch activations live\n",
+        r, p.rank_parameters[r], format_bytes(p.rank_state_bytes[r]),
+        r < p.live_micro_batches.size() ? p.live_micro_batches[r] : 0);
+  }
+  return out;
+}
+
+}  // namespace zerod
