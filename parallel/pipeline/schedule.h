@@ -12,9 +12,10 @@
 // is followed by a send-activation to the next stage's rank; the backward's gradient goes the
 // other way (recv-grad before, send-grad after). Between the chunks of one rank (P = 1 with
 // V > 1) nothing is sent. Sends are non-blocking (the runner posts them and goes on; the tensor
-// stays alive until the receiver has it) and receives block; activations and gradients are two
-// separate ordered streams per pair of ranks, so each kind must be received in the order it was
-// sent (simulate.h checks this).
+// stays alive until the receiver has it) and receives block; everything one rank sends another,
+// activations and gradients alike, is one ordered stream (comm's point-to-point messages match by
+// order per ordered pair of ranks), so the receiver lists them in the order they are sent
+// (simulate.h checks this).
 #pragma once
 
 #include <string>

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
@@ -16,6 +16,7 @@ namespace zerod::pipeline {
 namespace {
 
 struct Message {
+  bool grad = false;  // a gradient (else an activation)
   int micro_batch = 0;
   int stage = 0;  // the sender's global stage
   double sent = 0.0;
@@ -87,10 +88,10 @@ class Simulator {
     for (const auto& [key, q] : streams_) {
       if (!q.empty())
         ZD_THROW(
-            "pipeline schedule: rank {} sends {} {} message(s) rank {} never receives "
-            "(first: micro-batch {} of stage {})",
-            std::get<0>(key), q.size(), std::get<2>(key) ? "gradient" : "activation",
-            std::get<1>(key), q.front().micro_batch, q.front().stage);
+            "pipeline schedule: rank {} sends {} message(s) rank {} never receives (first: "
+            "the {} of micro-batch {} of stage {})",
+            key.first, q.size(), key.second, q.front().grad ? "gradient" : "activation",
+            q.front().micro_batch, q.front().stage);
     }
     out_.finish = clock_;
     out_.makespan = *std::max_element(clock_.begin(), clock_.end());
@@ -108,8 +109,8 @@ class Simulator {
   std::vector<size_t> pc_;
   std::vector<double> clock_;
   std::vector<int> live_;
-  // (sender, receiver, gradient?) -> messages in flight
-  std::map<std::tuple<int, int, bool>, std::deque<Message>> streams_;
+  // (sender, receiver) -> messages in flight, in the order sent
+  std::map<std::pair<int, int>, std::deque<Message>> streams_;
   Simulation out_;
 
   StageState& at(int m, int s) {
@@ -133,21 +134,22 @@ class Simulator {
   }
 
   void send(int r, int s, int m, int to, bool grad) {
-    std::deque<Message>& q = streams_[{r, to, grad}];
-    q.push_back({m, s, clock_[r]});
+    std::deque<Message>& q = streams_[{r, to}];
+    q.push_back({grad, m, s, clock_[r]});
     out_.max_stream_depth = std::max(out_.max_stream_depth, static_cast<int>(q.size()));
     out_.start[r][pc_[r]] = clock_[r];
   }
   // false: nothing to receive yet (the rank blocks)
   bool receive(int r, int m, int from, int from_stage, bool grad) {
-    auto it = streams_.find({from, r, grad});
+    auto it = streams_.find({from, r});
     if (it == streams_.end() || it->second.empty()) return false;
     const Message msg = it->second.front();
-    if (msg.micro_batch != m || msg.stage != from_stage)
+    const auto kind = [](bool g) { return g ? "gradient" : "activation"; };
+    if (msg.grad != grad || msg.micro_batch != m || msg.stage != from_stage)
       fail(r,
-           "the next {} rank {} sent on this stream is micro-batch {} of stage {}, not "
-           "micro-batch {} of stage {} (sends and receives in different orders)",
-           grad ? "gradient" : "activation", from, msg.micro_batch, msg.stage, m, from_stage);
+           "the next message rank {} sent to this rank is the {} of micro-batch {} of stage {}, "
+           "not the {} of micro-batch {} of stage {} (sends and receives in different orders)",
+           from, kind(msg.grad), msg.micro_batch, msg.stage, kind(grad), m, from_stage);
     it->second.pop_front();
     clock_[r] = std::max(clock_[r], msg.sent);
     out_.start[r][pc_[r]] = clock_[r];

@@ -2,11 +2,13 @@
 // all ranks at once.
 //
 // The model. Each rank runs its list in order, each action as early as it can. Compute actions
-// take their cost (Costs); sends take no time and never block: the message (micro-batch, sending
-// stage, time sent) goes into an unbounded FIFO stream per (sender, receiver, activation|grad),
-// as a runner with non-blocking sends (isend; the tensor kept until received) behaves. A receive
-// blocks until its stream holds a message and takes the oldest, which must be the one it names
-// (same micro-batch, the neighbouring stage): the two sides list each stream in the same order.
+// take their cost (Costs); sends take no time and never block: the message (activation or
+// gradient, micro-batch, sending stage, time sent) goes into an unbounded FIFO stream per
+// (sender, receiver), both kinds in one, as a runner with non-blocking sends (isend; the tensor
+// kept until received) over comm's point-to-point messages (matched by order per ordered pair of
+// ranks) behaves. A receive blocks until its stream holds a message and takes the oldest, which
+// must be the one it names (kind, micro-batch, the neighbouring stage): the two sides list each
+// stream in the same order.
 // Messages arrive the moment they are sent (no link latency). The deepest any stream gets is
 // reported: the buffering a runner needs.
 //

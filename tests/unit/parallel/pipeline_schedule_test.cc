@@ -151,6 +151,31 @@ TEST(PipelineSchedule, CheckerCatchesSwappedSends) {
   EXPECT_NE(msg.find("before its forward"), std::string::npos) << msg;
 }
 
+// Activations and gradients share one ordered stream per pair of ranks (as comm's point-to-point
+// messages match by order per ordered pair): at P = 2 with V = 2, rank 0 sends rank 1 both, and
+// rank 1 must receive them in the order they were sent.
+TEST(PipelineSchedule, CheckerOrdersActivationsAndGradientsOnOneStream) {
+  Schedule s = interleaved_1f1b_schedule(2, 2, 2);
+  std::vector<Action>& r1 = s[1];
+  const auto is = [](ActionKind k) { return [k](const Action& a) { return a.kind == k; }; };
+  const auto grad = std::find_if(r1.begin(), r1.end(), is(ActionKind::kRecvGrad));
+  ASSERT_NE(grad, r1.end());
+  ASSERT_EQ(grad->peer, 0);
+  const auto act =
+      std::find_if(std::make_reverse_iterator(grad), r1.rend(), is(ActionKind::kRecvActivation));
+  ASSERT_NE(act, r1.rend());
+  // The gradient's receive moved before the activation's that precedes it.
+  const Action g = *grad;
+  const auto at = std::prev(act.base());
+  r1.erase(grad);
+  r1.insert(at, g);
+  const std::string msg = message_of(s, 2, 2);
+  EXPECT_NE(msg.find("the next message rank 0 sent to this rank is the activation"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("not the gradient"), std::string::npos) << msg;
+}
+
 TEST(PipelineSchedule, CheckerCatchesAMissingBackward) {
   Schedule s = one_f_one_b_schedule(3, 6);
   auto it = std::find(s[2].begin(), s[2].end(), Action{ActionKind::kBackward, 5, 0, -1});
