@@ -17,7 +17,7 @@ struct Feature {
 // Sections that switch a DeepSpeed feature on; allowed only as {"enabled": false, ...}.
 const Feature kSections[] = {
     {"amp", "NVIDIA Apex AMP"},
-    {"pipeline", "pipeline parallelism"},
+    {"pipeline", "DeepSpeed's pipeline section (pipeline parallelism is parallelism.pipeline)"},
     {"elasticity", "elastic training"},
     {"compression_training", "compression training"},
     {"data_efficiency", "data efficiency (curriculum learning, data routing)"},
