@@ -3,7 +3,7 @@ directory, prints the markdown tables (median tokens/s and spread over the round
 ratios to every PyTorch mode, the issue-21 targets; DeepSpeed beside zerod per world and stage)
 and writes them as JSON.
 
-  python baselines_table.py DIR ROUNDS DEEPSPEED(0|1) JSON_OUT THREADS "ARGS"
+  python baselines_table.py DIR ROUNDS DS_ROUNDS DEEPSPEED(0|1) JSON_OUT THREADS "ARGS"
 """
 import datetime
 import json
@@ -34,8 +34,8 @@ def summary(values):
 
 
 def main():
-    tmp, rounds, ds, json_out, threads, args = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4], \
-        int(sys.argv[5]), sys.argv[6]
+    tmp, rounds, ds_rounds, ds, json_out, threads, args = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+        sys.argv[4] == "1", sys.argv[5], int(sys.argv[6]), sys.argv[7]
     runs = {m: [json.load(open(f"{tmp}/{m}.{r}.json")) for r in range(1, rounds + 1)] for m in MODES}
     mflop = runs["zerod-fp32"][0]["mflop_per_token"]
     rows = {m: summary([x["tokens_per_s"] for x in runs[m]]) for m in MODES}
@@ -78,14 +78,14 @@ def main():
         print("|---|---|---|---|---|---|---|")
         for world in (1, 2):
             zero = {0: [], 3: []}
-            for r in range(1, rounds + 1):
+            for r in range(1, ds_rounds + 1):
                 for line in open(f"{tmp}/zero-w{world}.{r}.txt"):
                     mt = ZERO_ROW.match(line)
                     if mt:
                         zero[int(mt.group(1))].append(float(mt.group(3)))
             for stage in (0, 3):
                 d = summary([json.load(open(f"{tmp}/ds-w{world}-s{stage}.{r}.json"))["tokens_per_s"]
-                             for r in range(1, rounds + 1)])
+                             for r in range(1, ds_rounds + 1)])
                 z = summary(zero[stage])
                 out["deepspeed"].append({"world": world, "stage": stage, "deepspeed": d, "zerod": z,
                                          "ratio": z["median"] / d["median"]})

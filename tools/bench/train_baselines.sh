@@ -8,7 +8,7 @@
 #   worlds 1 and 2, each beside zerod_zero_bench at the same world and stages.
 # Prints one table (tokens/s median and spread over the rounds, GFLOP/s, ratios) and writes it as
 # JSON (--json-out, default BUILD/bench/train_baselines.json).
-#   tools/bench/train_baselines.sh [--rounds N] [--no-deepspeed] [--json-out FILE]
+#   tools/bench/train_baselines.sh [--rounds N] [--ds-rounds N] [--no-deepspeed] [--json-out FILE]
 #                                  [--steps N] [--warmup N] [shape flags of zerod_train_bench]
 # PyTorch and DeepSpeed come from PyPI, pinned, into a venv made once at BUILD/torch-venv (a
 # few GB: PyPI's Linux torch wheel brings its CUDA libraries, unused here).
@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=3
+ds_rounds=""
 deepspeed=1
 json_out=""
 steps=10
@@ -24,6 +25,7 @@ shape=()
 while (($#)); do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
+    --ds-rounds) ds_rounds=$2; shift 2 ;;  # (default: --rounds)
     --no-deepspeed) deepspeed=0; shift ;;
     --json-out) json_out=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -34,6 +36,7 @@ while (($#)); do
   esac
 done
 build=${ZEROD_BUILD_DIR:-build}
+[[ -n "$ds_rounds" ]] || ds_rounds=$rounds
 [[ -n "$json_out" ]] || json_out="$build/bench/train_baselines.json"
 torch_version=2.15.0
 deepspeed_version=0.19.8
@@ -85,7 +88,7 @@ done
 
 if ((deepspeed)); then
   port=$((29500 + RANDOM % 400))
-  for ((r = 1; r <= rounds; ++r)); do
+  for ((r = 1; r <= ds_rounds; ++r)); do
     for world in 1 2; do
       for stage in 0 3; do
         log="$tmp/ds-w$world-s$stage.$r.log"
@@ -97,7 +100,8 @@ if ((deepspeed)); then
         echo "round $r deepspeed world $world stage $stage: $("$py" -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' "$tmp/ds-w$world-s$stage.$r.json") tokens/s"
       done
       log="$tmp/zero-w$world.$r.log"
-      "$build/tools/bench/zerod_zero_bench" --world "$world" --stages 0,3 "${common[@]}" >"$log" 2>&1 ||
+      "$build/tools/bench/zerod_zero_bench" --world "$world" --stages 0,3 --comm-bytes 0 \
+        "${common[@]}" >"$log" 2>&1 ||
         { echo "zerod_zero_bench world $world failed:"; tail -n 20 "$log"; exit 1; }
       cp "$log" "$tmp/zero-w$world.$r.txt"
       echo "round $r zerod world $world stages 0,3: $(grep -E '^ +[03] +none' "$log" | awk '{printf "%s ", $5}')tokens/s"
@@ -106,4 +110,5 @@ if ((deepspeed)); then
 fi
 
 mkdir -p "$(dirname "$json_out")"
-"$py" tools/bench/baselines_table.py "$tmp" "$rounds" "$deepspeed" "$json_out" "$threads" "${common[*]}"
+"$py" tools/bench/baselines_table.py "$tmp" "$rounds" "$ds_rounds" "$deepspeed" "$json_out" "$threads" \
+  "${common[*]}"
