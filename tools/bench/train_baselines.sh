@@ -7,7 +7,8 @@
 #   path (tools/bench/ds_gpt.py, torchrun over Gloo, DS_ACCELERATOR=cpu) at ZeRO stages 0 and 3,
 #   worlds 1 and 2, each beside zerod_zero_bench at the same world and stages.
 # Prints one table (tokens/s median and spread over the rounds, GFLOP/s, ratios) and writes it as
-# JSON (--json-out, default BUILD/bench/train_baselines.json).
+# JSON (--json-out, default BUILD/bench/train_baselines.json; every run's log beside it in
+# BUILD/bench/train_baselines_runs/).
 #   tools/bench/train_baselines.sh [--rounds N] [--ds-rounds N] [--no-deepspeed] [--json-out FILE]
 #                                  [--steps N] [--warmup N] [shape flags of zerod_train_bench]
 # PyTorch and DeepSpeed come from PyPI, pinned, into a venv made once at BUILD/torch-venv (a
@@ -110,5 +111,8 @@ if ((deepspeed)); then
 fi
 
 mkdir -p "$(dirname "$json_out")"
+# Every run's log and JSON line kept beside the table (JSON_OUT without .json, + _runs/).
+runs_dir="${json_out%.json}_runs"
+rm -rf "$runs_dir" && mkdir -p "$runs_dir" && cp -r "$tmp"/. "$runs_dir"/
 "$py" tools/bench/baselines_table.py "$tmp" "$rounds" "$ds_rounds" "$deepspeed" "$json_out" "$threads" \
   "${common[*]}"
