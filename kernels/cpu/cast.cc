@@ -56,4 +56,20 @@ void cast_round(float* out, const float* in, int64_t n, DType dtype) {
   }
 }
 
+void cast_round_serial(float* out, const float* in, int64_t n, DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      if (out != in && n > 0) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kBF16:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_round_value(in[i]);
+      return;
+    case DType::kF16:
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_round_value(in[i]);
+      return;
+  }
+}
+
 }  // namespace zerod::cpu

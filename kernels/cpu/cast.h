@@ -17,5 +17,8 @@ void round_f16_inplace(float* x, int64_t n);
 
 // out (n) = in (n) rounded to `dtype` (fp32: copied). out may equal in.
 void cast_round(float* out, const float* in, int64_t n, DType dtype);
+// cast_round on the calling thread only (vectorised, no OpenMP region): for callers already
+// inside a parallel loop (a nested region per call costs more than the rounding of a row).
+void cast_round_serial(float* out, const float* in, int64_t n, DType dtype);
 
 }  // namespace zerod::cpu

@@ -81,7 +81,7 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
       if (dlogits_bf16 != nullptr) std::fill(dlogits_bf16 + n * Vp, dlogits_bf16 + (n + 1) * Vp, 0);
       continue;
     }
-    if (rounding) cast_round(x, x, V, round_to);  // (the padding columns are zeroed below)
+    if (rounding) cast_round_serial(x, x, V, round_to);  // (the padding columns are zeroed below)
     const float m = row_max(x, V);
     const float xt = x[t];
     float s = 0.0f;
@@ -97,7 +97,7 @@ void crossentropy_fused(float* losses, float* logits_to_dlogits, const int32_t* 
     for (int j = 0; j < V; ++j) x[j] *= scale;
     x[t] -= dloss;
     std::fill(x + V, x + Vp, 0.0f);
-    if (rounding) cast_round(x, x, V, round_to);
+    if (rounding) cast_round_serial(x, x, V, round_to);
     if (dlogits_bf16 != nullptr) {  // (bf16 values: their bits are the fp32 bits' upper half)
       uint16_t* o = dlogits_bf16 + n * Vp;
 #pragma omp simd simdlen(16)
