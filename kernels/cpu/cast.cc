@@ -1,5 +1,6 @@
 #include "kernels/cpu/cast.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -41,18 +42,17 @@ void round_f16_inplace(float* x, int64_t n) {
 }
 
 void cast_round(float* out, const float* in, int64_t n, DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      if (out != in && n > 0) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case DType::kBF16:
-#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMinElems)
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_round_value(in[i]);
-      return;
-    case DType::kF16:
-#pragma omp parallel for simd schedule(static) if (n >= 4 * kParallelMinElems)
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_round_value(in[i]);
-      return;
+  if (dtype == DType::kF32 || n < 4 * kParallelMinElems) {
+    cast_round_serial(out, in, n, dtype);
+    return;
+  }
+  // Blocks of the serial rounding in parallel (element-wise: the same bits for any split).
+  constexpr int64_t kBlock = kParallelMinElems;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i0 = b * kBlock;
+    cast_round_serial(out + i0, in + i0, std::min(kBlock, n - i0), dtype);
   }
 }
 
