@@ -1,0 +1,210 @@
+// The mixture-of-experts kernels' own contracts (torch parity is moe_test.cc): no tokens, thread
+// independence, the grouped matmul's bits against one matmul per expert, the multi-layer aux
+// loss, the permutation's plan, and the refusals of bad options.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/grouped_matmul.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/moe_permute.h"
+#include "kernels/cpu/moe_router.h"
+#include "tests/unit/kernels/kernel_test_util.h"
+
+namespace zerod::cpu {
+namespace {
+
+using test::VecF;
+using VecI = std::vector<int32_t>;
+using VecL = std::vector<int64_t>;
+
+MoeRouterOptions options(int E, int k, bool drop, MoeDropPolicy policy = MoeDropPolicy::kProbs) {
+  MoeRouterOptions o;
+  o.num_experts = E;
+  o.top_k = k;
+  o.drop_tokens = drop;
+  o.capacity_factor = 1.0;
+  o.drop_policy = policy;
+  return o;
+}
+
+struct RouterRun {
+  VecF probs, lse, weight, dlogits;
+  VecI expert;
+  VecL routed, kept;
+  std::vector<double> prob_sum;
+  MoeRouterStats stats;
+};
+
+RouterRun run_router(const VecF& logits, int64_t N, const MoeRouterOptions& o) {
+  const auto E = static_cast<size_t>(o.num_experts), Nk = static_cast<size_t>(N * o.top_k);
+  RouterRun r{VecF(logits.size()),
+              VecF(static_cast<size_t>(N)),
+              VecF(Nk),
+              VecF(logits.size()),
+              VecI(Nk),
+              VecL(E),
+              VecL(E),
+              std::vector<double>(E),
+              {}};
+  r.stats =
+      moe_router_forward(r.probs.data(), r.lse.data(), r.expert.data(), r.weight.data(),
+                         r.routed.data(), r.kept.data(), r.prob_sum.data(), logits.data(), N, o);
+  const VecF dweight = test::randn(static_cast<int64_t>(Nk), 77);
+  MoeRouterLossGrad lg{0.01f, r.routed.data(), N, 0.001f};
+  moe_router_backward(r.dlogits.data(), dweight.data(), r.probs.data(), r.lse.data(),
+                      r.expert.data(), N, o, lg);
+  return r;
+}
+
+TEST(MoeKernels, NoTokens) {
+  const MoeRouterOptions o = options(4, 2, true);
+  const RouterRun r = run_router({}, 0, o);
+  EXPECT_EQ(r.stats.aux_loss, 0.0);
+  EXPECT_EQ(r.stats.z_loss, 0.0);
+  EXPECT_EQ(r.stats.dropped, 0);
+  EXPECT_EQ(r.kept, VecL(4, 0));
+  VecL offsets(5, -1);
+  EXPECT_EQ(moe_permute_plan(offsets.data(), nullptr, nullptr, nullptr, 0, 2, 4), 0);
+  EXPECT_EQ(offsets, VecL(5, 0));
+  VecF dw(4 * 3 * 2, 1.0f);
+  grouped_matmul_forward(nullptr, nullptr, dw.data(), nullptr, offsets.data(), 4, 2, 3);
+  grouped_matmul_backward(nullptr, dw.data(), nullptr, nullptr, nullptr, dw.data(), offsets.data(),
+                          4, 2, 3, false);
+  EXPECT_EQ(dw, VecF(24, 1.0f));  // untouched
+}
+
+TEST(MoeKernels, RouterIsThreadCountIndependent) {
+  const int64_t N = 8192;  // N * E above the parallel threshold
+  for (auto policy : {MoeDropPolicy::kProbs, MoeDropPolicy::kPosition}) {
+    const MoeRouterOptions o = options(8, 2, true, policy);
+    const VecF logits = test::randn(N * 8, 5, 2.0f);
+    const auto [one, two] = test::with_1_and_2_threads([&] { return run_router(logits, N, o); });
+    EXPECT_TRUE(test::bitwise_equal(one.probs, two.probs));
+    EXPECT_TRUE(test::bitwise_equal(one.weight, two.weight));
+    EXPECT_TRUE(test::bitwise_equal(one.dlogits, two.dlogits));
+    EXPECT_EQ(one.expert, two.expert);
+    EXPECT_EQ(one.stats.aux_loss, two.stats.aux_loss);
+    EXPECT_EQ(one.stats.z_loss, two.stats.z_loss);
+    EXPECT_GT(one.stats.dropped, 0);
+  }
+}
+
+// Hugging Face's Mixtral takes one aux loss over every layer's logits concatenated: the summed
+// counts and probability sums of the layers give the same number.
+TEST(MoeKernels, AuxLossOverLayersFromSums) {
+  const int E = 6, k = 2;
+  const int64_t N = 37;
+  const MoeRouterOptions o = options(E, k, false);
+  const VecF a = test::randn(N * E, 1), b = test::randn(N * E, 2, 3.0f);
+  VecF both(a);
+  both.insert(both.end(), b.begin(), b.end());
+  const RouterRun ra = run_router(a, N, o), rb = run_router(b, N, o),
+                  rboth = run_router(both, 2 * N, o);
+  VecL routed(E);
+  std::vector<double> psum(E);
+  for (int e = 0; e < E; ++e) {
+    routed[e] = ra.routed[e] + rb.routed[e];
+    psum[e] = ra.prob_sum[e] + rb.prob_sum[e];
+  }
+  EXPECT_NEAR(moe_load_balancing_loss(routed.data(), psum.data(), E, 2 * N), rboth.stats.aux_loss,
+              1e-12);
+  EXPECT_NE(rboth.stats.aux_loss, (ra.stats.aux_loss + rb.stats.aux_loss) / 2);  // not the mean
+}
+
+TEST(MoeKernels, PermutePlanIsStableByExpert) {
+  // 5 tokens, k = 2, 3 experts; -1 = dropped.
+  const VecI expert = {2, 0, 0, -1, 1, 2, 2, 0, -1, -1};
+  VecL offsets(4);
+  VecI row_token(10), slot_row(10);
+  const int64_t R =
+      moe_permute_plan(offsets.data(), row_token.data(), slot_row.data(), expert.data(), 5, 2, 3);
+  EXPECT_EQ(R, 7);
+  EXPECT_EQ(offsets, (VecL{0, 3, 4, 7}));
+  row_token.resize(7);
+  EXPECT_EQ(row_token, (VecI{0, 1, 3, 2, 0, 2, 3}));
+  EXPECT_EQ(slot_row, (VecI{4, 0, 1, -1, 3, 5, 6, 2, -1, -1}));
+  const VecI bad = {0, 3};
+  EXPECT_THROW(
+      moe_permute_plan(offsets.data(), row_token.data(), slot_row.data(), bad.data(), 1, 2, 3),
+      Error);
+}
+
+// Each expert's block is exactly a matmul of its rows (bits), empty experts keep their weight
+// gradients, accumulate_dinp adds, and any thread count gives the same bits.
+TEST(MoeKernels, GroupedMatmulIsOneMatmulPerExpert) {
+  const int E = 5, C = 48, OC = 40;
+  const VecL offsets = {0, 70, 70, 71, 200, 200};  // experts 1 and 4 empty
+  const int64_t R = offsets[E];
+  const VecF x = test::randn(R * C, 1), w = test::randn(int64_t{E} * OC * C, 2, 0.1f),
+             b = test::randn(int64_t{E} * OC, 3), dy = test::randn(R * OC, 4);
+  struct Out {
+    VecF y, dx, dw, db;
+  };
+  auto grouped = [&] {
+    Out o{VecF(R * OC), VecF(R * C, 1.0f), VecF(w.size(), 0.5f), VecF(b.size(), 0.25f)};
+    grouped_matmul_forward(o.y.data(), x.data(), w.data(), b.data(), offsets.data(), E, C, OC);
+    grouped_matmul_backward(o.dx.data(), o.dw.data(), o.db.data(), dy.data(), x.data(), w.data(),
+                            offsets.data(), E, C, OC, /*accumulate_dinp=*/true);
+    return o;
+  };
+  const auto [one, two] = test::with_1_and_2_threads(grouped);
+  EXPECT_TRUE(test::bitwise_equal(one.y, two.y));
+  EXPECT_TRUE(test::bitwise_equal(one.dx, two.dx));
+  EXPECT_TRUE(test::bitwise_equal(one.dw, two.dw));
+  EXPECT_TRUE(test::bitwise_equal(one.db, two.db));
+
+  Out ref{VecF(R * OC), VecF(R * C, 1.0f), VecF(w.size(), 0.5f), VecF(b.size(), 0.25f)};
+  for (int e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+    if (n == 0) continue;
+    matmul_forward(ref.y.data() + r0 * OC, x.data() + r0 * C, w.data() + e * OC * C,
+                   b.data() + e * OC, n, C, OC);
+    matmul_backward(ref.dx.data() + r0 * C, ref.dw.data() + e * OC * C, ref.db.data() + e * OC,
+                    dy.data() + r0 * OC, x.data() + r0 * C, w.data() + e * OC * C, n, C, OC, true);
+  }
+  EXPECT_TRUE(test::bitwise_equal(one.y, ref.y));
+  EXPECT_TRUE(test::bitwise_equal(one.dx, ref.dx));
+  EXPECT_TRUE(test::bitwise_equal(one.dw, ref.dw));
+  EXPECT_TRUE(test::bitwise_equal(one.db, ref.db));
+  for (int e : {1, 4}) {
+    EXPECT_TRUE(std::all_of(one.dw.begin() + e * OC * C, one.dw.begin() + (e + 1) * OC * C,
+                            [](float v) { return v == 0.5f; }));
+  }
+  const VecL decreasing = {0, 10, 5, 6, 7, 8};
+  VecF y(R * OC);
+  EXPECT_THROW(
+      grouped_matmul_forward(y.data(), x.data(), w.data(), nullptr, decreasing.data(), E, C, OC),
+      Error);
+}
+
+TEST(MoeKernels, BadOptionsAreInputErrors) {
+  EXPECT_THROW(validate(options(0, 1, false)), InputError);
+  EXPECT_THROW(validate(options(4, 5, false)), InputError);
+  EXPECT_THROW(validate(options(4, 0, false)), InputError);
+  MoeRouterOptions o = options(4, 2, true);
+  o.capacity_factor = 0.0;
+  EXPECT_THROW(validate(o), InputError);
+  o.drop_tokens = false;
+  EXPECT_NO_THROW(validate(o));  // dropless ignores the capacity factor
+  o.min_capacity = -1;
+  EXPECT_THROW(validate(o), InputError);
+}
+
+TEST(MoeKernels, CapacityIsDeepSpeedsFp32Formula) {
+  MoeRouterOptions o = options(8, 2, true);
+  o.capacity_factor = 1.25;
+  EXPECT_EQ(moe_capacity(1000, o), 313);  // ceil(125 * 2.5 = 312.5)
+  o.min_capacity = 400;
+  EXPECT_EQ(moe_capacity(1000, o), 400);
+  o = options(3, 1, true);
+  o.capacity_factor = 1.2;
+  // 35 / 3 * 1.2 = 14 exactly, and in double; DeepSpeed's fp32 product rounds above 14 (torch
+  // 1.13: torch.ceil((35 / 3) * torch.tensor(1.2)) = 15).
+  EXPECT_EQ(moe_capacity(35, o), 15);
+}
+
+}  // namespace
+}  // namespace zerod::cpu
