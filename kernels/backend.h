@@ -22,6 +22,7 @@
 
 #include "core/dtype.h"
 #include "core/memory.h"
+#include "kernels/moe.h"
 
 namespace zerod {
 
@@ -333,6 +334,52 @@ class Backend {
   virtual void crossentropy_shard_finish(float* losses, void* logits_to_dlogits,
                                          const int32_t* targets, const float* stats, int64_t N,
                                          int real, int Vl, int v0, float dloss) = 0;
+
+  // ---- mixture of experts: router, token permutation, grouped matmul ------------------------
+  // The CPU reference and what each op follows: kernels/cpu/moe_router.h, moe_permute.h,
+  // grouped_matmul.h. Memory: offsets (E+1) and the per-expert counts (E) are in host memory
+  // (the host sizes each expert's block from them, as Megatron's grouped GEMM reads its batch
+  // sizes on the host); every other tensor is in this backend's memory. The defaults throw (a
+  // backend without them cannot run a MoE layer: the CUDA backend so far).
+  //
+  // Router over logits (N,E) (compute dtype): probs (N,E) =, lse (N) =, weight (N,k) = fp32;
+  // expert (N,k) int32 = the top-k experts, -1 where dropped; routed, kept (E) = counts before
+  // and after dropping. Returns the layer's aux and z losses, capacity and dropped count.
+  virtual MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert,
+                                            float* weight, int64_t* routed, int64_t* kept,
+                                            const void* logits, int64_t N,
+                                            const MoeRouterOptions& o);
+  // dlogits (N,E) (compute dtype) = the gradient of sum(dweight * weight) + the loss terms
+  // (MoeRouterLossGrad) with respect to the logits. dweight (N,k) fp32 may be null.
+  virtual void moe_router_backward(void* dlogits, const float* dweight, const float* probs,
+                                   const float* lse, const int32_t* expert, int64_t N,
+                                   const MoeRouterOptions& o, const MoeRouterLossGrad& loss);
+  // The permutation of expert (N,k) into expert-contiguous rows: offsets (E+1, host) =,
+  // row_token (R) = and slot_row (N,k) = int32; returns R = offsets[E].
+  virtual int64_t moe_permute_plan(int64_t* offsets, int32_t* row_token, int32_t* slot_row,
+                                   const int32_t* expert, int64_t N, int k, int E);
+  // xp (R,C) = x (N,C) rows gathered by row_token; backward: dx (N,C) += dxp (R,C) summed back.
+  virtual void moe_permute_forward(void* xp, const void* x, const int32_t* row_token, int64_t R,
+                                   int C);
+  virtual void moe_permute_backward(void* dx, const void* dxp, const int32_t* slot_row, int64_t N,
+                                    int k, int C);
+  // The combine: y (N,C) = sum over kept slots of weight (N,k) * yp (R,C) rows; backward: dyp
+  // (R,C) =, dweight (N,k) fp32 = (may be null).
+  virtual void moe_unpermute_forward(void* y, const void* yp, const float* weight,
+                                     const int32_t* slot_row, int64_t N, int k, int C);
+  virtual void moe_unpermute_backward(void* dyp, float* dweight, const void* dy, const void* yp,
+                                      const float* weight, const int32_t* slot_row, int64_t N,
+                                      int k, int C);
+  // Dropless grouped matmul: for each expert e, its rows [offsets[e], offsets[e+1]) of out
+  // (R,OC) = inp (R,C) rows x weight[e] (OC,C)^T + bias[e] (OC); weight (E,OC,C), bias (E,OC)
+  // or null. Backward: dinp rows = (or += when accumulate_dinp) dout rows x weight[e] (dinp may
+  // be null); dweight[e] +=, dbias[e] += (skipped when null), as matmul_backward per expert.
+  virtual void grouped_matmul_forward(void* out, const void* inp, const void* weight,
+                                      const void* bias, const int64_t* offsets, int E, int C,
+                                      int OC);
+  virtual void grouped_matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                       const void* inp, const void* weight, const int64_t* offsets,
+                                       int E, int C, int OC, bool accumulate_dinp);
 
   // ---- optimizer -----------------------------------------------------------------------------
   // One optimizer step (p.kind: Adam/AdamW, SGD, Adagrad, Lion) over n fp32 elements: master, m,

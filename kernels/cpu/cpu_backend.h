@@ -98,6 +98,29 @@ class CpuBackend final : public Backend {
                                  const float* stats, int64_t N, int real, int Vl, int v0,
                                  float dloss) override;
 
+  MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight,
+                                    int64_t* routed, int64_t* kept, const void* logits, int64_t N,
+                                    const MoeRouterOptions& o) override;
+  void moe_router_backward(void* dlogits, const float* dweight, const float* probs,
+                           const float* lse, const int32_t* expert, int64_t N,
+                           const MoeRouterOptions& o, const MoeRouterLossGrad& loss) override;
+  int64_t moe_permute_plan(int64_t* offsets, int32_t* row_token, int32_t* slot_row,
+                           const int32_t* expert, int64_t N, int k, int E) override;
+  void moe_permute_forward(void* xp, const void* x, const int32_t* row_token, int64_t R,
+                           int C) override;
+  void moe_permute_backward(void* dx, const void* dxp, const int32_t* slot_row, int64_t N, int k,
+                            int C) override;
+  void moe_unpermute_forward(void* y, const void* yp, const float* weight, const int32_t* slot_row,
+                             int64_t N, int k, int C) override;
+  void moe_unpermute_backward(void* dyp, float* dweight, const void* dy, const void* yp,
+                              const float* weight, const int32_t* slot_row, int64_t N, int k,
+                              int C) override;
+  void grouped_matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
+                              const int64_t* offsets, int E, int C, int OC) override;
+  void grouped_matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                               const void* inp, const void* weight, const int64_t* offsets, int E,
+                               int C, int OC, bool accumulate_dinp) override;
+
   void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
                         int64_t n, const OptimizerParams& p) override;
   LambSums lamb_moments(float* master, float* m, float* v, const void* grad, int64_t n,

@@ -30,34 +30,9 @@
 
 #include <cstdint>
 
+#include "kernels/moe.h"
+
 namespace zerod::cpu {
-
-// Which assignments an over-full expert keeps (DeepSpeed's orders, made total).
-enum class MoeDropPolicy : uint8_t {
-  // topkgating's drop_policy "probs" (its default): the largest router probabilities
-  // probs[n, e]; equal probabilities keep the lower token.
-  kProbs,
-  // topkgating's drop_policy "position": token order, whichever of its k slots a token routed to
-  // the expert with.
-  kPosition,
-  // top2gating's order: every token's first choice before any second choice (and so on for
-  // larger k), each rank in token order. At k = 1 the same as kPosition.
-  kChoiceRank,
-};
-
-struct MoeRouterOptions {
-  int num_experts = 0;  // E >= 1
-  int top_k = 1;        // 1 <= k <= E
-  // true: a token's weights are its kept top-k probabilities divided by their sum (Mixtral;
-  // DeepSpeed top-2 / top-k, over the slots that survived dropping); false: the probabilities
-  // themselves (Switch, DeepSpeed top-1).
-  bool renormalize = true;
-  // false: dropless (every assignment kept, no capacity).
-  bool drop_tokens = false;
-  double capacity_factor = 1.0;  // > 0 when drop_tokens
-  int64_t min_capacity = 0;      // >= 0
-  MoeDropPolicy drop_policy = MoeDropPolicy::kProbs;
-};
 
 // Throws InputError naming the bad field (E < 1, k outside [1, E], capacity_factor <= 0 with
 // drop_tokens, min_capacity < 0).
@@ -72,13 +47,6 @@ int64_t moe_capacity(int64_t N, const MoeRouterOptions& o);
 // (before dropping); prob_sum (E): sum over the rows of probs[:, e]. 0 when T == 0.
 double moe_load_balancing_loss(const int64_t* routed, const double* prob_sum, int E, int64_t T);
 
-struct MoeRouterStats {
-  double aux_loss = 0;    // moe_load_balancing_loss of this layer alone (T = N)
-  double z_loss = 0;      // mean over tokens of lse^2 (0 when N == 0)
-  int64_t capacity = -1;  // per expert; -1 when dropless
-  int64_t dropped = 0;    // assignments dropped (of N * k)
-};
-
 // Forward over logits (N,E):
 //   probs (N,E) =    softmax of each row
 //   lse (N) =        logsumexp of each row (the z-loss's, kept for backward)
@@ -92,17 +60,6 @@ struct MoeRouterStats {
 MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight,
                                   int64_t* routed, int64_t* kept, double* prob_sum,
                                   const float* logits, int64_t N, const MoeRouterOptions& o);
-
-// What the objective adds on top of the weights: aux_coef * aux + z_coef * z, where aux is the
-// load-balancing loss over aux_tokens rows with per-expert counts aux_counts (E) (this layer
-// alone: forward's `routed` and N; Hugging Face's all-layer loss: the sums over layers and
-// layers x N), and z is this layer's z-loss.
-struct MoeRouterLossGrad {
-  float aux_coef = 0;
-  const int64_t* aux_counts = nullptr;  // (E); may be null when aux_coef == 0
-  int64_t aux_tokens = 0;
-  float z_coef = 0;
-};
 
 // dlogits (N,E) = the gradient of sum(dweight * weight) + aux_coef * aux + z_coef * z with
 // respect to logits, from the forward's probs, lse and expert. dweight (N,k) may be null (no

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/grouped_matmul.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/moe_permute.h"
@@ -204,6 +205,72 @@ TEST(MoeKernels, CapacityIsDeepSpeedsFp32Formula) {
   // 35 / 3 * 1.2 = 14 exactly, and in double; DeepSpeed's fp32 product rounds above 14 (torch
   // 1.13: torch.ceil((35 / 3) * torch.tensor(1.2)) = 15).
   EXPECT_EQ(moe_capacity(35, o), 15);
+}
+
+// The Backend ops of the CPU backend are the kernels above, and in bf16 mode the grouped matmul
+// multiplies as the backend's matmul does (bf16 products where this machine has them).
+TEST(MoeKernels, CpuBackendOpsAreTheKernels) {
+  const int E = 3, k = 2, C = 32, OC = 24;
+  const int64_t N = 50;
+  const MoeRouterOptions o = options(E, k, true);
+  const VecF logits = test::randn(N * E, 11), x = test::randn(N * C, 12),
+             w = test::randn(int64_t{E} * OC * C, 13, 0.1f), dy = test::randn(N * OC, 14);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    auto be = make_cpu_backend(dt);
+    VecF probs(N * E), lse(N), weight(N * k), dlogits(N * E);
+    VecI expert(N * k), row_token(N * k), slot_row(N * k);
+    VecL routed(E), kept(E), offsets(E + 1);
+    const MoeRouterStats st =
+        be->moe_router_forward(probs.data(), lse.data(), expert.data(), weight.data(),
+                               routed.data(), kept.data(), logits.data(), N, o);
+    const RouterRun ref = run_router(logits, N, o);
+    EXPECT_EQ(expert, ref.expert);
+    EXPECT_TRUE(test::bitwise_equal(weight, ref.weight));
+    EXPECT_EQ(st.aux_loss, ref.stats.aux_loss);
+    const int64_t R = be->moe_permute_plan(offsets.data(), row_token.data(), slot_row.data(),
+                                           expert.data(), N, k, E);
+    VecF xp(R * C), yp(R * OC), y(N * OC), dyp(R * OC), dweight(N * k), dxp(R * C), dx(N * C, 0.0f),
+        dw(w.size(), 0.0f);
+    be->moe_permute_forward(xp.data(), x.data(), row_token.data(), R, C);
+    be->grouped_matmul_forward(yp.data(), xp.data(), w.data(), nullptr, offsets.data(), E, C, OC);
+    be->moe_unpermute_forward(y.data(), yp.data(), weight.data(), slot_row.data(), N, k, OC);
+    be->moe_unpermute_backward(dyp.data(), dweight.data(), dy.data(), yp.data(), weight.data(),
+                               slot_row.data(), N, k, OC);
+    be->grouped_matmul_backward(dxp.data(), dw.data(), nullptr, dyp.data(), xp.data(), w.data(),
+                                offsets.data(), E, C, OC, false);
+    be->moe_permute_backward(dx.data(), dxp.data(), slot_row.data(), N, k, C);
+    MoeRouterLossGrad lg{0.01f, routed.data(), N, 0.001f};
+    be->moe_router_backward(dlogits.data(), dweight.data(), probs.data(), lse.data(), expert.data(),
+                            N, o, lg);
+
+    // The same through the backend's matmul per expert and the kernels.
+    VecF yp2(R * OC), y2(N * OC), dyp2(R * OC), dweight2(N * k), dxp2(R * C), dx2(N * C, 0.0f),
+        dw2(w.size(), 0.0f), dlogits2(N * E);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+      if (n == 0) continue;
+      be->matmul_forward(yp2.data() + r0 * OC, xp.data() + r0 * C, w.data() + e * OC * C, nullptr,
+                         n, C, OC);
+    }
+    moe_unpermute_forward(y2.data(), yp2.data(), weight.data(), slot_row.data(), N, k, OC);
+    moe_unpermute_backward(dyp2.data(), dweight2.data(), dy.data(), yp2.data(), weight.data(),
+                           slot_row.data(), N, k, OC);
+    for (int e = 0; e < E; ++e) {
+      const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+      if (n == 0) continue;
+      be->matmul_backward(dxp2.data() + r0 * C, dw2.data() + e * OC * C, nullptr,
+                          dyp2.data() + r0 * OC, xp.data() + r0 * C, w.data() + e * OC * C, n, C,
+                          OC, false);
+    }
+    moe_permute_backward(dx2.data(), dxp2.data(), slot_row.data(), N, k, C);
+    moe_router_backward(dlogits2.data(), dweight2.data(), probs.data(), lse.data(), expert.data(),
+                        N, o, lg);
+    const std::string what = dt == DType::kF32 ? "fp32" : "bf16";
+    EXPECT_TRUE(test::bitwise_equal(y, y2)) << what;
+    EXPECT_TRUE(test::bitwise_equal(dx, dx2)) << what;
+    EXPECT_TRUE(test::bitwise_equal(dw, dw2)) << what;
+    EXPECT_TRUE(test::bitwise_equal(dlogits, dlogits2)) << what;
+  }
 }
 
 }  // namespace
