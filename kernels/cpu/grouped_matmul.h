@@ -2,7 +2,9 @@
 // one call computes, for every expert e, its block of expert-contiguous rows against its own
 // weight, however many rows each expert got (none included), without padding every expert to
 // the largest count. Each block is one matmul_forward / matmul_backward (matmul.h, the sgemm
-// engine; bf16 products when asked), so a block's bits equal a plain matmul of its rows.
+// engine; bf16 products when asked), so a block's bits equal a plain matmul of its rows, for
+// any thread count (large experts run in turn on all threads, small ones side by side, one
+// thread each: grouped_matmul.cc).
 //
 // Layout (the matmul's convention, so an expert's weight is a Linear's (OC,C), as Mixtral's
 // w1/w2/w3): expert e owns rows [offsets[e], offsets[e+1]) of inp and out, R = offsets[E].
