@@ -1,6 +1,7 @@
 #include "kernels/cpu/moe_permute.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -11,6 +12,8 @@ namespace zerod::cpu {
 int64_t moe_permute_plan(int64_t* offsets, int32_t* row_token, int32_t* slot_row,
                          const int32_t* expert, int64_t N, int k, int E) {
   ZD_CHECK(N >= 0 && k >= 1 && E >= 1, "moe_permute_plan: N {} k {} E {}", N, k, E);
+  ZD_CHECK(N * k <= std::numeric_limits<int32_t>::max(),
+           "moe_permute_plan: {} x {} assignments exceed the int32 row ids", N, k);
   // Counting sort by expert, stable in token order.
   std::fill(offsets, offsets + E + 1, int64_t{0});
   for (int64_t s = 0; s < N * k; ++s) {
