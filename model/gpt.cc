@@ -7,8 +7,10 @@
 namespace zerod {
 
 Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-         MemoryTracker* tracker, TensorShard shard, ContextShard context)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context) {
+         MemoryTracker* tracker, TensorShard shard, ContextShard context, LayerRange stage,
+         int slots)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context, stage,
+                slots) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(s.n_embd % s.n_head == 0, "n_embd {} % n_head {}", s.n_embd, s.n_head);
   const LocalDims& d = layout_.local();
@@ -33,21 +35,34 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
     a.fch_gelu = act(BT * F);
     return a;
   };
-  if (checkpointing_) {
-    work_ = make_block();
-  } else {
-    for (int l = 0; l < s.n_layer; ++l) blocks_.push_back(make_block());
+  if (checkpointing_) work_ = make_block();
+  const LayerRange& st = layout_.stage();
+  saved_.resize(static_cast<size_t>(slots));
+  for (Saved& sv : saved_) {
+    if (!checkpointing_) {
+      sv.blocks.resize(static_cast<size_t>(s.n_layer));
+      for (int l = st.begin; l < st.end; ++l) sv.blocks[static_cast<size_t>(l)] = make_block();
+    }
+    if (last_stage()) {
+      sv.lnf = act(R * C);
+      sv.lnf_mean = stat(R);
+      sv.lnf_rstd = stat(R);
+    }
   }
-  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(R * C));
   proj_tmp_ = act(BT * C);
-  lnf_ = act(R * C);
-  lnf_mean_ = stat(R);
-  lnf_rstd_ = stat(R);
-  dres_ = act(R * C);
   d_a_ = act(BT * F);
   d_b_ = act(BT * 3 * A);
   d_c_ = act(BT * C);
   if (sequence_parallel()) part_ = act(R * C);
+  select_slot(0);
+}
+
+void Gpt::select_saved(int k) {
+  Saved& sv = saved_.at(static_cast<size_t>(k));
+  blocks_ = sv.blocks;
+  lnf_ = sv.lnf;
+  lnf_mean_ = sv.lnf_mean;
+  lnf_rstd_ = sv.lnf_rstd;
 }
 
 int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
@@ -237,15 +252,8 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_, R = rows();
-  encoder(inputs, params);
-  for (int l = 0; l < s.n_layer; ++l) {
-    const int u = layout_.block_unit(l);
-    if (l + 1 < s.n_layer) params.prefetch(u + 1);
-    const void* w = params.acquire(u);
-    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
-                  res_[static_cast<size_t>(l) + 1]);
-    params.release(u);
-  }
+  if (first_stage()) encoder(inputs, params);
+  forward_blocks(params);
   const void* wf = params.acquire(layout_.final_unit());
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
@@ -265,47 +273,80 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
   return wf;
 }
 
-float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
-                                 GradSink& grads, float loss_weight) {
+void Gpt::forward_blocks(ParamSource& params) {
+  const LayerRange& st = layout_.stage();
+  for (int l = st.begin; l < st.end; ++l) {
+    const int u = layout_.block_unit(l);
+    if (l + 1 < st.end) params.prefetch(u + 1);
+    const void* w = params.acquire(u);
+    block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
+                  res_[static_cast<size_t>(l) + 1]);
+    params.release(u);
+  }
+}
+
+void Gpt::stage_forward_impl(ParamSource& params, float dloss, bool hold) {
+  if (!last_stage()) {
+    if (first_stage()) encoder(tokens_, params);
+    forward_blocks(params);
+    return;
+  }
+  const void* we = nullptr;
+  const void* wf = forward_to_logits(tokens_, params, &we);
+  // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
+  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
+  forward_phase_done();  // the forward phase ends with the loss
+  if (hold) {
+    held_wte_ = we;
+    held_lnf_ = wf;
+  } else {
+    params.release(layout_.embedding_unit());
+    params.release(layout_.final_unit());
+  }
+}
+
+void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_, R = rows();
-  const void* we = nullptr;
-  upload(inputs, targets);
-  const void* wf = forward_to_logits(tokens_, params, &we);
-
-  // Loss and dlogits (in place). Every position with a target weighs 1/valid in the mean.
-  const float dloss = loss_gradient(targets, loss_weight);
-  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
-  forward_phase_done();  // the forward phase ends with the loss
-
-  // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
-  void* dwe = grads.grad_buffer(layout_.embedding_unit());
-  void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
-  timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf,
-                        elem_at(we, layout_.wte_offset(), esz_), N, C, Vp, false);
-  });
-  params.release(layout_.embedding_unit());
-  round(d_c_, N * C);
-  void* dlnf = sp_or(part_, d_c_);
-  exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
-  void* dwf = grads.grad_buffer(layout_.final_unit());
-  be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
-  timed(timer(), times_.layernorm, [&] {
-    be_.layernorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_),
-                           elem_at(dwf, layout_.lnf_b_offset(), esz_), dlnf,
-                           res_[static_cast<size_t>(s.n_layer)],
-                           elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_mean_, lnf_rstd_, R, C);
-  });
-  params.release(layout_.final_unit());
-  round(dres_, R * C);
-  round(dwf, layout_.unit(layout_.final_unit()).numel);
-  grads.unit_done(layout_.final_unit());
-
-  for (int l = s.n_layer - 1; l >= 0; --l) {
+  const LayerRange& st = layout_.stage();
+  void* dwe = nullptr;
+  if (last_stage()) {
+    const void* we = held ? held_wte_ : params.acquire(layout_.embedding_unit());
+    const void* wf = held ? held_lnf_ : params.acquire(layout_.final_unit());
+    held_wte_ = held_lnf_ = nullptr;
+    // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
+    dwe = grads.grad_buffer(layout_.embedding_unit());
+    void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
+    timed(timer(), times_.matmul_bwd, [&] {
+      be_.matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf,
+                          elem_at(we, layout_.wte_offset(), esz_), N, C, Vp, false);
+    });
+    params.release(layout_.embedding_unit());
+    round(d_c_, N * C);
+    void* dlnf = sp_or(part_, d_c_);
+    exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
+    void* dwf = grads.grad_buffer(layout_.final_unit());
+    be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
+    timed(timer(), times_.layernorm, [&] {
+      be_.layernorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_),
+                             elem_at(dwf, layout_.lnf_b_offset(), esz_), dlnf,
+                             res_[static_cast<size_t>(s.n_layer)],
+                             elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_mean_, lnf_rstd_, R, C);
+    });
+    params.release(layout_.final_unit());
+    round(dres_, R * C);
+    round(dwf, layout_.unit(layout_.final_unit()).numel);
+    grads.unit_done(layout_.final_unit());
+    if (!first_stage()) {  // the tied embedding's copy: done with the head
+      round(dwe, layout_.unit(layout_.embedding_unit()).numel);
+      grads.unit_done(layout_.embedding_unit());
+    }
+  }
+  // (Not the last stage: dres_ holds the gradient of the stage's output.)
+  for (int l = st.end - 1; l >= st.begin; --l) {
     const int u = layout_.block_unit(l);
-    if (l > 0) params.prefetch(u - 1);
+    if (l > st.begin) params.prefetch(u - 1);
     const void* w = params.acquire(u);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
@@ -315,7 +356,8 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
     round(dw, layout_.unit(u).numel);
     grads.unit_done(u);
   }
-
+  if (!first_stage()) return;  // dres_: the gradient of the stage's input
+  if (dwe == nullptr) dwe = grads.grad_buffer(layout_.embedding_unit());
   // The embedding's gradient needs every position's (sequence parallelism: gathered).
   void* demb = sp_or(proj_tmp_, dres_);
   exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
@@ -337,6 +379,13 @@ float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, 
   });
   round(dwe, layout_.unit(layout_.embedding_unit()).numel);
   grads.unit_done(layout_.embedding_unit());
+}
+
+float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                                 GradSink& grads, float loss_weight) {
+  upload(inputs, targets);
+  stage_forward_impl(params, loss_gradient(targets, loss_weight), /*hold=*/true);
+  stage_backward_impl(params, grads, /*held=*/true);
   // The losses are read back last: a GPU has the whole backward queued by then.
   return mean_loss(targets);
 }

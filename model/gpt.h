@@ -31,8 +31,10 @@ class Gpt final : public ModelBase {
   // Context-parallel (context.size = C > 1): the T/C positions of each sequence context rank
   // context.rank holds; the shapes below then have T/C for T, and the position embedding rows
   // are those of the rows' global positions.
+  // A pipeline stage (stage: its layers) holds `slots` micro-batches' activations.
   Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-      MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {});
+      MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {},
+      LayerRange stage = {}, int slots = 1);
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
@@ -57,27 +59,43 @@ class Gpt final : public ModelBase {
   };
 
   void run_to_logits(ParamSource& params) override;
+  void stage_forward_impl(ParamSource& params, float dloss, bool hold) override;
+  void stage_backward_impl(ParamSource& params, GradSink& grads, bool held) override;
+  void select_saved(int k) override;
   void encoder(const int32_t* inputs, ParamSource& params);
+  // The stage's blocks over res_[begin] -> res_[end].
+  void forward_blocks(ParamSource& params);
   // The attention call's shape: this rank's heads, the micro-batch's document starts.
   AttentionShape attn_shape() const;
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);
-  // Encoder, blocks, final LayerNorm and logits. Leaves the final-norm unit (returned) and the
-  // embedding unit (*wte_unit) acquired; the caller releases both.
+  // (Encoder,) blocks, final LayerNorm and logits (the last stage or the whole model). Leaves the
+  // final-norm unit (returned) and the embedding unit (*wte_unit) acquired; the caller releases
+  // both.
   const void* forward_to_logits(const int32_t* inputs, ParamSource& params, const void** wte_unit);
   BlockActs& acts_for(int l) { return checkpointing_ ? work_ : blocks_[static_cast<size_t>(l)]; }
 
-  std::vector<BlockActs> blocks_;  // per layer (no checkpointing)
-  BlockActs work_{};               // recompute space (checkpointing)
-  std::vector<void*> res_;         // (L+1) x (R,C): res_[0] = encoder out, res_[l+1] = block l out
+  // The current slot's (select_saved): per layer of the stage (no checkpointing; other layers'
+  // are empty), and the final norm's output and statistics (last stage).
+  std::vector<BlockActs> blocks_;
+  BlockActs work_{};  // recompute space (checkpointing)
+  struct Saved {
+    std::vector<BlockActs> blocks;
+    void* lnf = nullptr;
+    float* lnf_mean = nullptr;
+    float* lnf_rstd = nullptr;
+  };
+  std::vector<Saved> saved_;  // per slot
+  // The head's units acquired by stage_forward_impl with hold, for the backward.
+  const void* held_wte_ = nullptr;
+  const void* held_lnf_ = nullptr;
   // (B,T,C) attention/MLP projection before the residual add (and before its exchange); under
   // sequence parallelism also all B*T rows of the embedding, of a norm's output going into a
   // column-parallel matmul and of the gradient coming out of a row-parallel one.
   void* proj_tmp_;
-  void* lnf_;  // (R,C)
-  float* lnf_mean_;
-  float* lnf_rstd_;
-  void* dres_;            // (R,C) gradient of the residual stream
+  void* lnf_ = nullptr;  // (R,C)
+  float* lnf_mean_ = nullptr;
+  float* lnf_rstd_ = nullptr;
   void* d_a_;             // (B,T,F)
   void* d_b_;             // (B,T,3A)
   void* d_c_;             // (B,T,C)

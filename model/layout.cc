@@ -123,9 +123,14 @@ class UnitBuilder {
 };
 }  // namespace
 
-ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard)
-    : spec_(spec), align_(align_elems), shard_(shard) {
+ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard,
+                         LayerRange stage)
+    : spec_(spec), align_(align_elems), shard_(shard), stage_(stage) {
   ZD_CHECK(align_ > 0, "alignment {}", align_);
+  if (stage_.end < 0) stage_.end = spec.n_layer;
+  ZD_CHECK(0 <= stage_.begin && stage_.begin < stage_.end && stage_.end <= spec.n_layer,
+           "pipeline stage of layers [{}, {}) in a model of {} layers", stage_.begin, stage_.end,
+           spec.n_layer);
   spec_.padded_vocab_size = spec.vp();
   local_ = local_dims(spec_, shard_);
   if (spec_.llama_family()) {
@@ -133,6 +138,32 @@ ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard
   } else {
     build_gpt2();
   }
+  keep_stage_units();
+}
+
+void ParamLayout::keep_stage_units() {
+  const int L = spec_.n_layer;
+  const bool first = stage_.begin == 0, last = stage_.end == L;
+  std::vector<UnitLayout> kept;
+  // Global units: 0 embedding, 1 + l block l, L + 1 final.
+  for (int g = 0; g < static_cast<int>(units_.size()); ++g) {
+    const bool keep = g == 0       ? first || (last && spec_.tied())
+                      : g == L + 1 ? last
+                                   : (g - 1 >= stage_.begin && g - 1 < stage_.end);
+    if (!keep) continue;
+    const int u = static_cast<int>(kept.size());
+    if (g == 0) embedding_unit_ = u;
+    if (g == 1 + stage_.begin) first_block_unit_ = u;
+    if (g == L + 1) final_unit_ = u;
+    global_unit_.push_back(g);
+    kept.push_back(std::move(units_[static_cast<size_t>(g)]));
+  }
+  if (!first) {
+    embedding_unit_ = last && spec_.tied() ? 0 : -1;
+    tied_copy_unit_ = embedding_unit_;
+  }
+  if (!last) final_unit_ = -1;
+  units_ = std::move(kept);
 }
 
 void ParamLayout::build_llama() {
@@ -254,7 +285,7 @@ void ParamLayout::init_range(int u, float* out, int64_t begin, int64_t end, uint
     if (t.init == InitKind::kNormalResidual) stddev /= std::sqrt(2.0 * spec_.n_layer);
     // Stream: (unit, tensor) so every tensor draws its own sequence; the counter is the global
     // element, so a tensor-parallel part draws what the single-rank tensor draws there.
-    const uint64_t stream = (static_cast<uint64_t>(u) << 16) | ti;
+    const uint64_t stream = (static_cast<uint64_t>(global_unit(u)) << 16) | ti;
     for_each_run(t, shard_, [&](int64_t local, int64_t global, int64_t n) {
       n = std::min(n, real - global);  // the real part of the run
       const int64_t lo = std::max(begin, t.offset + local);

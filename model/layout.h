@@ -42,12 +42,27 @@ struct UnitLayout {
   const TensorInfo& tensor(const std::string& name) const;
 };
 
+// The layers a pipeline stage holds (DESIGN.md section 8): blocks [begin, end), the embedding
+// when begin == 0, the final norm (and an untied head) when end == n_layer. end < 0: every layer
+// (the whole model). A last stage that is not also the first holds a copy of a tied embedding for
+// its head (Megatron's): its gradient is summed with the first stage's before the optimizer step,
+// and it is not counted in the gradient norm there.
+struct LayerRange {
+  int begin = 0;
+  int end = -1;
+  bool operator==(const LayerRange&) const = default;
+};
+
 class ParamLayout {
  public:
   // Every tensor offset and every unit size is a multiple of align_elems. With shard.size > 1,
   // the layout of one tensor-parallel rank: the same units and tensors in the same order, each
   // tensor this rank's part (Error when the spec cannot be split: tensor_parallel_problem).
-  explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16, TensorShard shard = {});
+  // With a stage (LayerRange) the layout of one pipeline stage: its units only, in the global
+  // order, keeping their names and their global initialisation (unit(u) is global unit
+  // global_unit(u)); Error for a range outside [0, n_layer) or empty.
+  explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16, TensorShard shard = {},
+                       LayerRange stage = {});
 
   // The global spec (whole model), whatever the shard.
   const ModelSpec& spec() const { return spec_; }
@@ -63,11 +78,23 @@ class ParamLayout {
   bool drops_gradient(const TensorInfo& t) const {
     return t.split == Split::kOwnerOnly && shard_.rank != 0;
   }
+  // As above for a tensor of unit u: not the tied embedding copy of a last stage.
+  bool counted_in_norm(int u, const TensorInfo& t) const {
+    return u != tied_copy_unit_ && counted_in_norm(t);
+  }
   int num_units() const { return static_cast<int>(units_.size()); }
   const UnitLayout& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
-  int embedding_unit() const { return 0; }
-  int block_unit(int layer) const { return 1 + layer; }
-  int final_unit() const { return spec_.n_layer + 1; }
+  // Local unit indices (-1: this stage does not hold it). block_unit(l) for l in the stage.
+  int embedding_unit() const { return embedding_unit_; }
+  int block_unit(int layer) const { return first_block_unit_ + layer - stage_.begin; }
+  int final_unit() const { return final_unit_; }
+  // The stage: the layers held (begin, end with end resolved to n_layer for the whole model).
+  const LayerRange& stage() const { return stage_; }
+  bool whole_model() const { return stage_.begin == 0 && stage_.end == spec_.n_layer; }
+  // Unit u's index in the whole model's layout.
+  int global_unit(int u) const { return global_unit_.at(static_cast<size_t>(u)); }
+  // The embedding unit of a last stage that is not the first: the tied head's copy (-1: none).
+  int tied_copy_unit() const { return tied_copy_unit_; }
   int64_t align_elems() const { return align_; }
   int64_t total_numel() const;  // sum of unit buffers (with padding)
 
@@ -107,6 +134,10 @@ class ParamLayout {
   std::vector<UnitLayout> units_;
   void build_gpt2();
   void build_llama();
+  void keep_stage_units();  // drops the units outside stage_ (after a build)
+  LayerRange stage_;
+  std::vector<int> global_unit_;
+  int embedding_unit_ = 0, first_block_unit_ = 1, final_unit_ = 0, tied_copy_unit_ = -1;
 
   BlockOffsets block_{};
   LlamaBlockOffsets llama_block_{};

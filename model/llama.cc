@@ -62,8 +62,10 @@ void check_spec(const ModelSpec& s) {
 }  // namespace
 
 Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-             MemoryTracker* tracker, TensorShard shard, ContextShard context)
-    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context) {
+             MemoryTracker* tracker, TensorShard shard, ContextShard context, LayerRange stage,
+             int slots)
+    : ModelBase(spec, backend, B, T, activation_checkpointing, tracker, shard, context, stage,
+                slots) {
   const ModelSpec& s = layout_.spec();
   check_spec(s);
   const LocalDims& d = layout_.local();
@@ -85,15 +87,20 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
     a.act = act(N * I);
     return a;
   };
-  if (checkpointing_) {
-    work_ = make_block();
-  } else {
-    for (int l = 0; l < s.n_layer; ++l) blocks_.push_back(make_block());
+  if (checkpointing_) work_ = make_block();
+  const LayerRange& st = layout_.stage();
+  saved_.resize(static_cast<size_t>(slots));
+  for (Saved& sv : saved_) {
+    if (!checkpointing_) {
+      sv.blocks.resize(static_cast<size_t>(s.n_layer));
+      for (int l = st.begin; l < st.end; ++l) sv.blocks[static_cast<size_t>(l)] = make_block();
+    }
+    if (last_stage()) {
+      sv.lnf = act(R * C);
+      sv.lnf_rstd = stat(R);
+    }
   }
-  for (int l = 0; l <= s.n_layer; ++l) res_.push_back(act(R * C));
   proj_tmp_ = act(N * C);
-  lnf_ = act(R * C);
-  lnf_rstd_ = stat(R);
   const size_t table = static_cast<size_t>(s.seq_len) * (s.head_size() / 2);
   rope_cos_ = stat(table);
   rope_sin_ = stat(table);
@@ -115,11 +122,18 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
     be_.copy(rows_cos_, rc.data(), rc.size() * sizeof(float));
     be_.copy(rows_sin_, rs.data(), rs.size() * sizeof(float));
   }
-  dres_ = act(R * C);
   d_a_ = act(N * std::max(2 * I, QKV));
   d_b_ = act(N * std::max(I, Q));
   d_c_ = act(N * C);
   if (sequence_parallel()) part_ = act(R * C);
+  select_slot(0);
+}
+
+void Llama::select_saved(int k) {
+  Saved& sv = saved_.at(static_cast<size_t>(k));
+  blocks_ = sv.blocks;
+  lnf_ = sv.lnf;
+  lnf_rstd_ = sv.lnf_rstd;
 }
 
 int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
@@ -287,11 +301,9 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   round(dres_, R * C);
 }
 
-const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
-                                     const void** emb_unit) {
-  const ModelSpec& s = spec();
-  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
-  const int64_t N = int64_t{B_} * T_, R = rows();
+void Llama::embed(const int32_t* tokens, ParamSource& params) {
+  const int C = spec().n_embd;
+  const int64_t N = int64_t{B_} * T_;
   const int eu = layout_.embedding_unit();
   const void* we = params.acquire(eu);
   // Every position's embedding (under sequence parallelism into proj_tmp_, then this rank's rows).
@@ -301,17 +313,30 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
                         nullptr);
   });
   params.release(eu);
-  we = nullptr;
   round(emb, N * C);
   exchange_forward(ExchangePoint::kEmbedding, res_[0], emb, C);
-  for (int l = 0; l < s.n_layer; ++l) {
+}
+
+void Llama::forward_blocks(ParamSource& params) {
+  const LayerRange& st = layout_.stage();
+  for (int l = st.begin; l < st.end; ++l) {
     const int u = layout_.block_unit(l);
-    if (l + 1 < s.n_layer) params.prefetch(u + 1);
+    if (l + 1 < st.end) params.prefetch(u + 1);
     const void* w = params.acquire(u);
     block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
                   res_[static_cast<size_t>(l) + 1]);
     params.release(u);
   }
+}
+
+const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
+                                     const void** emb_unit) {
+  const ModelSpec& s = spec();
+  const int C = s.n_embd, Vp = layout_.local().vocab_rows;
+  const int64_t N = int64_t{B_} * T_, R = rows();
+  const int eu = layout_.embedding_unit();
+  if (first_stage()) embed(tokens, params);
+  forward_blocks(params);
   const void* wf = params.acquire(layout_.final_unit());
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_forward(lnf_, lnf_rstd_, res_[static_cast<size_t>(s.n_layer)],
@@ -323,7 +348,7 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   // backward).
   void* lnf = sp_or(proj_tmp_, lnf_);
   exchange_forward(ExchangePoint::kHeadIn, lnf_, lnf, C);
-  if (s.tied()) we = params.acquire(eu);
+  const void* we = s.tied() ? params.acquire(eu) : nullptr;
   const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
                               : elem_at(wf, layout_.lm_head_offset(), esz_);
   timed(timer(), times_.matmul_fwd,
@@ -332,48 +357,69 @@ const void* Llama::forward_to_logits(const int32_t* tokens, ParamSource& params,
   return wf;
 }
 
-float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,
-                                   ParamSource& params, GradSink& grads, float loss_weight) {
+void Llama::stage_forward_impl(ParamSource& params, float dloss, bool hold) {
+  if (!last_stage()) {
+    if (first_stage()) embed(tokens_, params);
+    forward_blocks(params);
+    return;
+  }
+  const void* we = nullptr;
+  const void* wf = forward_to_logits(tokens_, params, &we);
+  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
+  forward_phase_done();  // the forward phase ends with the loss
+  if (hold) {
+    held_emb_ = we;
+    held_final_ = wf;
+  } else {
+    if (we != nullptr) params.release(layout_.embedding_unit());
+    params.release(layout_.final_unit());
+  }
+}
+
+void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Vp = layout_.local().vocab_rows;
   const int64_t N = int64_t{B_} * T_, R = rows();
   const int eu = layout_.embedding_unit(), fu = layout_.final_unit();
-  const void* we = nullptr;
-  upload(inputs, targets);
-  const void* wf = forward_to_logits(tokens_, params, &we);
-
-  const float dloss = loss_gradient(targets, loss_weight);
-  timed(timer(), times_.classifier, [&] { loss_and_dlogits(dloss); });
-  forward_phase_done();  // the forward phase ends with the loss
-
-  // Head: logits = lnf @ head^T, head = embed_tokens (tied) or lm_head (final unit).
-  void* dwf = grads.grad_buffer(fu);
-  void* dwe = s.tied() ? grads.grad_buffer(eu) : nullptr;
-  const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
-                              : elem_at(wf, layout_.lm_head_offset(), esz_);
-  void* dhead = s.tied() ? elem_at(dwe, layout_.wte_offset(), esz_)
-                         : elem_at(dwf, layout_.lm_head_offset(), esz_);
-  void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
-  timed(timer(), times_.matmul_bwd,
-        [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf, head, N, C, Vp, false); });
-  if (s.tied()) params.release(eu);
-  round(d_c_, N * C);
-  void* dlnf = sp_or(part_, d_c_);
-  exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
-  be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
-  timed(timer(), times_.layernorm, [&] {
-    be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), dlnf,
-                         res_[static_cast<size_t>(s.n_layer)],
-                         elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_rstd_, R, C);
-  });
-  params.release(fu);
-  round(dres_, R * C);
-  round(dwf, layout_.unit(fu).numel);
-  grads.unit_done(fu);
-
-  for (int l = s.n_layer - 1; l >= 0; --l) {
+  const LayerRange& st = layout_.stage();
+  void* dwe = nullptr;
+  if (last_stage()) {
+    const void* we = held ? held_emb_ : (s.tied() ? params.acquire(eu) : nullptr);
+    const void* wf = held ? held_final_ : params.acquire(fu);
+    held_emb_ = held_final_ = nullptr;
+    // Head: logits = lnf @ head^T, head = embed_tokens (tied) or lm_head (final unit).
+    void* dwf = grads.grad_buffer(fu);
+    dwe = s.tied() ? grads.grad_buffer(eu) : nullptr;
+    const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
+                                : elem_at(wf, layout_.lm_head_offset(), esz_);
+    void* dhead = s.tied() ? elem_at(dwe, layout_.wte_offset(), esz_)
+                           : elem_at(dwf, layout_.lm_head_offset(), esz_);
+    void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
+    timed(timer(), times_.matmul_bwd,
+          [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf, head, N, C, Vp, false); });
+    if (s.tied()) params.release(eu);
+    round(d_c_, N * C);
+    void* dlnf = sp_or(part_, d_c_);
+    exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
+    be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
+    timed(timer(), times_.layernorm, [&] {
+      be_.rmsnorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_), dlnf,
+                           res_[static_cast<size_t>(s.n_layer)],
+                           elem_at(wf, layout_.lnf_w_offset(), esz_), lnf_rstd_, R, C);
+    });
+    params.release(fu);
+    round(dres_, R * C);
+    round(dwf, layout_.unit(fu).numel);
+    grads.unit_done(fu);
+    if (!first_stage() && dwe != nullptr) {  // the tied embedding's copy: done with the head
+      round(dwe, layout_.unit(eu).numel);
+      grads.unit_done(eu);
+    }
+  }
+  // (Not the last stage: dres_ holds the gradient of the stage's output.)
+  for (int l = st.end - 1; l >= st.begin; --l) {
     const int u = layout_.block_unit(l);
-    if (l > 0) params.prefetch(u - 1);
+    if (l > st.begin) params.prefetch(u - 1);
     const void* w = params.acquire(u);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
@@ -383,7 +429,7 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
     round(dw, layout_.unit(u).numel);
     grads.unit_done(u);
   }
-
+  if (!first_stage()) return;  // dres_: the gradient of the stage's input
   if (dwe == nullptr) dwe = grads.grad_buffer(eu);
   // The embedding's gradient needs every position's (sequence parallelism: gathered).
   void* demb = sp_or(proj_tmp_, dres_);
@@ -394,6 +440,13 @@ float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets
   });
   round(dwe, layout_.unit(eu).numel);
   grads.unit_done(eu);
+}
+
+float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,
+                                   ParamSource& params, GradSink& grads, float loss_weight) {
+  upload(inputs, targets);
+  stage_forward_impl(params, loss_gradient(targets, loss_weight), /*hold=*/true);
+  stage_backward_impl(params, grads, /*held=*/true);
   return mean_loss(targets);
 }
 

@@ -38,8 +38,10 @@ class Llama final : public ModelBase {
   // Sequence-parallel: the norm and residual buffers hold R = N/T rows (this rank's block).
   // Context-parallel (context.size = C > 1): the T/C positions of each sequence context rank
   // context.rank holds (the shapes below have T/C for T), rotated by their global positions.
+  // A pipeline stage (stage: its layers) holds `slots` micro-batches' activations.
   Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-        MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {});
+        MemoryTracker* tracker, TensorShard shard = {}, ContextShard context = {},
+        LayerRange stage = {}, int slots = 1);
 
  private:
   float forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,
@@ -59,29 +61,44 @@ class Llama final : public ModelBase {
   };
 
   void run_to_logits(ParamSource& params) override;
+  void stage_forward_impl(ParamSource& params, float dloss, bool hold) override;
+  void stage_backward_impl(ParamSource& params, GradSink& grads, bool held) override;
+  void select_saved(int k) override;
+  void embed(const int32_t* tokens, ParamSource& params);  // tokens -> res_[0]
+  void forward_blocks(ParamSource& params);                // res_[begin] -> res_[end]
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
   void block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a);
-  // Embedding, blocks, final norm and logits. Leaves the final unit acquired (returned) and,
-  // when the head is tied, the embedding unit (*emb_unit, else null); the caller releases them.
+  // (Embedding,) blocks, final norm and logits (the last stage or the whole model). Leaves the
+  // final unit acquired (returned) and, when the head is tied, the embedding unit (*emb_unit, else
+  // null); the caller releases them.
   const void* forward_to_logits(const int32_t* tokens, ParamSource& params, const void** emb_unit);
   AttentionShape attn_shape() const;
   BlockActs& acts_for(int l) { return checkpointing_ ? work_ : blocks_[static_cast<size_t>(l)]; }
 
-  std::vector<BlockActs> blocks_;  // per layer (no checkpointing)
-  BlockActs work_{};               // recompute space (checkpointing)
-  std::vector<void*> res_;  // (L+1) x (R,C): res_[0] = embedding out, res_[l+1] = block l out
+  // The current slot's (select_saved): per layer of the stage (no checkpointing; other layers'
+  // are empty), and the final norm's output and statistics (last stage).
+  std::vector<BlockActs> blocks_;
+  BlockActs work_{};  // recompute space (checkpointing)
+  struct Saved {
+    std::vector<BlockActs> blocks;
+    void* lnf = nullptr;
+    float* lnf_rstd = nullptr;
+  };
+  std::vector<Saved> saved_;  // per slot
+  // The head's units acquired by stage_forward_impl with hold, for the backward.
+  const void* held_emb_ = nullptr;
+  const void* held_final_ = nullptr;
   // (N,C) attention/MLP projection before the residual add (and before its exchange); under
   // sequence parallelism also all N rows of the embedding, of a norm's output going into a
   // column-parallel matmul and of the gradient coming out of a row-parallel one.
   void* proj_tmp_;
-  void* lnf_;        // (R,C)
-  float* lnf_rstd_;  // (R)
+  void* lnf_ = nullptr;        // (R,C)
+  float* lnf_rstd_ = nullptr;  // (R)
   float* rope_cos_;  // (seq_len, HS/2) in the backend's memory
   float* rope_sin_;  // (seq_len, HS/2)
   // Context-parallel: the rows of the tables at this rank's positions (T/C, HS/2); else null.
   float* rows_cos_ = nullptr;
   float* rows_sin_ = nullptr;
-  void* dres_;            // (R,C) gradient of the residual stream
   void* d_a_;             // (N, max(2I, QKV))
   void* d_b_;             // (N, max(I, Q))
   void* d_c_;             // (N,C)

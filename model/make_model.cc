@@ -6,13 +6,14 @@ namespace zerod {
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
                                   bool activation_checkpointing, MemoryTracker* tracker,
-                                  TensorShard shard, ContextShard context) {
+                                  TensorShard shard, ContextShard context, LayerRange stage,
+                                  int slots) {
   if (spec.llama_family()) {
     return std::make_unique<Llama>(spec, backend, B, T, activation_checkpointing, tracker, shard,
-                                   context);
+                                   context, stage, slots);
   }
   return std::make_unique<Gpt>(spec, backend, B, T, activation_checkpointing, tracker, shard,
-                               context);
+                               context, stage, slots);
 }
 
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,

@@ -85,6 +85,35 @@ class Model {
   // rank's T/C positions of each sequence).
   virtual void read_logits(float* out) = 0;
 
+  // ---- pipeline stages (parallel/pipeline/runner.h; DESIGN.md section 8) ----
+  // A model built for a LayerRange holds those layers (layout().stage()), and activations for
+  // slots() micro-batches at once: a slot holds one micro-batch from its stage_forward to its
+  // stage_backward. Boundary tensors (a stage's input and output, their gradients) are (R, C)
+  // compute-dtype elements, R the residual stream's rows (B x T, or B x T / T under sequence
+  // parallelism): boundary_elems() of them. forward_backward is stage_forward then
+  // stage_backward of slot 0 on the whole model. Not with context parallelism (Error).
+  virtual int slots() const = 0;
+  virtual int64_t boundary_elems() const = 0;
+  // Not the first stage: where the previous stage's output for `slot` is put before its
+  // stage_forward.
+  virtual void* stage_input(int slot) = 0;
+  // Not the last stage: the stage's output for `slot`, valid from its stage_forward until the
+  // slot's next stage_forward.
+  virtual const void* stage_output(int slot) = 0;
+  // The stage's forward of the micro-batch inputs, targets (B,T) (host; every stage gets them:
+  // the first embeds the inputs, the last computes the loss and, for loss_weight as in
+  // forward_backward, its gradient). Returns the mean loss on the last stage, 0 on the others.
+  virtual float stage_forward(int slot, const int32_t* inputs, const int32_t* targets,
+                              ParamSource& params, float loss_weight) = 0;
+  // Not the last stage: where the gradient of the stage's output is put before stage_backward
+  // (one buffer for every slot).
+  virtual void* stage_output_grad() = 0;
+  // The stage's backward of the micro-batch in `slot`: weight gradients into the GradSink (+=).
+  virtual void stage_backward(int slot, ParamSource& params, GradSink& grads) = 0;
+  // Not the first stage: after stage_backward, the gradient of the stage's input (valid until
+  // the next stage_backward).
+  virtual const void* stage_input_grad() = 0;
+
   virtual void set_timing(bool on) = 0;
   virtual const OpTimes& times() const = 0;
   virtual void reset_times() = 0;
@@ -95,9 +124,12 @@ class Model {
 // multiple of shard.size, InputError otherwise); with context.size = C > 1 the T/C positions of
 // each sequence that context rank context.rank holds (T must be a multiple of 2C, InputError
 // otherwise).
+// With a stage (LayerRange), the model of one pipeline stage with activations for `slots`
+// micro-batches.
 std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B, int T,
                                   bool activation_checkpointing, MemoryTracker* tracker,
-                                  TensorShard shard = {}, ContextShard context = {});
+                                  TensorShard shard = {}, ContextShard context = {},
+                                  LayerRange stage = {}, int slots = 1);
 
 // The bytes make_model's model allocates for activations (MemCategory::kActivations) for a
 // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on one of

@@ -10,8 +10,8 @@ namespace zerod {
 
 ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
                      bool activation_checkpointing, MemoryTracker* tracker, TensorShard shard,
-                     ContextShard context)
-    : layout_(spec, 16, shard),
+                     ContextShard context, LayerRange stage, int slots)
+    : layout_(spec, 16, shard, stage),
       be_(backend),
       B_(B),
       T_(T),
@@ -44,15 +44,81 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
                  "multiple of {})",
                  shard.size, B, T_, N, context_parallel() ? " of this context rank" : "",
                  shard.size, N, shard.size);
-  logits_ = act(N * static_cast<size_t>(layout_.local().vocab_rows));
-  losses_ = stat(N);
-  tokens_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
-  targets_ = reinterpret_cast<int32_t*>(stat(N));
-  if (tensor_parallel()) {
-    loss_stats_ = stat(3 * N);
-    host_tokens_.resize(N);
+  ZD_CHECK(slots >= 1, "{} activation slots", slots);
+  ZD_CHECK_INPUT(!context_parallel() || (slots == 1 && layout_.whole_model()),
+                 "pipeline stages with context parallelism (C = {}) are not supported",
+                 context.size);
+  const LayerRange& st = layout_.stage();
+  const size_t R = static_cast<size_t>(rows()), C = static_cast<size_t>(s.n_embd);
+  slots_.resize(static_cast<size_t>(slots));
+  for (Slot& sl : slots_) {
+    if (last_stage()) sl.logits = act(N * static_cast<size_t>(layout_.local().vocab_rows));
+    sl.losses = stat(N);
+    sl.tokens = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
+    sl.targets = reinterpret_cast<int32_t*>(stat(N));
+    if (tensor_parallel()) sl.loss_stats = stat(3 * N);
+    sl.res.assign(static_cast<size_t>(s.n_layer) + 1, nullptr);
+    for (int l = st.begin; l <= st.end; ++l) sl.res[static_cast<size_t>(l)] = act(R * C);
   }
+  dres_ = act(R * C);
+  if (tensor_parallel()) host_tokens_.resize(N);
   host_losses_.resize(N);
+  // (The derived class selects slot 0 once its own buffers exist.)
+  logits_ = slots_[0].logits;
+  losses_ = slots_[0].losses;
+  tokens_ = slots_[0].tokens;
+  targets_ = slots_[0].targets;
+  loss_stats_ = slots_[0].loss_stats;
+  res_ = slots_[0].res;
+}
+
+void ModelBase::select_slot(int k) {
+  ZD_CHECK(k >= 0 && k < slots(), "activation slot {} of {}", k, slots());
+  const Slot& sl = slots_[static_cast<size_t>(k)];
+  logits_ = sl.logits;
+  losses_ = sl.losses;
+  tokens_ = sl.tokens;
+  targets_ = sl.targets;
+  doc_start_ = sl.doc_start;
+  loss_stats_ = sl.loss_stats;
+  res_ = sl.res;
+  slot_ = k;
+  select_saved(k);
+}
+
+void* ModelBase::stage_input(int slot) {
+  ZD_CHECK(!first_stage(), "stage_input on the first pipeline stage");
+  return slots_.at(static_cast<size_t>(slot)).res[static_cast<size_t>(layout_.stage().begin)];
+}
+
+const void* ModelBase::stage_output(int slot) {
+  ZD_CHECK(!last_stage(), "stage_output on the last pipeline stage");
+  return slots_.at(static_cast<size_t>(slot)).res[static_cast<size_t>(layout_.stage().end)];
+}
+
+void* ModelBase::stage_output_grad() {
+  ZD_CHECK(!last_stage(), "stage_output_grad on the last pipeline stage");
+  return dres_;
+}
+
+const void* ModelBase::stage_input_grad() {
+  ZD_CHECK(!first_stage(), "stage_input_grad on the first pipeline stage");
+  return dres_;
+}
+
+float ModelBase::stage_forward(int slot, const int32_t* inputs, const int32_t* targets,
+                               ParamSource& params, float loss_weight) {
+  ZD_CHECK(!context_parallel(), "stage_forward under context parallelism");
+  select_slot(slot);
+  upload(inputs, targets);
+  const float dloss = last_stage() ? loss_gradient(targets, loss_weight) : 0.0f;
+  stage_forward_impl(params, dloss, /*hold=*/false);
+  return last_stage() ? mean_loss(targets) : 0.0f;
+}
+
+void ModelBase::stage_backward(int slot, ParamSource& params, GradSink& grads) {
+  select_slot(slot);
+  stage_backward_impl(params, grads, /*held=*/false);
 }
 
 int64_t ModelBase::base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
@@ -83,9 +149,11 @@ void ModelBase::set_document_masking(int32_t eos_token_id) {
                  "document masking with context parallelism (C = {}) is not supported: each rank "
                  "holds only part of every sequence",
                  context_.size);
-  if (eos_token_id >= 0 && doc_start_ == nullptr) {
+  if (eos_token_id >= 0 && slots_[0].doc_start == nullptr) {
     const size_t N = static_cast<size_t>(B_) * T_;
-    doc_start_ = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
+    for (Slot& sl : slots_)
+      sl.doc_start = reinterpret_cast<int32_t*>(stat(N));  // (4-byte elements, as floats)
+    doc_start_ = slots_[static_cast<size_t>(slot_)].doc_start;
     host_doc_start_.resize(N);
   }
   eos_token_id_ = eos_token_id;
@@ -225,6 +293,8 @@ void ModelBase::attend_backward(void* dqkv, const void* dout, const void* qkv, c
 
 void ModelBase::start_generation(int max_len) {
   const ModelSpec& s = layout_.spec();
+  ZD_CHECK_INPUT(layout_.whole_model(), "generation runs on the whole model, not a pipeline stage");
+  select_slot(0);
   ZD_CHECK_INPUT(!tensor_parallel(), "generation runs on one rank, not tensor-parallel (T = {})",
                  layout_.shard().size);
   ZD_CHECK_INPUT(!context_parallel(), "generation runs on one rank, not context-parallel (C = {})",
@@ -273,6 +343,8 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
 }
 
 float ModelBase::forward(const int32_t* inputs, const int32_t* targets, ParamSource& params) {
+  ZD_CHECK(layout_.whole_model(), "forward() on a pipeline stage: use stage_forward");
+  select_slot(0);
   const ModelSpec& s = layout_.spec();
   const int64_t N = int64_t{B_} * T_;
   take_rows(inputs, targets);
@@ -308,6 +380,8 @@ void ModelBase::read_logits(float* out) {
 
 float ModelBase::forward_backward(const int32_t* inputs, const int32_t* targets,
                                   ParamSource& params, GradSink& grads, float loss_weight) {
+  ZD_CHECK(layout_.whole_model(), "forward_backward() on a pipeline stage: use the stage API");
+  select_slot(0);
   take_rows(inputs, targets);
   if (!timing_) return forward_backward_impl(inputs, targets, params, grads, loss_weight);
   double seam = 0;

@@ -33,6 +33,16 @@ class ModelBase : public Model {
   void generate_step(const int32_t* tokens, int n, int pos0, ParamSource& params,
                      float* last_logits) final;
 
+  int slots() const final { return static_cast<int>(slots_.size()); }
+  int64_t boundary_elems() const final { return rows() * layout_.spec().n_embd; }
+  void* stage_input(int slot) final;
+  const void* stage_output(int slot) final;
+  float stage_forward(int slot, const int32_t* inputs, const int32_t* targets, ParamSource& params,
+                      float loss_weight) final;
+  void* stage_output_grad() final;
+  void stage_backward(int slot, ParamSource& params, GradSink& grads) final;
+  const void* stage_input_grad() final;
+
   void set_timing(bool on) final { timing_ = on; }
   const OpTimes& times() const final { return times_; }
   void reset_times() final { times_ = OpTimes{}; }
@@ -41,8 +51,12 @@ class ModelBase : public Model {
   // Checks the micro-batch against the spec (under context parallelism, that its sequences split
   // into 2C chunks; under sequence parallelism, that its N = B x T/C rows split T ways:
   // InputError) and allocates tokens, targets, losses and logits for this rank's N rows.
+  // A pipeline stage's model (stage: its layers) holds `slots` micro-batches' tokens, targets,
+  // losses, residual stream and (last stage) logits; the derived class its saved activations
+  // per slot (select_saved).
   ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
-            MemoryTracker* tracker, TensorShard shard, ContextShard context);
+            MemoryTracker* tracker, TensorShard shard, ContextShard context, LayerRange stage,
+            int slots);
   // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
   // logits: N x Vp/T compute elements; tensor-parallel: the 3N loss statistics).
   static int64_t base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
@@ -53,6 +67,19 @@ class ModelBase : public Model {
 
   virtual float forward_backward_impl(const int32_t* inputs, const int32_t* targets,
                                       ParamSource& params, GradSink& grads, float loss_weight) = 0;
+  // The stage's forward of the uploaded micro-batch of the current slot (through the loss and
+  // dlogits for dloss on the last stage). hold: leave the head's units acquired for the backward
+  // that follows at once (forward_backward); else every unit is released.
+  virtual void stage_forward_impl(ParamSource& params, float dloss, bool hold) = 0;
+  // The stage's backward of the current slot; held: the head's units are still acquired from a
+  // stage_forward_impl with hold.
+  virtual void stage_backward_impl(ParamSource& params, GradSink& grads, bool held) = 0;
+  // Points the derived class's saved activations at slot k's.
+  virtual void select_saved(int k) = 0;
+  // Makes slot k current: tokens_, targets_, losses_, logits_, res_, ... and select_saved(k).
+  void select_slot(int k);
+  bool first_stage() const { return layout_.stage().begin == 0; }
+  bool last_stage() const { return layout_.stage().end == layout_.spec().n_layer; }
   // Logits (B,T,Vp) of tokens_ into logits_, every unit released again (generation).
   virtual void run_to_logits(ParamSource& params) = 0;
 
@@ -136,7 +163,11 @@ class ModelBase : public Model {
   std::vector<Buffer> buffers_;
 
   Exchange* exchange_;
-  void* logits_;                      // (B,T,Vp/T), becomes dlogits in backward
+  // The current slot's (select_slot): the residual stream res_[l] for the stage's layers l in
+  // [begin, end] ((R,C) each; res_[begin] the stage's input, res_[end] its output; null outside).
+  std::vector<void*> res_;
+  void* dres_;                        // (R,C) gradient of the residual stream (shared by slots)
+  void* logits_;                      // (B,T,Vp/T), becomes dlogits in backward (last stage)
   float* loss_stats_ = nullptr;       // tensor-parallel: (3N) max | target logit | sum of exp
   float* losses_;                     // (B,T)
   int32_t* tokens_;                   // (B,T) the inputs, in the backend's memory
@@ -156,6 +187,18 @@ class ModelBase : public Model {
   // Context parallelism: points inputs and targets at this rank's rows of them and counts the
   // positions with a target in the whole micro-batch; nothing otherwise.
   void take_rows(const int32_t*& inputs, const int32_t*& targets);
+
+  struct Slot {  // one micro-batch's buffers (see select_slot)
+    void* logits = nullptr;
+    float* losses = nullptr;
+    int32_t* tokens = nullptr;
+    int32_t* targets = nullptr;
+    int32_t* doc_start = nullptr;
+    float* loss_stats = nullptr;
+    std::vector<void*> res;
+  };
+  std::vector<Slot> slots_;
+  int slot_ = 0;
 
   ContextShard context_;
   int seq_;                                      // positions per sequence of a micro-batch

@@ -49,7 +49,8 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
     opt_.model_parallel_comm = nullptr;
   bool all_counted = true;
   for (int u = 0; u < layout_.num_units(); ++u)
-    for (const TensorInfo& t : layout_.unit(u).tensors) all_counted &= layout_.counted_in_norm(t);
+    for (const TensorInfo& t : layout_.unit(u).tensors)
+      all_counted &= layout_.counted_in_norm(u, t);
   if (!all_counted) {
     // The counted tensors of each unit, clipped to this rank's shard (shard coordinates).
     const int owner = owner_rank();
@@ -58,7 +59,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
       const int64_t lo = up.begin(owner), hi = lo + up.shard;
       std::vector<std::pair<int64_t, int64_t>> r;
       for (const TensorInfo& t : layout_.unit(u).tensors) {
-        if (!layout_.counted_in_norm(t)) continue;
+        if (!layout_.counted_in_norm(u, t)) continue;
         const int64_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.numel);
         if (b < e) r.emplace_back(b - lo, e - lo);
       }
@@ -523,6 +524,7 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
 
 StepResult ZeroEngine::step(const OptimStep& s) {
   reducer_->finish();
+  if (opt_.after_reduce) opt_.after_reduce(*this);
   if (onebit_ && (onebit_->owns_warmup() || !onebit_->reduces_gradients(adam_steps_ + 1)))
     return onebit_step(s);
   StepResult r;

@@ -41,6 +41,7 @@
 namespace zerod {
 
 enum class StatesHome { kDevice, kHost, kNvme };
+class ZeroEngine;
 
 struct ZeroOptions {
   int stage = 0;
@@ -90,6 +91,10 @@ struct ZeroOptions {
   // the others.
   OnebitKind onebit = OnebitKind::kNone;
   OnebitConfig onebit_config;
+  // Called in step() once this rank's reduced gradient shards are final, before the norm: a
+  // pipeline sums the tied embedding's gradient of its first and last stage there
+  // (parallel/pipeline/tied_grads.h). Null: nothing.
+  std::function<void(ZeroEngine&)> after_reduce;
 };
 
 // Hyper-parameters of one optimizer step.

@@ -1,0 +1,97 @@
+// The pipeline runner (DESIGN.md section 8): executes one rank's action list of a schedule
+// (schedule.h) over the model of its stage, exchanging the boundary activations and their
+// gradients with the neighbouring stages by point-to-point messages on the pipeline group's
+// communicator. One runner for every schedule; with P = 1 it is the plain micro-batch loop.
+//
+// Per action: F runs Model::stage_forward in the micro-batch's activation slot (slot = micro-batch
+// mod slots(): a rank's micro-batches are live from F to B in micro-batch order, so at most
+// slots_needed() of them at once, and m mod slots never meets a live one); B runs
+// stage_backward; a receive posts recv_async into the model's buffer and waits for it (receives
+// block, as the schedule assumes); a send posts send_async and goes on: activations straight from
+// the slot's output (alive until the slot's next forward, after the peer's backward of it has
+// answered), gradients from a copy in a pooled buffer (the model's gradient buffer is reused by
+// the next backward). Every send is waited for before run() returns. Each message carries the tag
+// 2 x micro-batch (+1 for gradients), which the communicator checks on arrival.
+//
+// Not yet: the split backward of zero-bubble schedules (Bi, W) and V > 1 chunks per rank (Error).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/memory.h"
+#include "core/timer.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/param_source.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace zerod::pipeline {
+
+// One micro-batch's tokens (host, B x T each), the same on every stage of a replica.
+struct MicroBatch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+// What the rank did when, for a step's timeline (Chrome trace) and its measured bubble.
+struct TimedAction {
+  Action action;
+  double begin = 0, end = 0;  // seconds since the step began
+};
+
+// The most micro-batches live at once on this rank of the list (from F to B, or to W).
+int slots_needed(const std::vector<Action>& actions);
+
+class PipelineRunner {
+ public:
+  // actions: this pipeline rank's list; model: its stage, with slots() >= slots_needed(actions);
+  // comm: the pipeline group's communicator (this rank's index = its pipeline rank; null when
+  // P = 1). Error for actions this runner cannot execute (Bi, W, chunks > 0).
+  PipelineRunner(std::vector<Action> actions, Model& model, Backend& backend, Communicator* comm,
+                 MemoryTracker* tracker);
+
+  // One step over batches (M of them): every action in order. before_backward(m) is called
+  // before the backward of micro-batch m (the ZeRO engine's begin_micro_batch). Returns the sum
+  // of the micro-batches' mean losses on the last stage (0 on the others).
+  double run(const std::vector<MicroBatch>& batches, ParamSource& params, GradSink& grads,
+             float loss_weight, const std::function<void(int)>& before_backward);
+
+  // Forward only (evaluation): each micro-batch through this stage in order, receiving from the
+  // previous stage and sending to the next. Returns the sum of the mean losses on the last stage.
+  double forward_only(const std::vector<MicroBatch>& batches, ParamSource& params);
+
+  // The last run()'s actions with their times, and the fraction of the step this rank spent
+  // outside compute (waiting in receives and idle).
+  const std::vector<TimedAction>& timeline() const { return timeline_; }
+  double bubble_fraction() const;
+
+ private:
+  void receive(void* data, int peer, int tag);
+  void send(const void* data, int peer, int tag);
+  int grad_send_buffer();  // the index of a free pooled buffer of boundary_elems() elements
+  void wait_sends();
+  void abandon_sends();  // after an error: every posted send finished or failed, the pool free
+
+  std::vector<Action> actions_;
+  Model& model_;
+  Backend& be_;
+  Communicator* comm_;
+  MemoryTracker* tracker_;
+  CommType type_;
+  size_t boundary_bytes_ = 0;
+  struct Pending {
+    WorkPtr work;
+    int buffer = -1;  // the pooled buffer it sends from (-1: a slot's output)
+  };
+  std::vector<Pending> pending_;
+  std::vector<Buffer> pool_;
+  std::vector<bool> pool_busy_;
+  std::vector<TimedAction> timeline_;
+  double step_seconds_ = 0;
+};
+
+}  // namespace zerod::pipeline
