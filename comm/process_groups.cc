@@ -94,6 +94,7 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, int rank, Communicator* world,
     add("data x context", {MeshAxis::kData, MeshAxis::kContext}, factory);
     add("tensor x context", {MeshAxis::kTensor, MeshAxis::kContext}, factory);
     add("pipeline", {MeshAxis::kPipeline}, factory);
+    add("tensor x pipeline", {MeshAxis::kTensor, MeshAxis::kPipeline}, factory);
     add("world", {MeshAxis::kPipeline, MeshAxis::kData, MeshAxis::kContext, MeshAxis::kTensor},
         factory);
   } catch (...) {

@@ -4,12 +4,14 @@
 // ProcessGroups builds this rank's group along each of the following axes, in this order on every
 // rank (comm/mesh.h gives the members; the world rank order is Megatron's, tensor fastest):
 //
-//   tensor, context, data, data x context, tensor x context, pipeline, world
+//   tensor, context, data, data x context, tensor x context, pipeline, tensor x pipeline, world
 //
 //   data x context   ZeRO's shards: dense units are partitioned over dp x cp (zero())
 //   tensor x context the model-parallel group: partial sums of the global gradient norm
 //                    (model_parallel())
-//   pipeline         reserved for the stage boundaries (size 1 until pipelines exist)
+//   pipeline         the stage boundaries' point-to-point messages and the tied embedding
+//   tensor x pipeline the ranks holding disjoint parts of one replica's gradients after ZeRO's
+//                    reduction: partial sums of the global gradient norm (model_norm())
 //
 // Each group gets its communicator by these rules, which depend only on the mesh, so every member
 // of a group decides the same way:
@@ -126,6 +128,8 @@ class ProcessGroups {
   const ProcessGroup& model_parallel() const {
     return group({MeshAxis::kTensor, MeshAxis::kContext});
   }
+  // tensor x pipeline: where the global gradient norm's partial sums are added up.
+  const ProcessGroup& model_norm() const { return group({MeshAxis::kTensor, MeshAxis::kPipeline}); }
   const ProcessGroup& world() const;
 
   // Every group, in the build order.

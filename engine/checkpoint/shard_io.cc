@@ -32,7 +32,7 @@ CheckpointFile write_rank_file(const std::string& dir, int rank,
       entries.push_back({s.unit_name + "." + kind, StDType::kF32, shape});
     }
     meta[s.unit_name + ".slice"] = fmt::format("{}:{}", s.begin, s.end);
-    out.slices.push_back({s.unit, s.begin, s.end});
+    out.slices.push_back({s.file_unit >= 0 ? s.file_unit : s.unit, s.begin, s.end});
   }
   const std::string path = (std::filesystem::path(dir) / out.name).string();
   SafetensorsWriter w(path, entries, meta, /*direct=*/true);

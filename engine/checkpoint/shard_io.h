@@ -18,7 +18,10 @@ namespace zerod {
 
 // One unit's slice [begin, end) of this rank's optimizer states.
 struct ShardData {
-  int unit = 0;
+  int unit = 0;  // the saving engine's unit
+  // The unit's index in the checkpoint (the whole model's layout) when it differs from `unit`: a
+  // pipeline stage's engine holds a subset of the units. -1: `unit`.
+  int file_unit = -1;
   std::string unit_name;
   int64_t begin = 0, end = 0;
   const float* master = nullptr;      // (end - begin)

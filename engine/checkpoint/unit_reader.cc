@@ -71,9 +71,16 @@ void UnitReader::read_global(int u, float* master, float* exp_avg, float* exp_av
 void UnitReader::read_local(const ParamLayout& local, int u, float* master, float* exp_avg,
                             float* exp_avg_sq) {
   const TensorShard& s = local.shard();
+  // A pipeline stage's unit u is the whole model's unit g.
+  const int g = local.global_unit(u);
   if (s.size == saved_tp_) {
-    readers_[static_cast<size_t>(s.rank)]->read(u, 0, local.unit(u).numel, master, exp_avg,
+    readers_[static_cast<size_t>(s.rank)]->read(g, 0, local.unit(u).numel, master, exp_avg,
                                                 exp_avg_sq);
+    return;
+  }
+  if (!local.whole_model()) {
+    const ParamLayout whole(local.spec(), local.align_elems(), s);
+    read_local(whole, g, master, exp_avg, exp_avg_sq);
     return;
   }
   const int64_t n = global_.unit(u).numel;

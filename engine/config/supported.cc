@@ -45,13 +45,51 @@ const NotBuiltYet kNotBuiltYet[] = {
            "CPU ranks",
            c.parallelism.context, c.parallelism.context_impl);
      }},
-    {[](const JobConfig& c) { return c.parallelism.pipeline > 1; },
+    // Pipelines: gpipe and 1f1b run on CPU ranks (parallel/pipeline/runner.h); the rest is planned
+    // by `zerod check` but not executed yet.
+    {[](const JobConfig& c) {
+       return c.parallelism.pipeline > 1 && c.parallelism.pipeline_schedule != "gpipe" &&
+              c.parallelism.pipeline_schedule != "1f1b";
+     },
      [](const JobConfig& c) {
        return fmt::format(
-           "parallelism.pipeline: {}: pipeline execution is not implemented yet in zerod (the "
-           "config, the stage partition and the schedules are: `zerod check` shows the plan); "
-           "set parallelism.pipeline to 1",
+           "parallelism.pipeline_schedule: \"{}\" with parallelism.pipeline {}: executing this "
+           "schedule is not implemented yet in zerod (\"gpipe\" and \"1f1b\" run; `zerod check` "
+           "shows this one's plan)",
+           c.parallelism.pipeline_schedule, c.parallelism.pipeline);
+     },
+     true},
+    {[](const JobConfig& c) {
+       return c.parallelism.pipeline > 1 && c.train.device == TrainDevice::kCuda;
+     },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "parallelism.pipeline {} with train.device cuda: NCCL point-to-point messages have "
+           "never run on GPUs; pipelines run on CPU ranks",
            c.parallelism.pipeline);
+     },
+     true},
+    {[](const JobConfig& c) { return c.parallelism.pipeline > 1 && c.parallelism.context > 1; },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "parallelism.pipeline {} with parallelism.context {}: pipeline stages with context "
+           "parallelism are not implemented yet in zerod",
+           c.parallelism.pipeline, c.parallelism.context);
+     },
+     true},
+    {[](const JobConfig& c) {
+       return c.parallelism.pipeline > 1 &&
+              (!c.communication_compression.type.empty() ||
+               c.optimizer.type.rfind("OneBit", 0) == 0 || c.optimizer.type == "ZeroOneAdam");
+     },
+     [](const JobConfig& c) {
+       return fmt::format(
+           "parallelism.pipeline {} with {}: compressed gradient communication is not "
+           "implemented for pipeline-parallel jobs yet in zerod",
+           c.parallelism.pipeline,
+           c.communication_compression.type.empty()
+               ? "optimizer.type " + c.optimizer.type
+               : "communication_compression.type " + c.communication_compression.type);
      },
      true},
     {[](const JobConfig& c) { return c.aio.use_gds; },

@@ -243,14 +243,18 @@ std::vector<ShardData> Checkpointer::my_shards() {
   // Stage 0: every rank of the data-parallel group holds all of it; its rank 0 alone writes
   // (one writer per tensor rank).
   if (engine_.options().stage == 0 && engine_.options().rank != 0) return out;
+  // A pipeline stage saves its own units under their whole-model indices; the last stage's copy
+  // of a tied embedding is the first stage's (the same states), which saves it.
   const Partition& part = engine_.partition();
+  const ParamLayout& layout = engine_.layout();
   for (int u = 0; u < part.num_units(); ++u) {
     const UnitPartition& up = part.unit(u);
     const int64_t valid = up.valid(engine_.owner_rank());
-    if (valid <= 0) continue;
+    if (valid <= 0 || u == layout.tied_copy_unit()) continue;
     ShardData s;
     s.unit = u;
-    s.unit_name = engine_.layout().unit(u).name;
+    s.file_unit = layout.global_unit(u);
+    s.unit_name = layout.unit(u).name;
     s.begin = up.begin(engine_.owner_rank());
     s.end = s.begin + valid;
     if (engine_.states_addressable()) {
@@ -305,9 +309,10 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   m.vocab_size = spec.vocab_size;
   m.padded_vocab_size = spec.vp();
   m.seq_len = spec.seq_len;
-  for (int u = 0; u < engine_.layout().num_units(); ++u) {
-    m.units.push_back({engine_.layout().unit(u).name, engine_.layout().unit(u).numel});
-  }
+  // The whole model's units (a pipeline stage's engine holds some of them).
+  const ParamLayout whole(spec, engine_.layout().align_elems(), engine_.layout().shard());
+  for (int u = 0; u < whole.num_units(); ++u)
+    m.units.push_back({whole.unit(u).name, whole.unit(u).numel});
   m.progress = progress;
   m.tokenizer = std::move(saved_tokenizer);
   const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
@@ -604,8 +609,8 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
     const ParamLayout saved_layout(spec, layout.align_elems(), TensorShard{0, saved_tp});
     compare("units", static_cast<int64_t>(m.units.size()), saved_layout.num_units());
     for (int u = 0; saved.empty() && u < saved_layout.num_units(); ++u) {
-      compare("elements in unit " + layout.unit(u).name, m.units[static_cast<size_t>(u)].numel,
-              saved_layout.unit(u).numel);
+      compare("elements in unit " + saved_layout.unit(u).name,
+              m.units[static_cast<size_t>(u)].numel, saved_layout.unit(u).numel);
     }
   }
   if (!saved.empty()) {
@@ -673,8 +678,8 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
         for (int u = 0; u < part.num_units(); ++u) {
           const UnitPartition& up = part.unit(u);
           const int64_t b = up.begin(owner);
-          requests.push_back(
-              {u, b, b + up.shard, engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
+          requests.push_back({layout.global_unit(u), b, b + up.shard, engine_.master(u),
+                              engine_.exp_avg(u), engine_.exp_avg_sq(u)});
         }
         load_shards(path, mt, requests);
       } else {
@@ -682,9 +687,14 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
         // sub-group's part, or a unit shard through a host copy) straight into place (no copy of
         // the whole shard in memory).
         Manifest mine_only = mt;
+        std::vector<int> local_unit(m.units.size(), -1);  // (a pipeline stage holds some)
+        for (int u = 0; u < layout.num_units(); ++u)
+          local_unit.at(static_cast<size_t>(layout.global_unit(u))) = u;
         std::erase_if(mine_only.files, [&](const CheckpointFile& f) {
           return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
-            const UnitPartition& up = part.unit(s.unit);
+            const int u = local_unit.at(static_cast<size_t>(s.unit));
+            if (u < 0) return false;
+            const UnitPartition& up = part.unit(u);
             return s.begin < up.begin(owner) + up.shard && up.begin(owner) < s.end;
           });
         });
@@ -694,7 +704,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
             ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
             [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
               const int64_t b = part.unit(u).begin(owner);
-              reader.read(u, b + lo, b + hi, pm, pa, pv);
+              reader.read(layout.global_unit(u), b + lo, b + hi, pm, pa, pv);
             });
       }
     }

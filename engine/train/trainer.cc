@@ -18,6 +18,7 @@
 #include "engine/data/eval_loader.h"
 #include "engine/data/loader.h"
 #include "engine/data/train_val.h"
+#include "engine/plan/pipeline_plan.h"
 #include "engine/runtime/signals.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/memory_preflight.h"
@@ -26,6 +27,8 @@
 #include "engine/train/rank_device.h"
 #include "model/shard.h"
 #include "parallel/cp_exchange.h"
+#include "parallel/pipeline/runner.h"
+#include "parallel/pipeline/tied_grads.h"
 #include "parallel/tp_exchange.h"
 #include "parallel/tp_grads.h"
 #include "zero/loss_scaler.h"
@@ -36,6 +39,9 @@ struct Trainer::Data {
   std::optional<DataLoader> train;
   std::optional<EvalLoader> val;
   std::vector<int32_t> inputs, targets;  // (B,T)
+  // Pipeline parallelism: every micro-batch of a step ((B,T) each), handed to the runner.
+  std::vector<std::vector<int32_t>> step_inputs, step_targets;
+  std::vector<pipeline::MicroBatch> micro_batches;
   std::optional<LrSchedule> schedule;
   std::optional<LossScaler> scaler;
 };
@@ -78,7 +84,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   const int B = static_cast<int>(cfg_.micro_batch());
   const int T = cfg_.model.seq_len;
   const ParallelismConfig& par = cfg_.parallelism;
-  const Mesh mesh(MeshShape{.pipeline = 1,
+  const Mesh mesh(MeshShape{.pipeline = par.pipeline,
                             .data = cfg_.data_parallel_size,
                             .context = par.context,
                             .tensor = par.tensor});
@@ -142,9 +148,30 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   const ProcessGroup& tensor = groups_->tensor();
   const ProcessGroup& context = groups_->context();
+  // Pipeline parallelism: this rank's stage (the partition's layers of its pipeline rank) with
+  // activation slots for what its schedule keeps live (check_supported admits gpipe and 1f1b).
+  LayerRange stage;
+  pipeline::Schedule schedule;
+  int slots = 1;
+  if (pipeline_stages() > 1) {
+    const PipelinePlan plan = make_pipeline_plan(cfg_);
+    const PipelineStagePlan& sp = plan.stages.at(static_cast<size_t>(groups_->pipeline().rank()));
+    stage = LayerRange{sp.first_layer, sp.first_layer + sp.layers};
+    pipeline::ScheduleKind kind{};
+    ZD_CHECK(pipeline::parse_schedule_name(par.pipeline_schedule, kind), "schedule {}",
+             par.pipeline_schedule);
+    schedule =
+        pipeline::make_schedule(kind, pipeline_stages(), static_cast<int>(cfg_.grad_accum()));
+    slots = pipeline::slots_needed(schedule.at(static_cast<size_t>(groups_->pipeline().rank())));
+  }
   model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
                       TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel},
-                      ContextShard{context.rank(), context.size()});
+                      ContextShard{context.rank(), context.size()}, stage, slots);
+  if (pipeline_stages() > 1) {
+    runner_ = std::make_unique<pipeline::PipelineRunner>(
+        schedule.at(static_cast<size_t>(groups_->pipeline().rank())), *model_, *backend_,
+        &groups_->pipeline().comm(), &memory_);
+  }
   if (cfg_.data.document_masking) {  // (validated: no context split; an EOS id in the vocabulary
                                      // or data.tokenizer)
     std::optional<int64_t> eos = cfg_.data.eos_token_id;
@@ -183,7 +210,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.rank = groups_->zero().rank();
   zo.comm =
       device_comm_ ? device_comm_.get() : (ctx_.world_size > 1 ? &groups_->zero().comm() : nullptr);
-  if (tensor.size() > 1) zo.model_parallel_comm = &tensor.comm();
+  // (tensor x pipeline: the stages hold disjoint units, each counted once; a last stage's tied
+  // embedding copy is left out, ParamLayout::counted_in_norm.)
+  if (tensor.size() > 1 || pipeline_stages() > 1)
+    zo.model_parallel_comm = &groups_->model_norm().comm();
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -213,6 +243,17 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_aio = swap_options(cfg_).aio;
   zo.onebit = onebit_kind(cfg_.optimizer.type);
   zo.onebit_config = cfg_.optimizer.onebit;
+  const ProcessGroup& pipe = groups_->pipeline();
+  if (pipeline_stages() > 1 && spec.tied() &&
+      (pipe.rank() == 0 || pipe.rank() == pipe.size() - 1)) {
+    // The first stage's embedding and the last stage's head copy: one gradient, summed once each
+    // stage has reduced its own over the data-parallel group.
+    tied_ = std::make_unique<pipeline::TiedEmbeddingGrads>(pipe.comm(), *backend_, &memory_);
+    zo.after_reduce = [this](ZeroEngine& e) {
+      const int u = e.layout().embedding_unit();
+      tied_->sum(e.grad_shard(u), e.partition().unit(u).shard);
+    };
+  }
   engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
   if (tensor.size() > 1)
     tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_,
@@ -222,11 +263,17 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     // of its part of each unit).
     Stopwatch sw;
     const ParamLayout global(spec);
+    const ParamLayout& local = model_->layout();
+    std::vector<int> local_unit(static_cast<size_t>(global.num_units()), -1);  // (pipeline stage)
+    for (int u = 0; u < local.num_units(); ++u)
+      local_unit[static_cast<size_t>(local.global_unit(u))] = u;
     std::vector<float> part;
-    import_hf_model(*cfg_.model.init_from, global, [&](int u, const float* flat) {
+    import_hf_model(*cfg_.model.init_from, global, [&](int g, const float* flat) {
+      const int u = local_unit[static_cast<size_t>(g)];
+      if (u < 0) return;  // another stage's
       if (tensor.size() == 1) return engine_->set_master_unit(u, flat);
-      part.resize(static_cast<size_t>(model_->layout().unit(u).numel));
-      shard_unit(global, model_->layout(), u, flat, part.data());
+      part.resize(static_cast<size_t>(local.unit(u).numel));
+      shard_unit(global, local, u, flat, part.data());
       engine_->set_master_unit(u, part.data());
     });
     engine_->refresh_weights();
@@ -304,7 +351,34 @@ StepMetrics Trainer::train_step(int64_t step) {
   // (NVMe offload I/O of this step only: not the initial writes, not checkpoints.)
   const double io_before = engine_->offload_io_seconds();
   double loss_sum = 0;
-  for (int64_t micro = 0; micro < accum; ++micro) {
+  if (runner_) {
+    // Pipeline: the step's micro-batches first (every stage of a replica reads the same ones),
+    // then this rank's schedule over them.
+    Stopwatch sw;
+    Data& d = *data_;
+    d.step_inputs.resize(static_cast<size_t>(accum));
+    d.step_targets.resize(static_cast<size_t>(accum));
+    d.micro_batches.clear();
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      std::vector<int32_t>& in = d.step_inputs[static_cast<size_t>(micro)];
+      std::vector<int32_t>& tg = d.step_targets[static_cast<size_t>(micro)];
+      in.resize(d.inputs.size());
+      tg.resize(d.targets.size());
+      d.train->next_micro_batch(in.data(), tg.data());
+      d.micro_batches.push_back({in.data(), tg.data()});
+    }
+    phases_.data += sw.seconds();
+    sw.restart();
+    const double comm_before = engine_->comm_wait_seconds();
+    const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
+    GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
+    loss_sum = runner_->run(d.micro_batches, *engine_, grads, weight,
+                            [&](int micro) { engine_->begin_micro_batch(micro + 1 == accum); });
+    const double comm = engine_->comm_wait_seconds() - comm_before;
+    phases_.fwd_bwd += sw.seconds() - comm;
+    phases_.comm += comm;
+  }
+  for (int64_t micro = 0; micro < (runner_ ? 0 : accum); ++micro) {
     engine_->begin_micro_batch(micro + 1 == accum);
     Stopwatch sw;
     data_->train->next_micro_batch(data_->inputs.data(), data_->targets.data());
@@ -356,7 +430,8 @@ StepMetrics Trainer::train_step(int64_t step) {
   } else {
     ++steps_taken_;
   }
-  m.loss = mean_over_ranks(loss_sum / static_cast<double>(accum));
+  // (Pipeline: only the last stage's ranks have losses, 1 / P of the world.)
+  m.loss = mean_over_ranks(loss_sum / static_cast<double>(accum)) * pipeline_stages();
   m.lr = os.lr;
   m.grad_norm = r.grad_norm;
   m.loss_scale = loss_scale;
@@ -401,13 +476,30 @@ std::optional<double> Trainer::evaluate() {
   val.restart();
   const int64_t batches = std::min(cfg_.train.eval_batches, val.num_micro_batches());
   double sum = 0;
-  for (int64_t i = 0; i < batches; ++i) {
+  if (runner_) {
+    // Pipeline: the micro-batches through the stages, forward only; the last stage has the loss.
+    Data& d = *data_;
+    std::vector<std::vector<int32_t>> in, tg;
+    std::vector<pipeline::MicroBatch> mbs;
+    for (int64_t i = 0; i < batches; ++i) {
+      in.emplace_back(d.inputs.size());
+      tg.emplace_back(d.targets.size());
+      if (!val.next_micro_batch(in.back().data(), tg.back().data())) {
+        in.pop_back();
+        tg.pop_back();
+        break;
+      }
+    }
+    for (size_t i = 0; i < in.size(); ++i) mbs.push_back({in[i].data(), tg[i].data()});
+    sum = runner_->forward_only(mbs, *engine_);
+  }
+  for (int64_t i = 0; i < (runner_ ? 0 : batches); ++i) {
     if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
     sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
   }
   evaluated_tokens_ = batches * int64_t{model_->batch()} * model_->seq() * cfg_.data_parallel_size;
   if (batches == 0) return std::nullopt;
-  return mean_over_ranks(sum / static_cast<double>(batches));
+  return mean_over_ranks(sum / static_cast<double>(batches)) * pipeline_stages();
 }
 
 std::string format_eta(double seconds) {

@@ -27,6 +27,11 @@
 
 namespace zerod {
 
+namespace pipeline {
+class PipelineRunner;
+class TiedEmbeddingGrads;
+}  // namespace pipeline
+
 struct TrainResult {
   std::vector<StepMetrics> steps;
   std::optional<double> final_val_loss;
@@ -112,7 +117,12 @@ class Trainer {
   std::unique_ptr<Exchange> exchange_;          // tensor-parallel: the model's collectives
   std::unique_ptr<Exchange> context_exchange_;  // context-parallel: around exchange_
   std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> model_;  // (a pipeline stage's with parallelism.pipeline > 1)
+  // Pipeline parallelism: this rank's schedule over its stage, and the tied embedding's sync
+  // between the first and last stage.
+  std::unique_ptr<pipeline::PipelineRunner> runner_;
+  std::unique_ptr<pipeline::TiedEmbeddingGrads> tied_;
+  int pipeline_stages() const { return cfg_.parallelism.pipeline; }
   int64_t evaluated_tokens_ = 0;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;

@@ -190,12 +190,15 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
 }
 
 // A pipeline job: `zerod check` prints each stage's layers and parameters, each rank's model
-// states, and the schedule's simulated bubble; `zerod train` refuses it (no executor yet).
-TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRefusesIt) {
-  write("p.json", R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+// states, and the schedule's simulated bubble; `zerod train` runs it as two processes on
+// loopback, one stage each, and ends at the loss of the same job on one process. A schedule that
+// does not run yet is refused by `zerod train` (exit 2), and so are checkpoints.
+TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
+  const std::string p = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
       "model": {"n_layer": 4, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
       "parallelism": {"pipeline": 2, "pipeline_schedule": "1f1b"},
-      "data": {"train": "data/t_train_*.bin"}, "train": {"steps": 2}})");
+      "data": {"train": "data/t_train_*.bin"}, "train": {"steps": 2}})";
+  write("p.json", p);
   const RunResult r = run("check p.json --world-size 2", dir_);
   ASSERT_EQ(r.code, 0) << r.output;
   // (P - 1) / (M + P - 1) = 1 / 5 with F = 1, B = 2.
@@ -214,10 +217,29 @@ TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRefusesIt) {
       << r.output;
   EXPECT_NE(r.output.find("at most 2 micro-batch activations live"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"pipeline\": [\n"), std::string::npos) << r.output;  // the layout
+  // The last step's loss ("step 2/2 | loss X |") of a run's output.
+  auto last_loss = [](const std::string& out) {
+    const auto at = out.find("step 2/2 | loss ");
+    double loss = -1;
+    if (at != std::string::npos) std::sscanf(out.c_str() + at, "step 2/2 | loss %lf", &loss);
+    return loss;
+  };
   const RunResult t = run("train p.json --nproc-per-node 2", dir_);
-  EXPECT_EQ(t.code, 2) << t.output;
-  EXPECT_NE(t.output.find("pipeline execution is not implemented yet"), std::string::npos)
-      << t.output;
+  ASSERT_EQ(t.code, 0) << t.output;
+  std::string one = p;
+  one.replace(one.find(R"("pipeline": 2)"), 13, R"("pipeline": 1)");
+  write("one.json", one);
+  const RunResult o = run("train one.json", dir_);
+  ASSERT_EQ(o.code, 0) << o.output;
+  ASSERT_GT(last_loss(o.output), 0) << o.output;
+  EXPECT_NEAR(last_loss(t.output), last_loss(o.output), 1e-5 * last_loss(o.output)) << t.output;
+  std::string zb = p;
+  zb.replace(zb.find("1f1b"), 4, "zero_bubble");
+  write("zb.json", zb);
+  const RunResult z = run("train zb.json --nproc-per-node 2", dir_);
+  EXPECT_EQ(z.code, 2) << z.output;
+  EXPECT_NE(z.output.find("executing this schedule is not implemented yet"), std::string::npos)
+      << z.output;
 }
 
 TEST_F(Cli, ExampleConfigsAreValid) {

@@ -27,8 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kOrder = {"tensor",           "context",  "data", "data x context",
-                                         "tensor x context", "pipeline", "world"};
+const std::vector<std::string> kOrder = {
+    "tensor",   "context",           "data", "data x context", "tensor x context",
+    "pipeline", "tensor x pipeline", "world"};
 
 // The members of `rank`'s group along the axes flagged, computed here from the rank order of
 // DESIGN.md section 8 (rank = ((pp x DP + dp) x CP + cp) x TP + tp), not from comm/mesh.h: every
@@ -64,6 +65,7 @@ std::map<std::string, Axes> group_axes() {
           {"data x context", {.cp = true, .dp = true}},
           {"tensor x context", {.tp = true, .cp = true}},
           {"pipeline", {.pp = true}},
+          {"tensor x pipeline", {.tp = true, .pp = true}},
           {"world", {true, true, true, true}}};
 }
 
@@ -120,7 +122,8 @@ void check_groups(const ProcessGroups& pg, const MeshShape& shape, int rank) {
   EXPECT_EQ(&pg.group({MeshAxis::kContext, MeshAxis::kData}), &pg.all()[3]);
   EXPECT_EQ(&pg.model_parallel(), &pg.all()[4]);
   EXPECT_EQ(&pg.pipeline(), &pg.all()[5]);
-  EXPECT_EQ(&pg.world(), &pg.all()[6]);
+  EXPECT_EQ(&pg.model_norm(), &pg.all()[6]);
+  EXPECT_EQ(&pg.world(), &pg.all()[7]);
 }
 
 // Runs body(rank, groups, world communicator) on the `shape.world()` thread-ranks of a Gloo world
@@ -175,6 +178,17 @@ TEST(ProcessGroups, TensorTwoByContextTwoByDataTwo) {
     EXPECT_EQ(pg.zero().name(), "data x context");
     EXPECT_EQ(pg.zero().key(), fmt::format("data_x_context.{}", r % 2));
     EXPECT_EQ(pg.model_parallel().key(), fmt::format("tensor_x_context.{}", r - r % 4));
+  });
+}
+
+TEST(ProcessGroups, PipelineTwoByDataTwoByTensorTwo) {
+  const MeshShape shape{.pipeline = 2, .data = 2, .tensor = 2};
+  run_mesh(shape, Ms(10000), [&](int r, const ProcessGroups& pg, Communicator&) {
+    check_groups(pg, shape, r);
+    // Pipeline outermost: rank r's next stage is r + 4; tensor x pipeline spans both.
+    EXPECT_EQ(pg.pipeline().ranks(), (std::vector<int>{r % 4, r % 4 + 4}));
+    EXPECT_EQ(pg.model_norm().size(), 4);
+    EXPECT_NE(&pg.model_norm().comm(), &pg.tensor().comm());
   });
 }
 

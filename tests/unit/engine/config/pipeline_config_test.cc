@@ -124,17 +124,22 @@ TEST(PipelineConfig, BadValuesAreNamedWithTheirNumbers) {
       << joined(p);
 }
 
-TEST(PipelineConfig, RunningIsRefusedButCheckingIsNot) {
-  ParsedJob job = parse(pipeline_job({{"pipeline", 2}}));
+TEST(PipelineConfig, GPipeAnd1F1BRunTheOthersAreOnlyPlanned) {
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    ParsedJob job = parse(pipeline_job({{"pipeline", 2}, {"pipeline_schedule", schedule}}));
+    resolve_job(job.config, 2);
+    EXPECT_NO_THROW(check_supported(job.config)) << schedule;
+  }
+  ParsedJob job = parse(pipeline_job({{"pipeline", 2}, {"pipeline_schedule", "zero_bubble"}}));
   resolve_job(job.config, 2);
   EXPECT_NO_THROW(check_supported(job.config, /*running=*/false));
   try {
     check_supported(job.config);
-    FAIL() << "pipeline 2 ran";
+    FAIL() << "zero_bubble ran";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.problems(),
-                         "parallelism.pipeline: 2: pipeline execution is not "
-                         "implemented yet"))
+                         "parallelism.pipeline_schedule: \"zero_bubble\" with "
+                         "parallelism.pipeline 2: executing this schedule is not implemented yet"))
         << joined(e.problems());
     EXPECT_EQ(e.exit_code(), 2);
   }

@@ -163,8 +163,8 @@ INSTANTIATE_TEST_SUITE_P(Models, TensorParallelComms,
                          [](const auto& info) { return std::string(info.param.name); });
 
 // comms_logger at T = 2 x DP = 2: rank 0 prints one block per communicator (tensor, data, world),
-// named by its first group with the groups sharing it, never a one-rank group, each kind with
-// its bytes per step.
+// named by its first group with the groups sharing it (tensor x context and tensor x pipeline
+// have the tensor group's members), never a one-rank group, each kind with its bytes per step.
 TEST(TensorParallelCommsLogger, PrintsEveryCommunicatorOnceWithBytesPerStep) {
   const TempCorpus corpus("zerod_tp_comms_logger");
   const JobConfig cfg =
@@ -182,9 +182,10 @@ TEST(TensorParallelCommsLogger, PrintsEveryCommunicatorOnceWithBytesPerStep) {
   const size_t at = text.find("(comms_logger), per communicator, 2 steps:");
   ASSERT_NE(at, std::string::npos) << text;
   const std::string report = text.substr(at);
-  for (const char* title : {"group 'tensor' (global ranks 0, 1), also 'tensor x context':",
-                            "group 'data' (global ranks 0, 2), also 'data x context':",
-                            "group 'world' (global ranks 0, 1, 2, 3) (the world communicator):"}) {
+  for (const char* title :
+       {"group 'tensor' (global ranks 0, 1), also 'tensor x context', 'tensor x pipeline':",
+        "group 'data' (global ranks 0, 2), also 'data x context':",
+        "group 'world' (global ranks 0, 1, 2, 3) (the world communicator):"}) {
     EXPECT_NE(report.find(title), std::string::npos) << title << "\n" << report;
   }
   EXPECT_EQ(report.find("group 'context'"), std::string::npos) << report;   // a one-rank group

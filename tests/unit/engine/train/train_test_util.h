@@ -92,6 +92,16 @@ inline TinyModel tiny_mistral() {
 inline TinyModel tiny_gpt2_split4() {
   return {"Gpt2", R"({"n_layer": 2, "n_head": 4, "n_embd": 32, "vocab_size": 256, "seq_len": 24})"};
 }
+// Four layers (pipelines of up to four stages), otherwise tiny_gpt2_split4 / tiny_llama_split4.
+inline TinyModel tiny_gpt2_4layers() {
+  return {"Gpt2", R"({"n_layer": 4, "n_head": 4, "n_embd": 32, "vocab_size": 256, "seq_len": 24})"};
+}
+inline TinyModel tiny_llama_4layers() {
+  return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                       "num_hidden_layers": 4, "num_attention_heads": 8,
+                       "num_key_value_heads": 4, "vocab_size": 123, "rms_norm_eps": 1e-5,
+                       "tie_word_embeddings": false, "seq_len": 16})"};
+}
 inline TinyModel tiny_llama_split4() {
   return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
                        "num_hidden_layers": 2, "num_attention_heads": 8,
