@@ -31,6 +31,7 @@
 #include "core/cpu_info.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/config/elasticity.h"
 #include "engine/config/parse.h"
 #include "engine/plan/pipeline_plan.h"
 #include "engine/plan/planner.h"
@@ -180,6 +181,7 @@ int run_train(const TrainFlags& f) {
     job.config.train.memory_limit = zerod::parse_bytes(f.memory_limit, "--memory-limit");
   zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
+  if (job.config.elasticity.enabled) spdlog::info("{}", zerod::elastic_summary(job.config));
   // What the job needs from this machine (data, init_from, GPU, nvme_path, checkpoint_dir),
   // before the rendezvous makes other nodes wait for it.
   zerod::check_job_environment(job.config, {.local_ranks = spec.nproc_per_node});
@@ -371,6 +373,9 @@ int run_check(const std::string& path, int world_size, bool config_only) {
   // A pipeline's stages and schedule (the job cannot run yet: check_supported refuses it then).
   if (job.config.parallelism.pipeline > 1)
     std::fputs(zerod::format_pipeline_plan(zerod::make_pipeline_plan(job.config)).c_str(), stderr);
+  // Elasticity: the valid world sizes and the batch triangle of each.
+  if (job.config.elasticity.enabled)
+    std::fputs(zerod::format_elastic_plan(job.config).c_str(), stderr);
   // What `zerod train` checks at the start on this machine (nothing is created).
   if (!config_only) zerod::check_job_environment(job.config);
   // What bf16 computes with on this machine's CPU (the backend logs the same line at the start).

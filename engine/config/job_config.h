@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/config/elasticity_config.h"
 #include "engine/config/onebit_config.h"
 
 namespace zerod {
@@ -368,6 +369,7 @@ struct JobConfig {
   MonitorConfig tensorboard;
   CommsLoggerConfig comms_logger;
   CommCompressionConfig communication_compression;
+  ElasticityConfig elasticity;
 
   ModelConfig model;
   DataConfig data;

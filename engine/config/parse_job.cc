@@ -156,6 +156,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name,
   config::read_aio(top, cfg);
   config::read_runtime_sections(top, cfg);
   config::read_communication_compression(top, cfg);
+  config::read_elasticity(top, cfg);
   config::read_parallelism(top, cfg);
   config::read_model(top, cfg);
   config::read_data(top, cfg);
@@ -166,6 +167,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name,
   config::derive_values(cfg);
   config::validate_derived(cfg, problems);
   config::read_resolved(top, cfg);
+  config::validate_elasticity(cfg, root.contains("resolved"), problems);
   top.finish();
 
   if (!problems.errors.empty()) throw ConfigError(std::move(problems.errors), source_name);

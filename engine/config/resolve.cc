@@ -7,9 +7,12 @@
 // (the world size when none splits the model).
 //
 // Two of the three derive the third by integer division in DeepSpeed's order; one alone derives
-// the rest with gradient_accumulation_steps = 1. The result must then hold exactly.
+// the rest with gradient_accumulation_steps = 1. The result must then hold exactly. With
+// elasticity enabled, all three come from it for the world size (DeepSpeedConfig's elastic
+// branch), and a world size it does not allow is refused.
 #include <fmt/format.h>
 
+#include "engine/config/elasticity.h"
 #include "engine/config/parse.h"
 #include "engine/config/sections.h"
 #include "parallel/pipeline/schedule.h"
@@ -115,7 +118,20 @@ void resolve_job(JobConfig& cfg, int world_size) {
   out.data_parallel_size = world_size / model_ranks;
   const int dp = out.data_parallel_size;
   const char* dp_name = model_ranks == 1 ? "world size" : "data-parallel size";
-  const std::string how = derive_triangle(out, dp, dp_name, problems);
+  std::string how;
+  if (out.elasticity.enabled) {
+    try {
+      const ElasticTriangle t = elastic_triangle(out.elasticity, world_size, model_ranks);
+      out.train_batch_size = t.train_batch_size;
+      out.train_micro_batch_size_per_gpu = t.micro_batch;
+      out.gradient_accumulation_steps = t.grad_accum;
+      how = "set by elasticity";
+    } catch (const ConfigError& e) {
+      throw ConfigError(e.problems(), cfg.source);
+    }
+  } else {
+    how = derive_triangle(out, dp, dp_name, problems);
+  }
   if (problems.empty()) check_triangle(out, dp, dp_name, how, problems);
   // The pipeline's micro-batches per step are the gradient accumulation steps (DeepSpeed's rule).
   pipeline::ScheduleKind schedule{};

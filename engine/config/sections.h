@@ -27,6 +27,11 @@ void read_runtime_sections(ObjectReader& top, JobConfig& cfg);
 // offload and precision.
 void read_communication_compression(ObjectReader& top, JobConfig& cfg);
 void validate_communication_compression(const JobConfig& cfg, Problems& problems);
+// elasticity (elasticity_section.cc). validate_elasticity, after read_resolved: its rules against
+// the batch keys (removed, with a warning, under ignore_non_elastic_batch_info; with a
+// "resolved" section they must be the ones derived for resolved.world_size) and parallelism.
+void read_elasticity(ObjectReader& top, JobConfig& cfg);
+void validate_elasticity(JobConfig& cfg, bool resolved_given, Problems& problems);
 // DeepSpeed sections and keys zerod recognises but does not support (unsupported_sections.cc)
 void read_unsupported(ObjectReader& top);
 // model (model_section.cc); data, train (zerod_sections.cc)

@@ -394,6 +394,22 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"orthogonalization_epsilon", cc.powersgd.orthogonalization_epsilon},
         {"random_seed", cc.powersgd.random_seed}};
   }
+  // Only when it says something (a DeepSpeed file rarely has one; a disabled one that sets keys
+  // keeps them).
+  const ElasticityConfig& e = cfg.elasticity;
+  if (!(e == ElasticityConfig{})) {
+    j["elasticity"] = {{"enabled", e.enabled},
+                       {"max_train_batch_size", e.max_train_batch_size},
+                       {"micro_batch_sizes", e.micro_batch_sizes},
+                       {"min_gpus", e.min_gpus},
+                       {"max_gpus", e.max_gpus},
+                       {"min_time", e.min_time},
+                       {"version", e.version},
+                       {"prefer_larger_batch", e.prefer_larger_batch},
+                       {"ignore_non_elastic_batch_info", e.ignore_non_elastic_batch_info},
+                       {"num_gpus_per_node", e.num_gpus_per_node},
+                       {"model_parallel_size", e.model_parallel_size}};
+  }
   return j;
 }
 

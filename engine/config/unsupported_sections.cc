@@ -18,7 +18,6 @@ struct Feature {
 const Feature kSections[] = {
     {"amp", "NVIDIA Apex AMP"},
     {"pipeline", "DeepSpeed's pipeline section (pipeline parallelism is parallelism.pipeline)"},
-    {"elasticity", "elastic training"},
     {"compression_training", "compression training"},
     {"data_efficiency", "data efficiency (curriculum learning, data routing)"},
     {"curriculum_learning", "curriculum learning"},

@@ -46,6 +46,15 @@ EvalResult evaluate_job(JobConfig cfg, const EvalOptions& o) {
                                    : "the seeded initialisation (no checkpoint, no init_from)";
   }
   cfg.train.save_interval = 0;
+  // One process evaluates: an elastic job's world sizes need not include 1, and only the
+  // micro-batch matters here (the largest of its sizes).
+  if (cfg.elasticity.enabled) {
+    cfg.elasticity.enabled = false;
+    cfg.train_batch_size.reset();
+    cfg.gradient_accumulation_steps.reset();
+    cfg.train_micro_batch_size_per_gpu = *std::max_element(cfg.elasticity.micro_batch_sizes.begin(),
+                                                           cfg.elasticity.micro_batch_sizes.end());
+  }
   resolve_job(cfg, 1);
   const int64_t per_batch = int64_t{cfg.micro_batch()} * cfg.model.seq_len;
   cfg.train.eval_batches =

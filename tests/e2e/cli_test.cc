@@ -242,6 +242,62 @@ TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
       << z.output;
 }
 
+// An elastic job: `zerod check` prints the valid world sizes and each one's batch triangle; the
+// run takes its batch for the world it runs at, and a world outside the set is refused.
+TEST_F(Cli, ElasticityPicksTheBatchForTheWorldSize) {
+  // [2, 4] within 8 on 1-4 ranks: 8 trains on 1, 2, 4 (8 / 3 is no multiple of 2 or 4).
+  const std::string elastic = R"("elasticity": {"enabled": true, "max_train_batch_size": 8,
+      "micro_batch_sizes": [2, 4], "min_gpus": 1, "max_gpus": 4, "version": 0.1})";
+  const std::string body = R"(
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/t_train_*.bin", "val": "data/t_val_*.bin"},
+      "train": {"steps": 2}})";
+  write("e.json", "{" + elastic + "," + body);
+  const RunResult r = run("check e.json --world-size 2", dir_);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("elasticity (version 0.1): train_batch_size 8 on 3 valid world sizes"),
+            std::string::npos)
+      << r.output;
+  // world size, data-parallel, micro-batch, accumulation, global batch
+  EXPECT_NE(r.output.find("           1              1            4             2             8\n"
+                          "           2              2            4             1             8\n"
+                          "           4              4            2             1             8\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\"train_micro_batch_size_per_gpu\": 4"), std::string::npos) << r.output;
+  const RunResult bad = run("check e.json --world-size 3", dir_);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("world size 3 is not valid for elasticity (version 0.1, "
+                            "train_batch_size 8): the valid world sizes are 1, 2, 4"),
+            std::string::npos)
+      << bad.output;
+  const RunResult t3 = run("train e.json --nproc-per-node 3", dir_);
+  EXPECT_EQ(t3.code, 2) << t3.output;
+  EXPECT_NE(t3.output.find("world size 3 is not valid for elasticity"), std::string::npos)
+      << t3.output;
+  // One rank: micro-batch 4 x accumulation 2.
+  const RunResult t = run("train e.json", dir_);
+  ASSERT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("elasticity v0.1: world size 1 -> micro-batch 4 x accumulation 2 x "
+                          "data-parallel 1 = train_batch_size 8"),
+            std::string::npos)
+      << t.output;
+  EXPECT_NE(t.output.find("step 2/2"), std::string::npos) << t.output;
+  // One process evaluates, also when 1 is not among the world sizes (min_gpus 2).
+  std::string two = elastic;
+  two.replace(two.find("\"min_gpus\": 1"), 13, "\"min_gpus\": 2");
+  write("e2.json", "{" + two + "," + body);
+  EXPECT_EQ(run("check e2.json --world-size 1", dir_).code, 2);
+  const RunResult ev = run("eval e2.json --sample-tokens 0", dir_);
+  EXPECT_EQ(ev.code, 0) << ev.output;
+  // DeepSpeed's rule: batch keys beside an enabled section are refused.
+  write("k.json", R"({"train_batch_size": 8,)" + elastic + "," + body);
+  const RunResult k = run("check k.json", dir_);
+  EXPECT_EQ(k.code, 2) << k.output;
+  EXPECT_NE(k.output.find("train_batch_size: 8 is set with elasticity.enabled"), std::string::npos)
+      << k.output;
+}
+
 TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name :
        {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",

@@ -653,9 +653,8 @@ TEST(ConfigSections, UnsupportedDeepSpeedFeatures) {
   const auto amp = problems_of(job_with({{"amp", {{"enabled", true}, {"opt_level", "O1"}}}}));
   ASSERT_EQ(amp.size(), 1u) << joined(amp);
   EXPECT_NE(amp[0].find("amp: zerod does not support"), std::string::npos) << amp[0];
-  for (const char* key :
-       {"pipeline", "elasticity", "compression_training", "data_efficiency", "flops_profiler",
-        "wandb", "autotuning", "sparse_attention", "curriculum_learning"}) {
+  for (const char* key : {"pipeline", "compression_training", "data_efficiency", "flops_profiler",
+                          "wandb", "autotuning", "sparse_attention", "curriculum_learning"}) {
     EXPECT_TRUE(contains(problems_of(job_with({{key, {{"some", 1}}}})),
                          std::string(key) + ": zerod does not support"))
         << key;
