@@ -298,6 +298,65 @@ TEST_F(Cli, ElasticityPicksTheBatchForTheWorldSize) {
       << k.output;
 }
 
+// "step,loss" of each row of a csv_monitor's metrics.csv.
+std::vector<std::string> csv_losses(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> out;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) out.push_back(line.substr(0, line.find(',', line.find(',') + 1)));
+  return out;
+}
+
+// An elastic job trains what the plain job with its triangle written out trains (bit for bit),
+// resumes on another world size of its list with the same global batch, and a version-0.2
+// world outside the list (a batch of its own) is refused on resume like any batch change.
+TEST_F(Cli, AnElasticJobTrainsItsTriangleAndKeepsItsBatchAcrossWorldSizes) {
+  // v0.2 on nodes of one rank: 8 on 1, 2, 4 ranks (as v0.1); 3 ranks get 6 = 3 x micro 2.
+  const std::string elastic = R"("elasticity": {"enabled": true, "max_train_batch_size": 8,
+      "micro_batch_sizes": [2, 4], "min_gpus": 1, "max_gpus": 4, "version": 0.2})";
+  auto job = [](const std::string& batch, const std::string& name) {
+    return "{" + batch + R"(,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/t_train_*.bin"},
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")" +
+           name + R"("},
+      "train": {"steps": 4, "checkpoint_dir": "ck_)" +
+           name + R"(", "save_interval": 2}})";
+  };
+  write("e.json", job(elastic, "e"));
+  write("p.json", job(R"("train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)", "p"));
+  const RunResult e = run("train e.json --nproc-per-node 2", dir_);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("world size 2 -> micro-batch 4 x accumulation 1 x data-parallel 2"),
+            std::string::npos)
+      << e.output;
+  const RunResult p = run("train p.json --nproc-per-node 2", dir_);
+  ASSERT_EQ(p.code, 0) << p.output;
+  const auto losses = csv_losses(dir_ / "runs" / "e" / "metrics.csv");
+  EXPECT_EQ(losses.size(), 4u);
+  EXPECT_EQ(losses, csv_losses(dir_ / "runs" / "p" / "metrics.csv"));
+  // One rank: the same 8 sequences per step as accumulation 2, no batch change.
+  const RunResult one = run("train e.json --resume global_step2", dir_);
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("batch on resume: the checkpoint trained 8 sequences/step = "
+                            "micro-batch 4 x accumulation 1 x data-parallel 2; this run trains 8 "
+                            "sequences/step = micro-batch 4 x accumulation 2 x data-parallel 1"),
+            std::string::npos)
+      << one.output;
+  // Three ranks: version 0.2's own batch 6 = micro 2 x 1 x 3, another global batch: refused.
+  const RunResult three = run("train e.json --nproc-per-node 3 --resume global_step2", dir_);
+  EXPECT_EQ(three.code, 2) << three.output;
+  EXPECT_NE(three.output.find("was trained with a global batch of 8 sequences/step"),
+            std::string::npos)
+      << three.output;
+  EXPECT_NE(three.output.find("this job's is 6 sequences/step = micro-batch 2 x accumulation 1 x "
+                              "data-parallel 3"),
+            std::string::npos)
+      << three.output;
+}
+
 TEST_F(Cli, ExampleConfigsAreValid) {
   for (const char* name :
        {"tiny.json", "demo.json", "gpt2-124m.json", "gpt2-124m-offload-cpu.json",
