@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -181,7 +182,11 @@ int run_train(const TrainFlags& f) {
     job.config.train.memory_limit = zerod::parse_bytes(f.memory_limit, "--memory-limit");
   zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
-  if (job.config.elasticity.enabled) spdlog::info("{}", zerod::elastic_summary(job.config));
+  if (job.config.elasticity.enabled) {
+    if (const char* scheduler = std::getenv("DEEPSPEED_ELASTICITY_CONFIG"))
+      zerod::check_scheduler_elastic_config(job.config.elasticity, scheduler);
+    spdlog::info("{}", zerod::elastic_summary(job.config));
+  }
   // What the job needs from this machine (data, init_from, GPU, nvme_path, checkpoint_dir),
   // before the rendezvous makes other nodes wait for it.
   zerod::check_job_environment(job.config, {.local_ranks = spec.nproc_per_node});

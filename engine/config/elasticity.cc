@@ -13,6 +13,7 @@
 
 #include "engine/config/config_error.h"
 #include "engine/config/job_config.h"
+#include "engine/config/sections.h"
 
 namespace zerod {
 
@@ -236,6 +237,44 @@ ElasticTriangle elastic_triangle(const ElasticityConfig& c, int64_t world_size, 
                     world_size, list_text(c.micro_batch_sizes), t.train_batch_size, dp));
   t.grad_accum = t.train_batch_size / (t.micro_batch * dp);
   return t;
+}
+
+void check_scheduler_elastic_config(const ElasticityConfig& ours,
+                                    const std::string& scheduler_json) {
+  constexpr const char* kVar = "DEEPSPEED_ELASTICITY_CONFIG";
+  config::Json section;
+  try {
+    section = config::Json::parse(scheduler_json);
+  } catch (const config::Json::exception& e) {
+    fail(fmt::format("{} (the resource scheduler's elasticity section): {}", kVar,
+                     config::json_error_without_input(e.what())));
+  }
+  config::Problems problems;
+  const config::Json root = {{"elasticity", section}};
+  config::ObjectReader top(root, "", problems);
+  JobConfig theirs;
+  config::read_elasticity(top, theirs);
+  if (!problems.errors.empty())
+    fail(fmt::format("{} (the resource scheduler's elasticity section): {}", kVar,
+                     problems.errors.front()));
+  const ElasticityConfig& s = theirs.elasticity;
+  std::vector<std::string> differ;
+  if (s.max_train_batch_size != ours.max_train_batch_size)
+    differ.push_back(fmt::format("max_train_batch_size {} (the job's: {})", s.max_train_batch_size,
+                                 ours.max_train_batch_size));
+  if (s.micro_batch_sizes != ours.micro_batch_sizes)
+    differ.push_back(fmt::format("micro_batch_sizes [{}] (the job's: [{}])",
+                                 list_text(s.micro_batch_sizes),
+                                 list_text(ours.micro_batch_sizes)));
+  if (s.version != ours.version)
+    differ.push_back(fmt::format("version {} (the job's: {})", s.version, ours.version));
+  if (differ.empty()) return;
+  std::string what;
+  for (const std::string& d : differ) what += (what.empty() ? "" : ", ") + d;
+  fail(
+      fmt::format("{}: the resource scheduler's elasticity section has {}; it would scale the job "
+                  "to world sizes of another batch (DeepSpeed's ensure_immutable_elastic_config)",
+                  kVar, what));
 }
 
 namespace {

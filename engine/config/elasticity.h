@@ -66,6 +66,14 @@ struct ElasticTriangle {
 // Throws ConfigError naming the world size and the valid ones when it is not among them.
 ElasticTriangle elastic_triangle(const ElasticityConfig& c, int64_t world_size, int model_ranks);
 
+// DeepSpeed's ensure_immutable_elastic_config: the resource scheduler's copy of the section
+// (`scheduler_json`, the DEEPSPEED_ELASTICITY_CONFIG variable DeepSpeed's launcher sets, read
+// with this section's defaults) must agree with the job's on max_train_batch_size,
+// micro_batch_sizes and version, or the scheduler would scale the job to world sizes its batch
+// does not fit. Throws ConfigError naming the variable and both values.
+void check_scheduler_elastic_config(const ElasticityConfig& ours,
+                                    const std::string& scheduler_json);
+
 // For `zerod check`: the valid world sizes and each one's triangle, and this job's
 // (cfg resolved, elasticity enabled). Lines ending in '\n'.
 std::string format_elastic_plan(const JobConfig& cfg);

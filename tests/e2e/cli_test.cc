@@ -275,6 +275,17 @@ TEST_F(Cli, ElasticityPicksTheBatchForTheWorldSize) {
   EXPECT_EQ(t3.code, 2) << t3.output;
   EXPECT_NE(t3.output.find("world size 3 is not valid for elasticity"), std::string::npos)
       << t3.output;
+  // The resource scheduler saw another section (DeepSpeed's DEEPSPEED_ELASTICITY_CONFIG).
+  const RunResult s = run("train e.json", dir_,
+                          R"(env DEEPSPEED_ELASTICITY_CONFIG='{"enabled": true, )"
+                          R"("max_train_batch_size": 16, "micro_batch_sizes": [2, 4], )"
+                          R"("version": 0.1}' )" +
+                              std::string(ZEROD_BINARY_DIR) + "/engine/zerod");
+  EXPECT_EQ(s.code, 2) << s.output;
+  EXPECT_NE(s.output.find("DEEPSPEED_ELASTICITY_CONFIG: the resource scheduler's elasticity "
+                          "section has max_train_batch_size 16 (the job's: 8)"),
+            std::string::npos)
+      << s.output;
   // One rank: micro-batch 4 x accumulation 2.
   const RunResult t = run("train e.json", dir_);
   ASSERT_EQ(t.code, 0) << t.output;

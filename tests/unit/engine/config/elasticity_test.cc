@@ -321,6 +321,44 @@ TEST(Elasticity, BadInputNamesTheKeyAndValue) {
                        "data-parallel ranks per node = 250"));
 }
 
+// DeepSpeed's ensure_immutable_elastic_config (its TestElasticConfigChanged: the scheduler saw
+// max_train_batch_size 27, the job says 4).
+TEST(Elasticity, TheSchedulersCopyMustAgree) {
+  ElasticityConfig ours;
+  ASSERT_TRUE(read_section(R"({"enabled": true, "max_train_batch_size": 4,
+      "micro_batch_sizes": [1, 2, 3, 4], "min_gpus": 1, "max_gpus": 4, "version": 0.1})",
+                           ours)
+                  .empty());
+  // The same keys, min/max_gpus changed (not compared, as in DeepSpeed): accepted.
+  check_scheduler_elastic_config(ours, R"({"enabled": true, "max_train_batch_size": 4,
+      "micro_batch_sizes": [1, 2, 3, 4], "max_gpus": 8, "version": 0.1})");
+  auto problem = [&](const std::string& scheduler) {
+    try {
+      check_scheduler_elastic_config(ours, scheduler);
+    } catch (const ConfigError& e) {
+      return first_problem(e);
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(problem(R"({"enabled": true, "max_train_batch_size": 27,
+      "micro_batch_sizes": [1, 2, 3, 4], "version": 0.1})"),
+            "DEEPSPEED_ELASTICITY_CONFIG: the resource scheduler's elasticity section has "
+            "max_train_batch_size 27 (the job's: 4); it would scale the job to world sizes of "
+            "another batch (DeepSpeed's ensure_immutable_elastic_config)");
+  // Read with the section's defaults: no version is 0.2, and the micro-batch sizes differ too.
+  EXPECT_NE(problem(R"({"enabled": true, "max_train_batch_size": 4, "micro_batch_sizes": [4]})")
+                .find("micro_batch_sizes [4] (the job's: [1, 2, 3, 4]), version 0.2 (the job's: "
+                      "0.1)"),
+            std::string::npos);
+  EXPECT_NE(problem("{nope").find("DEEPSPEED_ELASTICITY_CONFIG (the resource scheduler's "
+                                  "elasticity section): parse error"),
+            std::string::npos)
+      << problem("{nope");
+  EXPECT_NE(problem(R"({"enabled": true, "max_train_batch_size": 4})")
+                .find("elasticity.micro_batch_sizes: required"),
+            std::string::npos);
+}
+
 TEST(Elasticity, CheckPrintsEachValidWorldSizesTriangle) {
   json section = kSection;
   section["max_gpus"] = 4;
