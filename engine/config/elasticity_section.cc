@@ -11,6 +11,8 @@ namespace zerod::config {
 
 namespace {
 
+constexpr size_t kMaxMicroBatchSizes = 64;
+
 constexpr const char* kBatchKeys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                       "gradient_accumulation_steps"};
 
@@ -31,8 +33,10 @@ void read_micro_batch_sizes(ObjectReader& r, ElasticityConfig& e) {
     r.problems().error(path, "must list at least one micro-batch size");
     return;
   }
-  if (v->size() > 1024) {
-    r.problems().error(path, fmt::format("lists {} sizes; at most 1024 are allowed", v->size()));
+  // The search tries each size and their LCM as a base against each size: bounded work.
+  if (v->size() > kMaxMicroBatchSizes) {
+    r.problems().error(path, fmt::format("lists {} sizes; at most {} are allowed", v->size(),
+                                         kMaxMicroBatchSizes));
     return;
   }
   std::vector<int64_t> sizes;
@@ -105,6 +109,7 @@ void validate_elasticity(JobConfig& cfg, bool resolved_given, Problems& p) {
   // The batch keys elasticity takes over. A resolved job (zerod check's output) carries the ones
   // derived for its resolved.world_size: they must be those.
   if (resolved_given) {
+    if (cfg.world_size % model_ranks != 0) return;  // read_resolved reports it
     ElasticTriangle t;
     try {
       t = elastic_triangle(e, cfg.world_size, model_ranks);

@@ -200,6 +200,28 @@ TEST(Elasticity, TheJobTakesItsBatchForTheWorldSize) {
   EXPECT_EQ(parse(job_to_json(fresh.config).dump()).config, fresh.config);
 }
 
+TEST(Elasticity, Version01CountsDataParallelRanks) {
+  // Tensor parallelism 2: the sizes are data-parallel sizes (DeepSpeed's engine hands v0.1 the
+  // data-parallel world), so 8 ranks train as data-parallel 4: 1680 = 6 x 70 x 4.
+  ParsedJob job = parse(elastic_job(kSection, {{"parallelism", {{"tensor", 2}}}}).dump());
+  resolve_job(job.config, 8);
+  EXPECT_EQ(job.config.data_parallel_size, 4);
+  EXPECT_EQ(job.config.global_batch(), 1680);
+  EXPECT_EQ(job.config.micro_batch(), 6);
+  EXPECT_EQ(job.config.grad_accum(), 70);
+  EXPECT_NE(format_elastic_plan(job.config)
+                .find("          30             15            4            28          1680\n"),
+            std::string::npos)
+      << format_elastic_plan(job.config);
+  const auto problems =
+      resolve_problems(elastic_job(kSection, {{"parallelism", {{"tensor", 2}}}}).dump(), 32);
+  EXPECT_TRUE(contains(problems,
+                       "world size 32 (data-parallel size 16) is not valid for "
+                       "elasticity (version 0.1, train_batch_size 1680): the valid world "
+                       "sizes are 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 30"))
+      << joined(problems);
+}
+
 TEST(Elasticity, Version02WithModelParallelism) {
   // Tensor parallelism 2 on nodes of 2 GPUs: one data-parallel rank per node. The table's
   // _get_compatible_gpus_v02 row for 8 GPUs: batch 1680, data-parallel 4 is valid; the largest
@@ -278,6 +300,8 @@ TEST(Elasticity, BadInputNamesTheKeyAndValue) {
       {{{"micro_batch_sizes", json::array()}},
        "elasticity.micro_batch_sizes: must list at least one micro-batch size"},
       {{{"micro_batch_sizes", {1, 4, -1}}}, "elasticity.micro_batch_sizes[2]: -1 is out of range"},
+      {{{"micro_batch_sizes", json(std::vector<int>(65, 2))}},
+       "elasticity.micro_batch_sizes: lists 65 sizes; at most 64 are allowed"},
       {{{"micro_batch_sizes", {2, 0.5, 4}}},
        "elasticity.micro_batch_sizes[1]: expected an integer, got 0.5"},
       {{{"micro_batch_sizes", {4, 3000}}},
