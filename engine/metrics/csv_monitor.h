@@ -27,6 +27,9 @@ struct StepMetrics {
   bool skipped = false;  // fp16 overflow: no update
   std::optional<double> val_loss;
   double seconds = 0;  // wall time of the step
+  // Pipeline parallelism: the fraction of the step the pipeline ranks spent outside compute
+  // (waiting in receives, idle), measured on each rank and averaged over the world.
+  std::optional<double> pipeline_bubble;
 };
 
 // Where a monitor writes: OUTPUT_PATH/JOB_NAME ("." when output_path is empty), as DeepSpeed's

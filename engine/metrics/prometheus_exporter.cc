@@ -128,6 +128,7 @@ struct PrometheusExporter::Impl {
   pm::Family<pm::Gauge>* loss_scale = nullptr;
   pm::Family<pm::Gauge>* tokens = nullptr;
   pm::Family<pm::Gauge>* mfu = nullptr;
+  pm::Family<pm::Gauge>* bubble = nullptr;
   pm::Family<pm::Gauge>* step = nullptr;
   pm::Family<pm::Gauge>* memory = nullptr;
   pm::Family<pm::Gauge>* memory_peak = nullptr;
@@ -167,6 +168,8 @@ PrometheusExporter::PrometheusExporter(const std::string& address)
   impl_->loss_scale = gauge("zerod_loss_scale", "fp16 loss scale");
   impl_->tokens = gauge("zerod_tokens_per_second", "Training throughput of the last step");
   impl_->mfu = gauge("zerod_mfu", "Model FLOPs utilisation of the last step (0-1)");
+  impl_->bubble = gauge("zerod_pipeline_bubble",
+                        "Pipeline jobs: fraction of the last step outside compute (0-1)");
   impl_->step = gauge("zerod_step", "Last completed optimizer step");
   impl_->memory = gauge("zerod_memory_bytes", "Memory the rank's tracker holds");
   impl_->memory_peak = gauge("zerod_memory_peak_bytes", "Peak of zerod_memory_bytes");
@@ -197,6 +200,7 @@ void PrometheusExporter::on_step(int rank, const StepMetrics& m, const RankCount
   i.loss_scale->Add(l).Set(m.loss_scale);
   i.tokens->Add(l).Set(m.tokens_per_s);
   i.mfu->Add(l).Set(m.mfu);
+  if (m.pipeline_bubble) i.bubble->Add(l).Set(*m.pipeline_bubble);
   i.step->Add(l).Set(static_cast<double>(m.step));
   i.memory->Add(l).Set(static_cast<double>(c.memory_bytes));
   i.memory_peak->Add(l).Set(static_cast<double>(c.memory_peak_bytes));

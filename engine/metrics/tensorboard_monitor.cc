@@ -138,6 +138,8 @@ void TensorBoardMonitor::write(const StepMetrics& m, int64_t memory_bytes) {
       {"memory/rank0_mib", static_cast<float>(static_cast<double>(memory_bytes) / (1 << 20))},
   };
   if (m.val_loss) s.emplace_back("val/loss", static_cast<float>(*m.val_loss));
+  if (m.pipeline_bubble)
+    s.emplace_back("perf/pipeline_bubble", static_cast<float>(*m.pipeline_bubble));
   writer_.add_scalars(m.step, s, now_seconds());
   writer_.flush();
 }

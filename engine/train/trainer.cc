@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "comm/collective_log.h"
 #include "comm/gloo/gloo_groups.h"
 #include "comm/strings.h"
 #include "core/error.h"
+#include "core/file_write.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/checkpoint/checkpoint_dir.h"
@@ -29,6 +31,7 @@
 #include "parallel/cp_exchange.h"
 #include "parallel/pipeline/runner.h"
 #include "parallel/pipeline/tied_grads.h"
+#include "parallel/pipeline/trace.h"
 #include "parallel/tp_exchange.h"
 #include "parallel/tp_grads.h"
 #include "zero/loss_scaler.h"
@@ -432,6 +435,7 @@ StepMetrics Trainer::train_step(int64_t step) {
   }
   // (Pipeline: only the last stage's ranks have losses, 1 / P of the world.)
   m.loss = mean_over_ranks(loss_sum / static_cast<double>(accum)) * pipeline_stages();
+  if (runner_) m.pipeline_bubble = mean_over_ranks(runner_->bubble_fraction());
   m.lr = os.lr;
   m.grad_norm = r.grad_norm;
   m.loss_scale = loss_scale;
@@ -520,6 +524,7 @@ void Trainer::log_step(const StepMetrics& m) {
       "{:.1f}% | ETA {}",
       m.step, width, total, m.loss, m.lr, m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu * 100,
       format_eta(mean * static_cast<double>(total - m.step)));
+  if (m.pipeline_bubble) line += fmt::format(" | bubble {:.1f}%", *m.pipeline_bubble * 100);
   if (m.skipped) line += " | skipped (overflow)";
   if (m.val_loss) line += fmt::format(" | val {:.6f}", *m.val_loss);
   spdlog::info("{}", line);
@@ -539,6 +544,35 @@ void Trainer::draw_progress(const StepMetrics& m) {
                                 std::string(filled, '#'), std::string(kBar - filled, '.'), m.step,
                                 total, m.loss, m.tokens_per_s,
                                 format_eta(mean * static_cast<double>(total - m.step))));
+}
+
+void Trainer::write_pipeline_trace(int64_t step) {
+  const std::string mine = pipeline::chrome_trace_events(
+      runner_->timeline(), runner_->step_start_seconds(), ctx_.rank, groups_->pipeline().rank());
+  const std::vector<std::string> all =
+      ctx_.world_size > 1 ? all_gather_strings(*ctx_.comm, mine) : std::vector<std::string>{mine};
+  if (!leader()) return;
+  // Beside the metrics when a monitor writes them, else in the working directory.
+  std::string dir = ".";
+  if (csv_) {
+    dir = monitor_run_dir(cfg_.csv_monitor, csv_run_);
+  } else if (tb_) {
+    dir = monitor_run_dir(cfg_.tensorboard, tb_run_);
+  }
+  const std::string path = (std::filesystem::path(dir) / "pipeline_trace.json").string();
+  try {
+    write_file_atomically(path, pipeline::chrome_trace_document(all));
+  } catch (const Error& e) {
+    spdlog::warn("pipeline trace of step {} not written: {}", step, e.what());
+    return;
+  }
+  if (!trace_announced_) {
+    spdlog::info(
+        "pipeline timeline of each printed step (Chrome trace, chrome://tracing or "
+        "ui.perfetto.dev): {}",
+        path);
+    trace_announced_ = true;
+  }
 }
 
 void Trainer::log_breakdown() {
@@ -766,6 +800,8 @@ TrainResult Trainer::run() {
       if (cfg_.wall_clock_breakdown) log_breakdown();
       if (cfg_.comms_logger.verbose) log_comms(step - result.first_step + 1);
     }
+    if (runner_ && cfg_.wall_clock_breakdown && (step % print_every == 0 || step == steps))
+      write_pipeline_trace(step);
     if (options_.log_steps && leader()) draw_progress(m);
     if (csv_) csv_->write(m);
     if (tb_) tb_->write(m, memory_.total());

@@ -123,6 +123,10 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineRunner> runner_;
   std::unique_ptr<pipeline::TiedEmbeddingGrads> tied_;
   int pipeline_stages() const { return cfg_.parallelism.pipeline; }
+  // wall_clock_breakdown: every rank's timeline of this step, written by rank 0 as a Chrome
+  // trace (collective).
+  void write_pipeline_trace(int64_t step);
+  bool trace_announced_ = false;
   int64_t evaluated_tokens_ = 0;
   std::unique_ptr<ZeroEngine> engine_;
   std::unique_ptr<Data> data_;

@@ -1,6 +1,7 @@
 #include "parallel/pipeline/runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "core/error.h"
@@ -103,6 +104,8 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
                            const std::function<void(int)>& before_backward) {
   timeline_.clear();
   Stopwatch clock;
+  step_start_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   double loss = 0;
   const int slots = model_.slots();
   try {

@@ -68,6 +68,9 @@ class PipelineRunner {
   // outside compute (waiting in receives and idle).
   const std::vector<TimedAction>& timeline() const { return timeline_; }
   double bubble_fraction() const;
+  // When the last run() began, in seconds of the steady clock (shared by the processes of a
+  // host): the origin of its timeline.
+  double step_start_seconds() const { return step_start_; }
 
  private:
   void receive(void* data, int peer, int tag);
@@ -92,6 +95,7 @@ class PipelineRunner {
   std::vector<bool> pool_busy_;
   std::vector<TimedAction> timeline_;
   double step_seconds_ = 0;
+  double step_start_ = 0;
 };
 
 }  // namespace zerod::pipeline

@@ -6,10 +6,16 @@
 // Llama with grouped-query attention and an untied head.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "train_test_util.h"
 
@@ -113,6 +119,68 @@ TEST_P(PipelineTrain, TwoStagesTimesDataTwoAtZeroStagesOneToThree) {
 TEST_P(PipelineTrain, TwoStagesTimesTensorTwoAndTheFull3DMesh) {
   expect_single({.pipeline = 2, .tensor = 2}, "P=2 x T=2");
   expect_single({.pipeline = 2, .tensor = 2, .data = 2, .stage = 1}, "P=2 x DP=2 x T=2");
+}
+
+// wall_clock_breakdown on a pipeline: every step's measured bubble (in the step metrics, between 0
+// and 1), and the printed steps' timelines of every rank as one Chrome trace beside the CSV
+// metrics: each rank's track holds its schedule's forwards and backwards of every micro-batch,
+// each after the one before. GPipe's first stage holds M micro-batches' activations, 1F1B's P.
+TEST_P(PipelineTrain, TheBubbleIsMeasuredAndTheTimelineIsAChromeTrace) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerod_pp_trace_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::map<std::string, int64_t> stage0_activations;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const std::string extra = R"(, "parallelism": {"pipeline": 2, "pipeline_schedule": ")" +
+                              std::string(schedule) +
+                              R"("}, "wall_clock_breakdown": true, "steps_per_print": 2,
+            "csv_monitor": {"enabled": true, "output_path": ")" +
+                              dir.string() + R"(", "job_name": ")" + schedule + R"("})";
+    // 4 micro-batches of 2 sequences per step, 3 steps.
+    const JobConfig cfg = testing::tiny_job(*corpus_, 2, 0, 4, 3, extra, "", 8, "", GetParam());
+    std::vector<double> bubbles;
+    std::mutex mu;
+    testing::run_world(2, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      const TrainResult res = t.run();
+      std::lock_guard<std::mutex> lock(mu);
+      if (ctx.rank != 0) return;
+      stage0_activations[schedule] = t.memory().peak(MemCategory::kActivations);
+      for (const auto& s : res.steps) {
+        ASSERT_TRUE(s.pipeline_bubble.has_value());
+        bubbles.push_back(*s.pipeline_bubble);
+      }
+    });
+    ASSERT_EQ(bubbles.size(), 3u);
+    for (double b : bubbles) {
+      EXPECT_GT(b, 0.0) << schedule;
+      EXPECT_LT(b, 1.0) << schedule;
+    }
+    std::ifstream f(dir / schedule / "pipeline_trace.json");
+    ASSERT_TRUE(f.good()) << schedule;
+    const nlohmann::json trace = nlohmann::json::parse(f);
+    std::map<int, std::vector<std::string>> compute;  // per rank, in time order
+    std::map<int, double> last_end;
+    for (const auto& e : trace.at("traceEvents")) {
+      if (e.at("ph") != "X") continue;
+      const int tid = e.at("tid").get<int>();
+      const double ts = e.at("ts").get<double>(), dur = e.at("dur").get<double>();
+      EXPECT_GE(dur, 0.0);
+      if (last_end.count(tid)) {
+        EXPECT_GE(ts + 1e-3, last_end[tid]) << "rank " << tid;
+      }
+      last_end[tid] = ts + dur;
+      if (e.at("cat") == "compute") compute[tid].push_back(e.at("name").get<std::string>());
+    }
+    ASSERT_EQ(compute.size(), 2u) << schedule;
+    for (const auto& [rank, names] : compute) {
+      EXPECT_EQ(names.size(), 8u) << schedule << " rank " << rank;  // 4 F + 4 B
+      EXPECT_EQ(names.front(), "F(mb 0, chunk 0)") << schedule << " rank " << rank;
+      EXPECT_EQ(names.back(), "B(mb 3, chunk 0)") << schedule << " rank " << rank;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_GT(stage0_activations["gpipe"], stage0_activations["1f1b"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PipelineTrain,
