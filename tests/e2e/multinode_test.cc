@@ -40,7 +40,7 @@ class MultiNode : public ::testing::Test {
   }
 
   void write_job(const std::string& name, int steps, const std::string& extra = "",
-                 double lr = 3e-3) {
+                 double lr = 3e-3, int layers = 1) {
     std::ofstream(dir_ / name) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
       "optimizer": {"type": "AdamW", "params": {"lr": )"
                                << lr << R"(}},
@@ -48,7 +48,8 @@ class MultiNode : public ::testing::Test {
       "steps_per_print": 1,
       "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
                                << name << R"("},
-      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "model": {"n_layer": )" << layers
+                               << R"(, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
       "data": {"train": "data/m_train_*.bin"},
       "train": {"steps": )" << steps
                                << extra << "}}";
@@ -151,6 +152,51 @@ TEST_F(MultiNode, TensorTimesDataAcrossTwoProcessesTrainsTheLossesOfOneRank) {
   const std::string out = k0->output();
   EXPECT_TRUE(out.find("rank 2") != std::string::npos || out.find("rank 3") != std::string::npos)
       << out;
+}
+
+// Pipeline parallelism across processes: two nodes of one rank each run P = 2 (a stage each,
+// activations and gradients over loopback) and train the losses of one process; when one stage is
+// killed, the other (waiting in a receive from it) exits 3 within 2 x the collective timeout,
+// naming the lost rank, whichever stage dies.
+TEST_F(MultiNode, PipelineStagesAcrossTwoProcessesTrainTheLossesOfOneAndAKilledStageStopsTheOther) {
+  const std::string pp = R"(}, "parallelism": {"pipeline": 2, "pipeline_schedule": "1f1b")";
+  write_job("one.json", 8, "", 3e-3, 2);
+  auto single = start({"train", "one.json"}, "single.log");
+  ASSERT_EQ(single->wait_for(120s), 0) << single->output();
+  const auto want = losses("one.json");
+  ASSERT_EQ(want.size(), 8u);
+  write_job("pp.json", 8, pp, 3e-3, 2);
+  int port = free_port();
+  auto n0 = start(node_args("pp.json", 2, 0, port), "pp.n0.log");
+  auto n1 = start(node_args("pp.json", 2, 1, port), "pp.n1.log");
+  ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+  ASSERT_EQ(n1->wait_for(120s), 0) << n1->output();
+  const auto got = losses("pp.json");
+  ASSERT_EQ(got.size(), want.size()) << n0->output();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = std::stod(got[i].substr(got[i].find(',') + 1));
+    const double b = std::stod(want[i].substr(want[i].find(',') + 1));
+    EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i + 1;
+  }
+  EXPECT_NE(n0->output().find("x data 1 x pipeline 2"), std::string::npos) << n0->output();
+
+  write_job("pplong.json", 1000000, R"(, "collective_timeout": 5, "rendezvous_timeout": 60)" + pp,
+            3e-3, 2);
+  for (int victim : {1, 0}) {  // the last stage, then the first
+    port = free_port();
+    auto k0 = start(node_args("pplong.json", 2, 0, port), "ppk0.log");
+    auto k1 = start(node_args("pplong.json", 2, 1, port), "ppk1.log");
+    Process& dead = victim == 1 ? *k1 : *k0;
+    Process& survivor = victim == 1 ? *k0 : *k1;
+    ASSERT_TRUE(k0->wait_output("3/1000000 | loss", 60s)) << k0->output() << k1->output();
+    dead.kill9();
+    const int code = survivor.wait_for(10s);
+    ASSERT_NE(code, Process::kTimedOut) << "surviving stage still running after 10 s\n"
+                                        << survivor.output();
+    EXPECT_EQ(code, 3) << survivor.output();
+    EXPECT_NE(survivor.output().find("rank " + std::to_string(victim)), std::string::npos)
+        << survivor.output();
+  }
 }
 
 TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
