@@ -40,8 +40,9 @@ class MultiNode : public ::testing::Test {
   }
 
   void write_job(const std::string& name, int steps, const std::string& extra = "",
-                 double lr = 3e-3, int layers = 1) {
-    std::ofstream(dir_ / name) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+                 double lr = 3e-3, int layers = 1, int micro_batch = 4) {
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": )"
+                               << micro_batch << R"(,
       "optimizer": {"type": "AdamW", "params": {"lr": )"
                                << lr << R"(}},
       "zero_optimization": {"stage": 2},
@@ -197,6 +198,37 @@ TEST_F(MultiNode, PipelineStagesAcrossTwoProcessesTrainTheLossesOfOneAndAKilledS
     EXPECT_NE(survivor.output().find("rank " + std::to_string(victim)), std::string::npos)
         << survivor.output();
   }
+}
+
+// The full 3D mesh across processes: two nodes of four ranks each run P = 2 x DP = 2 x T = 2
+// (pipeline outermost, so each node holds one stage: its tensor and data groups stay inside it and
+// the stage boundary crosses the nodes) and train the losses of one process within 1e-5.
+TEST_F(MultiNode, ThreeDimensionalMeshAcrossTwoProcessesOfFourRanksTrainsTheLossesOfOne) {
+  write_job("one.json", 6, "", 3e-3, 2);
+  auto single = start({"train", "one.json"}, "single.log");
+  ASSERT_EQ(single->wait_for(120s), 0) << single->output();
+  const auto want = losses("one.json");
+  ASSERT_EQ(want.size(), 6u);
+  // (Micro-batches of 2: 2 per data-parallel rank and step, as 1F1B at P = 2 needs.)
+  write_job("mesh.json", 6, R"(}, "parallelism": {"pipeline": 2, "tensor": 2)", 3e-3, 2, 2);
+  const int port = free_port();
+  auto four = [](std::vector<std::string> a) {
+    a.insert(a.end(), {"--nproc-per-node", "4"});
+    return a;
+  };
+  auto n0 = start(four(node_args("mesh.json", 2, 0, port)), "mesh.n0.log");
+  auto n1 = start(four(node_args("mesh.json", 2, 1, port)), "mesh.n1.log");
+  ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+  ASSERT_EQ(n1->wait_for(120s), 0) << n1->output();
+  const auto got = losses("mesh.json");
+  ASSERT_EQ(got.size(), want.size()) << n0->output();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double a = std::stod(got[i].substr(got[i].find(',') + 1));
+    const double b = std::stod(want[i].substr(want[i].find(',') + 1));
+    EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i + 1;
+  }
+  EXPECT_NE(n0->output().find("tensor 2 x context 1 x data 2 x pipeline 2"), std::string::npos)
+      << n0->output();
 }
 
 TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
