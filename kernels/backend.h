@@ -343,10 +343,11 @@ class Backend {
   // backend without them cannot run a MoE layer: the CUDA backend so far).
   //
   // Router over logits (N,E) (compute dtype): probs (N,E) =, lse (N) =, weight (N,k) = fp32;
-  // expert (N,k) int32 = the top-k experts, -1 where dropped; routed, kept (E) = counts before
-  // and after dropping. Returns the layer's aux and z losses, capacity and dropped count.
+  // expert (N,k) int32 = the top-k experts, -1 where dropped; aux_counts (E) = the aux loss's
+  // counts (before dropping), kept (E) = assignments kept per expert. Returns the layer's aux and
+  // z losses, capacity and dropped count.
   virtual MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert,
-                                            float* weight, int64_t* routed, int64_t* kept,
+                                            float* weight, int64_t* aux_counts, int64_t* kept,
                                             const void* logits, int64_t N,
                                             const MoeRouterOptions& o);
   // dlogits (N,E) (compute dtype) = the gradient of sum(dweight * weight) + the loss terms

@@ -20,6 +20,16 @@ enum class MoeDropPolicy : uint8_t {
   kChoiceRank,
 };
 
+// Which load-balancing loss the router reports and differentiates (kernels/cpu/moe_router.h).
+enum class MoeAuxLoss : uint8_t {
+  // Hugging Face's load_balancing_loss_func (Mixtral, Switch): E x sum_e f_e x P_e, f_e the
+  // fraction of the N x k top-k slots (before dropping) that chose e.
+  kHuggingFace,
+  // DeepSpeed's gating l_aux: top1gating (k = 1) the same; top2gating (k = 2) f_e counts first
+  // choices only; topkgating (k > 2) Hugging Face's divided by k.
+  kDeepSpeed,
+};
+
 struct MoeRouterOptions {
   int num_experts = 0;  // E >= 1
   int top_k = 1;        // 1 <= k <= E
@@ -32,6 +42,7 @@ struct MoeRouterOptions {
   double capacity_factor = 1.0;  // > 0 when drop_tokens
   int64_t min_capacity = 0;      // >= 0
   MoeDropPolicy drop_policy = MoeDropPolicy::kProbs;
+  MoeAuxLoss aux_loss = MoeAuxLoss::kHuggingFace;
 };
 
 struct MoeRouterStats {
@@ -43,8 +54,8 @@ struct MoeRouterStats {
 
 // What the objective adds on top of the weights: aux_coef * aux + z_coef * z, where aux is the
 // load-balancing loss over aux_tokens rows with per-expert counts aux_counts (E) (this layer
-// alone: forward's `routed` and N; Hugging Face's all-layer loss: the sums over layers and
-// layers x N), and z is this layer's z-loss.
+// alone: the forward's aux_counts and N, as DeepSpeed adds each layer's loss; Hugging Face's
+// all-layer loss: the sums over layers and layers x N), and z is this layer's z-loss.
 struct MoeRouterLossGrad {
   float aux_coef = 0;
   const int64_t* aux_counts = nullptr;  // (E); may be null when aux_coef == 0

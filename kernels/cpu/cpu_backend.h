@@ -99,8 +99,8 @@ class CpuBackend final : public Backend {
                                  float dloss) override;
 
   MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight,
-                                    int64_t* routed, int64_t* kept, const void* logits, int64_t N,
-                                    const MoeRouterOptions& o) override;
+                                    int64_t* aux_counts, int64_t* kept, const void* logits,
+                                    int64_t N, const MoeRouterOptions& o) override;
   void moe_router_backward(void* dlogits, const float* dweight, const float* probs,
                            const float* lse, const int32_t* expert, int64_t N,
                            const MoeRouterOptions& o, const MoeRouterLossGrad& loss) override;

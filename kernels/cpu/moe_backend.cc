@@ -63,11 +63,11 @@ void Backend::grouped_matmul_backward(void*, void*, void*, const void*, const vo
 namespace cpu {
 
 MoeRouterStats CpuBackend::moe_router_forward(float* probs, float* lse, int32_t* expert,
-                                              float* weight, int64_t* routed, int64_t* kept,
+                                              float* weight, int64_t* aux_counts, int64_t* kept,
                                               const void* logits, int64_t N,
                                               const MoeRouterOptions& o) {
-  return cpu::moe_router_forward(probs, lse, expert, weight, routed, kept, nullptr, F(logits), N,
-                                 o);
+  return cpu::moe_router_forward(probs, lse, expert, weight, aux_counts, kept, nullptr, F(logits),
+                                 N, o);
 }
 void CpuBackend::moe_router_backward(void* dlogits, const float* dweight, const float* probs,
                                      const float* lse, const int32_t* expert, int64_t N,

@@ -102,15 +102,27 @@ int64_t moe_capacity(int64_t N, const MoeRouterOptions& o) {
   return std::max(capacity, o.min_capacity);
 }
 
-double moe_load_balancing_loss(const int64_t* routed, const double* prob_sum, int E, int64_t T) {
+namespace {
+
+// The aux loss's factor beyond E / T^2 (DeepSpeed's topkgating divides by k).
+double aux_scale(const MoeRouterOptions& o) {
+  return o.aux_loss == MoeAuxLoss::kDeepSpeed && o.top_k > 2 ? 1.0 / o.top_k : 1.0;
+}
+
+}  // namespace
+
+double moe_load_balancing_loss(const int64_t* aux_counts, const double* prob_sum, int64_t T,
+                               const MoeRouterOptions& o) {
   if (T == 0) return 0.0;
+  const int E = o.num_experts;
   double s = 0.0;
-  for (int e = 0; e < E; ++e) s += static_cast<double>(routed[e]) * prob_sum[e];
-  return static_cast<double>(E) * s / (static_cast<double>(T) * static_cast<double>(T));
+  for (int e = 0; e < E; ++e) s += static_cast<double>(aux_counts[e]) * prob_sum[e];
+  return aux_scale(o) * static_cast<double>(E) * s /
+         (static_cast<double>(T) * static_cast<double>(T));
 }
 
 MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight,
-                                  int64_t* routed, int64_t* kept, double* prob_sum,
+                                  int64_t* aux_counts, int64_t* kept, double* prob_sum,
                                   const float* logits, int64_t N, const MoeRouterOptions& o) {
   validate(o);
   ZD_CHECK(N >= 0, "moe_router_forward: N {} < 0", N);
@@ -136,8 +148,11 @@ MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, flo
   }
 
   MoeRouterStats st;
-  std::fill(routed, routed + E, int64_t{0});
-  for (int64_t s = 0; s < N * k; ++s) ++routed[expert[s]];
+  // The aux loss's counts: DeepSpeed's top-2 counts first choices only.
+  const int counted = o.aux_loss == MoeAuxLoss::kDeepSpeed && k == 2 ? 1 : k;
+  std::fill(aux_counts, aux_counts + E, int64_t{0});
+  for (int64_t n = 0; n < N; ++n)
+    for (int j = 0; j < counted; ++j) ++aux_counts[expert[n * k + j]];
   // Per-expert probability sums and the z-loss, in double, in token order (thread-count
   // independent; O(N * E), small next to the experts' matmuls).
   std::vector<double> psum(static_cast<size_t>(E), 0.0);
@@ -147,7 +162,7 @@ MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, flo
     z += static_cast<double>(lse[n]) * lse[n];
   }
   if (prob_sum != nullptr) std::copy(psum.begin(), psum.end(), prob_sum);
-  st.aux_loss = moe_load_balancing_loss(routed, psum.data(), E, N);
+  st.aux_loss = moe_load_balancing_loss(aux_counts, psum.data(), N, o);
   st.z_loss = N > 0 ? z / static_cast<double>(N) : 0.0;
 
   if (o.drop_tokens) {
@@ -184,12 +199,13 @@ void moe_router_backward(float* dlogits, const float* dweight, const float* prob
   ZD_CHECK(loss.aux_tokens >= N || loss.aux_coef == 0.0f,
            "moe_router_backward: the aux loss over {} rows cannot hold this layer's {}",
            loss.aux_tokens, N);
-  // d aux / d probs[n, e] = E * counts[e] / T^2, the same for every token (aux = 0 at T = 0).
+  // d aux / d probs[n, e] = scale * E * counts[e] / T^2, the same for every token (aux = 0 at
+  // T = 0).
   std::vector<double> daux(static_cast<size_t>(E), 0.0);
   if (loss.aux_coef != 0.0f && loss.aux_tokens > 0) {
     const double T = static_cast<double>(loss.aux_tokens);
     for (int e = 0; e < E; ++e)
-      daux[static_cast<size_t>(e)] = loss.aux_coef * static_cast<double>(E) *
+      daux[static_cast<size_t>(e)] = loss.aux_coef * aux_scale(o) * static_cast<double>(E) *
                                      static_cast<double>(loss.aux_counts[e]) / (T * T);
   }
   const double dz_scale = N > 0 ? 2.0 * loss.z_coef / static_cast<double>(N) : 0.0;

@@ -14,7 +14,8 @@
 //     expert keeps at most `capacity` of the assignments routed to it, in one of the orders of
 //     MoeDropPolicy; the combine weights are the softmax probabilities of the KEPT slots,
 //     renormalised over them (top-2 / top-k; clamped below at FLT_EPSILON) or not (top-1).
-//     DeepSpeed's topkgating l_aux is aux / k; its top-1 l_aux equals aux at k = 1.
+//     With MoeAuxLoss::kDeepSpeed the aux loss is its gatings' l_aux: top1gating's equals the
+//     above at k = 1, top2gating's counts first choices only, topkgating's is the above / k.
 //
 // Determinism: the top-k is chosen on the logits (the softmax is monotonic, so this is the top-k
 // of the probabilities without depending on how exp rounds), most probable first, and on equal
@@ -25,7 +26,7 @@
 // Across layers: Hugging Face's Mixtral computes ONE aux loss over the logits of all layers
 // concatenated (T = layers x N rows); moe_load_balancing_loss takes the summed counts and
 // probability sums for that, and moe_router_backward takes the counts and T the loss was
-// computed from.
+// computed from. DeepSpeed adds the layers' losses (each layer's own counts and N).
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,12 @@ void validate(const MoeRouterOptions& o);
 // min_capacity), the product rounded to fp32 as torch computes it.
 int64_t moe_capacity(int64_t N, const MoeRouterOptions& o);
 
-// Hugging Face's load-balancing loss from per-expert sums over T routed rows:
-// E * sum_e (routed[e] / T) * (prob_sum[e] / T). routed (E): top-k assignments per expert
-// (before dropping); prob_sum (E): sum over the rows of probs[:, e]. 0 when T == 0.
-double moe_load_balancing_loss(const int64_t* routed, const double* prob_sum, int E, int64_t T);
+// The load-balancing loss from per-expert sums over T rows: scale * E * sum_e (aux_counts[e] / T)
+// * (prob_sum[e] / T), scale = 1 / k for DeepSpeed's topkgating (o.aux_loss kDeepSpeed, k > 2),
+// else 1. aux_counts (E): the forward's; prob_sum (E): sum over the rows of probs[:, e]. 0 when
+// T == 0.
+double moe_load_balancing_loss(const int64_t* aux_counts, const double* prob_sum, int64_t T,
+                               const MoeRouterOptions& o);
 
 // Forward over logits (N,E):
 //   probs (N,E) =    softmax of each row
@@ -53,12 +56,13 @@ double moe_load_balancing_loss(const int64_t* routed, const double* prob_sum, in
 //   expert (N,k) =   int32, each token's top-k experts, most probable first; -1 where the
 //                    assignment was dropped (its weight is 0)
 //   weight (N,k) =   the combine weights (0 where dropped)
-//   routed (E) =     top-k assignments per expert before dropping (the aux loss's counts)
+//   aux_counts (E) = the aux loss's assignments per expert, before dropping: every top-k slot
+//                    (Hugging Face; DeepSpeed at k != 2), first choices only (DeepSpeed, k = 2)
 //   kept (E) =       assignments per expert after dropping (the rows each expert computes)
 //   prob_sum (E) =   sum over tokens of probs[:, e], in double (may be null)
 // N == 0 is allowed (everything empty, losses 0).
 MoeRouterStats moe_router_forward(float* probs, float* lse, int32_t* expert, float* weight,
-                                  int64_t* routed, int64_t* kept, double* prob_sum,
+                                  int64_t* aux_counts, int64_t* kept, double* prob_sum,
                                   const float* logits, int64_t N, const MoeRouterOptions& o);
 
 // dlogits (N,E) = the gradient of sum(dweight * weight) + aux_coef * aux + z_coef * z with

@@ -34,7 +34,7 @@ MoeRouterOptions options(int E, int k, bool drop, MoeDropPolicy policy = MoeDrop
 struct RouterRun {
   VecF probs, lse, weight, dlogits;
   VecI expert;
-  VecL routed, kept;
+  VecL aux_counts, kept;
   std::vector<double> prob_sum;
   MoeRouterStats stats;
 };
@@ -50,11 +50,11 @@ RouterRun run_router(const VecF& logits, int64_t N, const MoeRouterOptions& o) {
               VecL(E),
               std::vector<double>(E),
               {}};
-  r.stats =
-      moe_router_forward(r.probs.data(), r.lse.data(), r.expert.data(), r.weight.data(),
-                         r.routed.data(), r.kept.data(), r.prob_sum.data(), logits.data(), N, o);
+  r.stats = moe_router_forward(r.probs.data(), r.lse.data(), r.expert.data(), r.weight.data(),
+                               r.aux_counts.data(), r.kept.data(), r.prob_sum.data(), logits.data(),
+                               N, o);
   const VecF dweight = test::randn(static_cast<int64_t>(Nk), 77);
-  MoeRouterLossGrad lg{0.01f, r.routed.data(), N, 0.001f};
+  MoeRouterLossGrad lg{0.01f, r.aux_counts.data(), N, 0.001f};
   moe_router_backward(r.dlogits.data(), dweight.data(), r.probs.data(), r.lse.data(),
                       r.expert.data(), N, o, lg);
   return r;
@@ -104,14 +104,14 @@ TEST(MoeKernels, AuxLossOverLayersFromSums) {
   both.insert(both.end(), b.begin(), b.end());
   const RouterRun ra = run_router(a, N, o), rb = run_router(b, N, o),
                   rboth = run_router(both, 2 * N, o);
-  VecL routed(E);
+  VecL aux_counts(E);
   std::vector<double> psum(E);
   for (int e = 0; e < E; ++e) {
-    routed[e] = ra.routed[e] + rb.routed[e];
+    aux_counts[e] = ra.aux_counts[e] + rb.aux_counts[e];
     psum[e] = ra.prob_sum[e] + rb.prob_sum[e];
   }
-  EXPECT_NEAR(moe_load_balancing_loss(routed.data(), psum.data(), E, 2 * N), rboth.stats.aux_loss,
-              1e-12);
+  EXPECT_NEAR(moe_load_balancing_loss(aux_counts.data(), psum.data(), 2 * N, o),
+              rboth.stats.aux_loss, 1e-12);
   EXPECT_NE(rboth.stats.aux_loss, (ra.stats.aux_loss + rb.stats.aux_loss) / 2);  // not the mean
 }
 
@@ -219,10 +219,10 @@ TEST(MoeKernels, CpuBackendOpsAreTheKernels) {
     auto be = make_cpu_backend(dt);
     VecF probs(N * E), lse(N), weight(N * k), dlogits(N * E);
     VecI expert(N * k), row_token(N * k), slot_row(N * k);
-    VecL routed(E), kept(E), offsets(E + 1);
+    VecL aux_counts(E), kept(E), offsets(E + 1);
     const MoeRouterStats st =
         be->moe_router_forward(probs.data(), lse.data(), expert.data(), weight.data(),
-                               routed.data(), kept.data(), logits.data(), N, o);
+                               aux_counts.data(), kept.data(), logits.data(), N, o);
     const RouterRun ref = run_router(logits, N, o);
     EXPECT_EQ(expert, ref.expert);
     EXPECT_TRUE(test::bitwise_equal(weight, ref.weight));
@@ -239,7 +239,7 @@ TEST(MoeKernels, CpuBackendOpsAreTheKernels) {
     be->grouped_matmul_backward(dxp.data(), dw.data(), nullptr, dyp.data(), xp.data(), w.data(),
                                 offsets.data(), E, C, OC, false);
     be->moe_permute_backward(dx.data(), dxp.data(), slot_row.data(), N, k, C);
-    MoeRouterLossGrad lg{0.01f, routed.data(), N, 0.001f};
+    MoeRouterLossGrad lg{0.01f, aux_counts.data(), N, 0.001f};
     be->moe_router_backward(dlogits.data(), dweight.data(), probs.data(), lse.data(), expert.data(),
                             N, o, lg);
 

@@ -32,14 +32,27 @@ def route(logits, o, fixed=None):
     order = torch.sort(logits.detach(), dim=1, descending=True, stable=True).indices[:, :k]
     if fixed is not None:
         order = fixed[0]
-    # Hugging Face's load_balancing_loss_func (one layer, no attention mask).
-    expert_mask = torch.nn.functional.one_hot(order, e)
-    tokens_per_expert = torch.mean(expert_mask.to(probs.dtype), dim=0)
-    router_prob_per_expert = torch.mean(probs, dim=0)
-    aux = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * e
-    z = torch.mean(lse ** 2)
     mask = torch.zeros(n, e, dtype=torch.bool).scatter_(1, order, True)
-    routed = mask.sum(dim=0)
+    if o["aux_loss"] == "hf":
+        # Hugging Face's load_balancing_loss_func (one layer, no attention mask).
+        expert_mask = torch.nn.functional.one_hot(order, e)
+        tokens_per_expert = torch.mean(expert_mask.to(probs.dtype), dim=0)
+        router_prob_per_expert = torch.mean(probs, dim=0)
+        aux = torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * e
+        aux_counts = mask.sum(dim=0)
+    else:
+        # DeepSpeed's l_aux: top1gating / top2gating from the first choice's one-hot mask,
+        # topkgating from the top-k mask, as sharded_moe.py writes them.
+        me = torch.mean(probs, dim=0)
+        mask1 = torch.nn.functional.one_hot(order[:, 0], e)
+        if k == 1:
+            aux = torch.sum(me * torch.mean(mask1.to(probs.dtype), dim=0)) * e
+        elif k == 2:
+            aux = torch.mean(me * torch.mean(mask1.to(probs.dtype), dim=0)) * e * e
+        else:
+            aux = torch.mean(me * torch.mean(mask.to(probs.dtype), dim=0)) * e * e / k
+        aux_counts = mask1.sum(dim=0) if k == 2 else mask.sum(dim=0)
+    z = torch.mean(lse ** 2)
     capacity = -1
     if o["drop_tokens"]:
         capacity = capacity_of(n, e, k, o["capacity_factor"], o["min_capacity"])
@@ -68,7 +81,7 @@ def route(logits, o, fixed=None):
     if o["renormalize"]:
         gates = gates / torch.clamp(gates.sum(dim=1, keepdim=True), min=EPS)
     expert = torch.where(kept_slots, order, torch.full_like(order, -1))
-    extras = {"probs": probs, "lse": lse, "routed": routed, "kept": mask.sum(dim=0),
+    extras = {"probs": probs, "lse": lse, "aux_counts": aux_counts, "kept": mask.sum(dim=0),
               "capacity": capacity, "decisions": (order, mask)}
     return gates, expert, aux, z, extras
 
@@ -94,7 +107,7 @@ def router_case(name, o, logits, seed):
             "weight": w.detach().flatten().tolist(), "expert": expert32.flatten().tolist(),
             "probs": x["probs"].detach().flatten().tolist(),
             "lse": x["lse"].detach().tolist(), "aux": aux.item(), "z": z.item(),
-            "routed": x32["routed"].tolist(), "kept": x32["kept"].tolist(),
+            "aux_counts": x32["aux_counts"].tolist(), "kept": x32["kept"].tolist(),
             "capacity": x32["capacity"], "dlogits": dlogits.flatten().tolist(),
             "dlogits_fp32": dlogits32.flatten().tolist()}
 
@@ -134,10 +147,10 @@ def layer_case(name, o, n, c, oc, router_bias, seed):
 
 
 def opts(e, k, renormalize=True, drop=False, cf=1.0, min_capacity=0, policy="probs",
-         aux_coef=0.02, z_coef=0.001):
+         aux_coef=0.02, z_coef=0.001, aux="hf"):
     return {"num_experts": e, "top_k": k, "renormalize": renormalize, "drop_tokens": drop,
             "capacity_factor": cf, "min_capacity": min_capacity, "drop_policy": policy,
-            "aux_coef": aux_coef, "z_coef": z_coef}
+            "aux_coef": aux_coef, "z_coef": z_coef, "aux_loss": aux}
 
 
 def main():
@@ -179,6 +192,12 @@ def main():
                     rnd(20, 4), 15),
         router_case("one expert", opts(1, 1), rnd(10, 1), 16),
         router_case("k = E", opts(4, 4, drop=True, cf=0.6, policy="position"), rnd(30, 4), 17),
+        router_case("deepspeed top1 aux", opts(8, 1, renormalize=False, drop=True, cf=1.0,
+                                               aux="deepspeed", aux_coef=0.1), rnd(64, 8), 18),
+        router_case("deepspeed top2 aux", opts(8, 2, drop=True, cf=1.0, policy="choice_rank",
+                                               aux="deepspeed", aux_coef=0.1), rnd(64, 8), 19),
+        router_case("deepspeed top3 aux", opts(8, 3, drop=True, cf=1.0, aux="deepspeed",
+                                               aux_coef=0.1), rnd(64, 8), 20),
     ]
     layers = [
         layer_case("layer k2 dropless", opts(4, 2), 48, 16, 24, [0.0] * 4, 21),
@@ -187,6 +206,9 @@ def main():
         layer_case("layer k1 switch choice_rank",
                    opts(5, 1, renormalize=False, drop=True, cf=1.0, policy="choice_rank"),
                    40, 12, 20, [0.0] * 5, 23),
+        layer_case("layer k2 deepspeed top2", opts(4, 2, drop=True, cf=1.0, policy="choice_rank",
+                                                   aux="deepspeed", aux_coef=0.1),
+                   48, 16, 24, [0.0] * 4, 24),
     ]
     with open(sys.argv[1], "w") as f:
         json.dump({"torch": torch.__version__, "router": cases, "layer": layers}, f)

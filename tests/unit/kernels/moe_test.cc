@@ -2,14 +2,15 @@
 // against torch: tests/unit/kernels/moe_reference.py (Debian's python3 with python3-torch)
 // writes the router's outputs and gradients for random and adversarial routings (ties, every
 // token to one expert, empty experts, capacity above N, k = E, one expert) under every drop
-// policy, and a whole layer (router matmul, router, permutation, grouped matmul, combine) with
-// every gradient. The routing is torch's fp32 decision, the values and gradients torch's float64
-// autograd on the same fp32 inputs and decisions (so the reference is exact and zerod's fp32 is
-// judged, not the two fp32 rounding patterns against each other). Floats must agree within 1e-5
-// relative (an element's error over max(|torch|, 5e-2 * the largest |torch| of the tensor): an
-// element that cancels to ~0 is judged on the tensor's scale, as an fp32 sum of larger terms
-// cannot do better there; torch's own fp32 autograd is printed beside zerod's for the router);
-// chosen experts, dropped slots, counts and capacities exactly.
+// policy and both aux losses (Hugging Face's, DeepSpeed's top-1/2/k), and whole layers (router
+// matmul, router, permutation, grouped matmul, combine) with every gradient. The routing is torch's
+// fp32 decision, the values and gradients torch's float64 autograd on the same fp32 inputs and
+// decisions (so the reference is exact and zerod's fp32 is judged, not the two fp32 rounding
+// patterns against each other). Floats must agree within 1e-5 relative (an element's error over
+// max(|torch|, 5e-2 * the largest |torch| of the tensor): an element that cancels to ~0 is judged
+// on the tensor's scale, as an fp32 sum of larger terms cannot do better there; torch's own fp32
+// autograd is printed beside zerod's for the router); chosen experts, dropped slots, counts and
+// capacities exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +82,7 @@ MoeRouterOptions options_of(const Json& o) {
   r.drop_policy = p == "probs"      ? MoeDropPolicy::kProbs
                   : p == "position" ? MoeDropPolicy::kPosition
                                     : MoeDropPolicy::kChoiceRank;
+  r.aux_loss = o["aux_loss"] == "hf" ? MoeAuxLoss::kHuggingFace : MoeAuxLoss::kDeepSpeed;
   return r;
 }
 
@@ -88,23 +90,23 @@ MoeRouterOptions options_of(const Json& o) {
 struct Routed {
   VecF probs, lse, weight;
   VecI expert;
-  VecL routed, kept;
+  VecL aux_counts, kept;
   MoeRouterStats stats;
   Routed(const VecF& logits, int64_t N, const MoeRouterOptions& o)
       : probs(logits.size()),
         lse(static_cast<size_t>(N)),
         weight(static_cast<size_t>(N * o.top_k)),
         expert(weight.size()),
-        routed(static_cast<size_t>(o.num_experts)),
-        kept(routed.size()) {
+        aux_counts(static_cast<size_t>(o.num_experts)),
+        kept(aux_counts.size()) {
     stats = moe_router_forward(probs.data(), lse.data(), expert.data(), weight.data(),
-                               routed.data(), kept.data(), nullptr, logits.data(), N, o);
+                               aux_counts.data(), kept.data(), nullptr, logits.data(), N, o);
   }
 };
 
 TEST(MoeRouter, MatchesTorchOnRandomAndAdversarialRoutings) {
   REQUIRE_REFERENCES();
-  ASSERT_EQ(references()["router"].size(), 17u);
+  ASSERT_EQ(references()["router"].size(), 20u);
   for (const Json& c : references()["router"]) {
     const std::string what = c["name"];
     const MoeRouterOptions o = options_of(c["options"]);
@@ -113,7 +115,7 @@ TEST(MoeRouter, MatchesTorchOnRandomAndAdversarialRoutings) {
     const Routed r(logits, N, o);
     // Exact: the chosen experts with the dropped slots (-1), counts, capacity.
     EXPECT_EQ(r.expert, c["expert"].get<VecI>()) << what << ": experts / dropped slots";
-    EXPECT_EQ(r.routed, c["routed"].get<VecL>()) << what << ": routed counts";
+    EXPECT_EQ(r.aux_counts, c["aux_counts"].get<VecL>()) << what << ": aux counts";
     EXPECT_EQ(r.kept, c["kept"].get<VecL>()) << what << ": kept counts";
     EXPECT_EQ(r.stats.capacity, c["capacity"].get<int64_t>()) << what << ": capacity";
     const int64_t dropped = std::count(r.expert.begin(), r.expert.end(), -1);
@@ -127,7 +129,7 @@ TEST(MoeRouter, MatchesTorchOnRandomAndAdversarialRoutings) {
     const VecF dweight = c["dweight"].get<VecF>();
     MoeRouterLossGrad lg;
     lg.aux_coef = c["options"]["aux_coef"];
-    lg.aux_counts = r.routed.data();
+    lg.aux_counts = r.aux_counts.data();
     lg.aux_tokens = N;
     lg.z_coef = c["options"]["z_coef"];
     VecF dlogits(logits.size(), 123.0f);  // overwritten
@@ -144,7 +146,7 @@ TEST(MoeRouter, MatchesTorchOnRandomAndAdversarialRoutings) {
 // A whole layer as a model would run it, every gradient against torch's autograd.
 TEST(MoeLayer, RouterPermuteGroupedMatmulCombineMatchTorch) {
   REQUIRE_REFERENCES();
-  ASSERT_EQ(references()["layer"].size(), 3u);
+  ASSERT_EQ(references()["layer"].size(), 4u);
   for (const Json& c : references()["layer"]) {
     const std::string what = c["name"];
     const MoeRouterOptions o = options_of(c["options"]);
@@ -185,7 +187,7 @@ TEST(MoeLayer, RouterPermuteGroupedMatmulCombineMatchTorch) {
     moe_permute_backward(dx.data(), dxp.data(), slot_row.data(), N, k, C);
     MoeRouterLossGrad lg;
     lg.aux_coef = c["options"]["aux_coef"];
-    lg.aux_counts = r.routed.data();
+    lg.aux_counts = r.aux_counts.data();
     lg.aux_tokens = N;
     lg.z_coef = c["options"]["z_coef"];
     VecF dlogits(logits.size());
