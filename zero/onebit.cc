@@ -19,8 +19,7 @@ OnebitOptimizer::OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg,
                                  const ParamLayout& layout, const Partition& part,
                                  Communicator& comm)
     : kind_(kind), cfg_(cfg), layout_(layout), part_(part), comm_(comm), car_(comm) {
-  ZD_CHECK(kind_ == OnebitKind::kAdam || kind_ == OnebitKind::kLamb,
-           "1-bit optimizer kind {} is not implemented", static_cast<int>(kind_));
+  ZD_CHECK(kind_ != OnebitKind::kNone, "no 1-bit optimizer kind");
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = part_.unit(u).shard;
     std::vector<std::pair<int64_t, int64_t>> live;
@@ -35,10 +34,14 @@ OnebitOptimizer::OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg,
     worker_.emplace_back(static_cast<size_t>(padded), 0.0f);
     server_.emplace_back(static_cast<size_t>(padded / comm_.size()), 0.0f);
     if (kind_ == OnebitKind::kLamb) lamb_.emplace_back(layout_.unit(u).tensors.size());
+    if (kind_ == OnebitKind::kZeroOneAdam) acc_.emplace_back(static_cast<size_t>(n), 0.0f);
   }
 }
 
 bool OnebitOptimizer::reduces_gradients(int64_t step) const {
+  // ZeroOneAdam: the variance steps (DeepSpeed's counter is step + 1; zero/onebit.h).
+  if (kind_ == OnebitKind::kZeroOneAdam)
+    return step <= cfg_.var_freeze_step && (step + 1) % zo_.var_interval == 0;
   return step <= cfg_.freeze_step;
 }
 
@@ -54,6 +57,8 @@ void OnebitOptimizer::mask(int u, float* m) const {
 void OnebitOptimizer::compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s) {
   if (kind_ == OnebitKind::kLamb) {
     lamb_compressed_step(units, s);
+  } else if (kind_ == OnebitKind::kZeroOneAdam) {
+    zeroone_step(units, s);
   } else {
     adam_compressed_step(units, s);
   }
@@ -105,6 +110,7 @@ std::string OnebitOptimizer::serialize(int64_t step) const {
     put(out, worker_[u].data(), worker_[u].size() * sizeof(float));
     put(out, server_[u].data(), server_[u].size() * sizeof(float));
   }
+  if (kind_ == OnebitKind::kZeroOneAdam) zeroone_serialize(out);
   return out;
 }
 
@@ -132,6 +138,7 @@ void OnebitOptimizer::deserialize(const std::string& bytes, const std::string& w
     take(worker_[u].data(), worker_[u].size() * sizeof(float));
     take(server_[u].data(), server_[u].size() * sizeof(float));
   }
+  if (kind_ == OnebitKind::kZeroOneAdam) zeroone_deserialize(in, what);
 }
 
 }  // namespace zerod

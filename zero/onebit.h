@@ -29,6 +29,28 @@
 //       f = clamp(f, factor_min, factor_max), then within last_f (1 -+ factor_threshold)
 //       last_f = f;  p -= lr (c_freeze f) u
 //
+//   ZeroOneAdam (0/1 Adam, arXiv 2202.06009, zoadam.py; zero/zeroone_adam.cc). DeepSpeed's step
+//     counter c = k + 1 at zerod's step k (its first call only creates buffers: see below).
+//     Steps k <= var_freeze_step (variance phase): a variance step where c % var_interval == 0,
+//     on all-reduced gradients:  v = b2 v + (1 - b2) g^2;  m = b1 m + (1 - b1) g;
+//     otherwise gradients are not reduced:  m = b1 m + (1 - b1) mask(compressed_allreduce(g));
+//     then p -= lr (m / (sqrt(v) + eps) + wd p). Each variance step counts; after
+//     var_update_scaler of them var_interval doubles (the gradients of step k are all-reduced
+//     iff the next c is a multiple of it).
+//     Steps k > var_freeze_step (v frozen, no gradient reduction; the errors zeroed once):
+//       m = b1 m + (1 - b1) g_local;  lrs += lr;  d = sqrt(v) + eps;  u = m / d + wd p;
+//       p -= lr u;  acc -= lr u
+//       where c % local_step_interval == 0 (a synchronisation):  p -= acc;  acc *= d;
+//         acc = mask(compressed_allreduce(acc));  m = -acc / lrs;  p += acc / d;
+//         acc = 0;  lrs = 0
+//     and each step counts; after local_step_scaler of them local_step_interval doubles, up to
+//     local_step_clipper. In between, the ranks' weights and momenta differ (local steps).
+//     Deviation: at world 1 DeepSpeed skips the momentum update of a non-variance step (inside
+//     its `size > 1` branch); zerod treats the all-reduce of one rank as the identity.
+//     Checkpoints: this rank's errors, the accumulator, the counters, lrs, and (between
+//     synchronisations) this rank's weights and momentum; DeepSpeed drops and resets them on
+//     load (not bitwise), zerod resumes bitwise.
+//
 // Deviation, stated: DeepSpeed's first step() call only initialises its buffers (the moments
 // take the first gradient and the weights do not move); zerod's first step is a full step, so
 // with freeze_step >= the steps run OneBitAdam is bitwise the Adam kernel without bias
@@ -44,6 +66,7 @@
 #include "comm/compressed_allreduce.h"
 #include "engine/config/onebit_config.h"
 #include "model/layout.h"
+#include "zero/onebit_bytes.h"
 #include "zero/partition.h"
 
 namespace zerod {
@@ -77,9 +100,12 @@ class OnebitOptimizer {
   OnebitKind kind() const { return kind_; }
   // Whether step `step` is an ordinary step on all-reduced gradients (the warm-up).
   bool reduces_gradients(int64_t step) const;
-  // Whether the warm-up steps are this object's (OneBitLamb: LAMB) rather than the engine's
-  // Adam kernel's (OneBitAdam).
-  bool owns_warmup() const { return kind_ == OnebitKind::kLamb; }
+  // Whether the warm-up steps are this object's (OneBitLamb: LAMB; ZeroOneAdam: all its steps)
+  // rather than the engine's Adam kernel's (OneBitAdam).
+  bool owns_warmup() const { return kind_ != OnebitKind::kAdam; }
+  // The states of every unit (grad unused), for the state ZeroOneAdam keeps per rank between
+  // synchronisations (serialize/deserialize). Pointers stay valid for this object's life.
+  void bind_states(std::vector<OnebitUnit> states) { states_ = std::move(states); }
   // One warm-up step (OneBitLamb) on all-reduced gradients: units[u].grad is the sum over the
   // ranks, s.grad_scale includes 1 / world.
   void warmup_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
@@ -106,6 +132,10 @@ class OnebitOptimizer {
   void adam_compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
   void lamb_compressed_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
   void lamb_freeze(const std::vector<OnebitUnit>& units);  // scaling_t, v_fresh
+  // ZeroOneAdam's step, every phase (zero/zeroone_adam.cc), and its part of the rank's file.
+  void zeroone_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
+  void zeroone_serialize(std::string& out) const;
+  void zeroone_deserialize(onebit_bytes::Reader& in, const std::string& what);
 
   OnebitKind kind_;
   OnebitConfig cfg_;
@@ -127,6 +157,18 @@ class OnebitOptimizer {
   std::vector<std::vector<float>> fresh_;      // v_fresh per unit (after the freeze)
   bool frozen_ = false;                        // scaling and v_fresh are set
   std::vector<float> last_;                    // m before the step (scratch)
+
+  // ZeroOneAdam (DeepSpeed's per-tensor scalars: the same for every tensor and rank).
+  struct ZeroOneCounters {
+    int64_t var_interval = 1, var_counter = 0;
+    int64_t local_interval = 1, local_counter = 0;
+    double lrs = 0.0;            // the lrs summed since the last synchronisation
+    bool errors_zeroed = false;  // at the variance freeze (DeepSpeed's reinitial_error_buffer)
+  };
+  ZeroOneCounters zo_;
+  std::vector<std::vector<float>> acc_;  // per unit: DeepSpeed's momentum_accumulator
+  std::vector<float> sent_;              // the compressed gradient (scratch)
+  std::vector<OnebitUnit> states_;       // bind_states
 };
 
 }  // namespace zerod

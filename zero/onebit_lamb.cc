@@ -30,7 +30,8 @@ inline float lamb_update(float m, float v, float p, float eps, float wd) {
 }  // namespace
 
 void OnebitOptimizer::warmup_step(const std::vector<OnebitUnit>& units, const OnebitStep& s) {
-  ZD_CHECK(kind_ == OnebitKind::kLamb, "warmup_step is OneBitLamb's");
+  if (kind_ == OnebitKind::kZeroOneAdam) return zeroone_step(units, s);  // its variance steps
+  ZD_CHECK(kind_ == OnebitKind::kLamb, "warmup_step is OneBitLamb's or ZeroOneAdam's");
   const float b1 = static_cast<float>(s.beta1), omb1 = static_cast<float>(1.0 - s.beta1);
   const float b2 = static_cast<float>(s.beta2), omb2 = static_cast<float>(1.0 - s.beta2);
   const float eps = static_cast<float>(s.eps);

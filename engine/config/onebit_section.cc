@@ -92,11 +92,6 @@ void validate_onebit(const JobConfig& cfg, Problems& p) {
                     cfg.parallelism.tensor > 1 ? cfg.parallelism.tensor : cfg.parallelism.context,
                     o.type));
   }
-  if (o.type == "ZeroOneAdam") {
-    p.error("optimizer.type", fmt::format("{} is parsed but its update is not implemented in zerod "
-                                          "yet (OneBitAdam and OneBitLamb are)",
-                                          o.type));
-  }
   const bool zero_one = o.type == "ZeroOneAdam";
   const int64_t freeze = zero_one ? o.onebit.var_freeze_step : o.onebit.freeze_step;
   if (cfg.train.steps > 0 && freeze >= cfg.train.steps) {

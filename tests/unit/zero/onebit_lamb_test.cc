@@ -25,6 +25,7 @@
 #include "core/rng.h"
 #include "tests/unit/comm/comm_test_util.h"
 #include "tests/unit/comm/compressed_reference.h"
+#include "tests/unit/zero/onebit_test_util.h"
 #include "zero/onebit.h"
 
 namespace zerod {
@@ -35,13 +36,7 @@ using Json = nlohmann::json;
 using test::S;
 
 ModelSpec small_spec() {
-  ModelSpec s;
-  s.n_layer = 1;
-  s.n_head = 2;
-  s.n_embd = 20;
-  s.vocab_size = 50;  // padded: rows past 50 are not live
-  s.seq_len = 7;
-  return s;
+  return test::onebit_small_spec();
 }
 
 // A tensor's live elements [begin, end) of its unit (the padded vocabulary rows left out).
@@ -119,21 +114,8 @@ TEST(OnebitLamb, MatchesDeepSpeedsOnebitLambInTorchAtWorld1) {
     in["sizes"].push_back(t.end - t.begin);
     in["decay"].push_back(t.decay);
   }
-  const std::string base =
-      (fs::temp_directory_path() / ("zerod_onebit_lamb_" + std::to_string(::getpid()))).string();
-  std::ofstream(base + ".in.json") << in.dump();
-  const std::string cmd = "/usr/bin/python3 " ZEROD_SOURCE_DIR
-                          "/tests/unit/zero/onebit_lamb_reference.py " +
-                          base + ".in.json " + base + ".out.json";
-  ASSERT_EQ(std::system(cmd.c_str()), 0)
-      << "tests/unit/zero/onebit_lamb_reference.py failed: it needs /usr/bin/python3 with torch";
-  Json ref;
-  {
-    std::ifstream out(base + ".out.json");
-    ref = Json::parse(out);
-  }
-  fs::remove(base + ".in.json");
-  fs::remove(base + ".out.json");
+  const Json ref = test::run_python_reference("tests/unit/zero/onebit_lamb_reference.py", in);
+  ASSERT_FALSE(HasFailure());
 
   States st(part);
   auto scatter = [&](const Json& per_tensor, std::vector<std::vector<float>>& dst) {
