@@ -142,5 +142,68 @@ TEST(OnebitConfig, OtherStagesOffloadDevicesAndParallelismAreRefused) {
       problems_of(job_with({{"optimizer", onebit}, {"bf16", {{"enabled", true}}}})).empty());
 }
 
+TEST(OnebitConfig, ZeroOneAdamKeysDefaultsAndRefusals) {
+  const ParsedJob a = parse(job_with({{"optimizer", {{"type", "zerooneadam"}}}}));
+  const OnebitConfig& d = a.config.optimizer.onebit;
+  EXPECT_EQ(a.config.optimizer.type, "ZeroOneAdam");
+  EXPECT_EQ(d.var_freeze_step, 100000);  // DeepSpeed's defaults
+  EXPECT_EQ(d.var_update_scaler, 16);
+  EXPECT_EQ(d.local_step_scaler, 32678);
+  EXPECT_EQ(d.local_step_clipper, 16);
+  EXPECT_FALSE(a.config.optimizer.bias_correction);
+  const ParsedJob b = parse(job_with({{"optimizer",
+                                       {{"type", "ZeroOneAdam"},
+                                        {"params",
+                                         {{"lr", 1e-3},
+                                          {"var_freeze_step", 5},
+                                          {"var_update_scaler", 2},
+                                          {"local_step_scaler", 3},
+                                          {"local_step_clipper", 4},
+                                          {"cuda_aware", false},
+                                          {"comm_backend_name", "nccl"}}}}}}));
+  EXPECT_TRUE(b.warnings.empty()) << joined(b.warnings);  // implemented: accepted at stage 0
+  const OnebitConfig& c = b.config.optimizer.onebit;
+  EXPECT_EQ(c.var_freeze_step, 5);
+  EXPECT_EQ(c.var_update_scaler, 2);
+  EXPECT_EQ(c.local_step_scaler, 3);
+  EXPECT_EQ(c.local_step_clipper, 4);
+  // var_freeze_step at or past train.steps (10): a warning naming it.
+  const ParsedJob w = parse(
+      job_with({{"optimizer", {{"type", "ZeroOneAdam"}, {"params", {{"var_freeze_step", 12}}}}}}));
+  ASSERT_EQ(w.warnings.size(), 1u) << joined(w.warnings);
+  EXPECT_NE(w.warnings[0].find("optimizer.params.var_freeze_step: 12 is not below train.steps 10"),
+            std::string::npos)
+      << w.warnings[0];
+  // OneBitAdam's freeze_step is not 0/1 Adam's key; zero intervals are errors.
+  const auto other = problems_of(
+      job_with({{"optimizer", {{"type", "ZeroOneAdam"}, {"params", {{"freeze_step", 5}}}}}}));
+  EXPECT_TRUE(contains(other, "optimizer.params.freeze_step")) << joined(other);
+  EXPECT_TRUE(contains(other, "var_freeze_step")) << joined(other);  // the valid keys are listed
+  for (const char* key : {"var_update_scaler", "local_step_scaler", "local_step_clipper"}) {
+    const auto p =
+        problems_of(job_with({{"optimizer", {{"type", "ZeroOneAdam"}, {"params", {{key, 0}}}}}}));
+    EXPECT_TRUE(contains(p, std::string("optimizer.params.") + key)) << joined(p);
+  }
+  // The other 1-bit optimizers' restrictions.
+  const json zo = {{"type", "ZeroOneAdam"}};
+  const auto stage =
+      problems_of(job_with({{"optimizer", zo}, {"zero_optimization", {{"stage", 1}}}}));
+  EXPECT_TRUE(contains(stage,
+                       "zero_optimization.stage: 1 with optimizer ZeroOneAdam: the 1-bit "
+                       "optimizers need stage 0"))
+      << joined(stage);
+  const auto off = problems_of(job_with(
+      {{"optimizer", zo},
+       {"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}}}}}}));
+  EXPECT_TRUE(contains(off,
+                       "zero_optimization.offload_optimizer.device: offload cannot be combined "
+                       "with optimizer ZeroOneAdam"))
+      << joined(off);
+  const auto gpu = problems_of(job_with({{"optimizer", zo}, {"train", {{"device", "cuda"}}}}));
+  EXPECT_TRUE(contains(gpu, "train.device: \"cuda\" with optimizer ZeroOneAdam")) << joined(gpu);
+  const auto cp = problems_of(job_with({{"optimizer", zo}, {"parallelism", {{"context", 2}}}}));
+  EXPECT_TRUE(contains(cp, "parallelism.context: 2 with optimizer ZeroOneAdam")) << joined(cp);
+}
+
 }  // namespace
 }  // namespace zerod
