@@ -103,9 +103,14 @@ class OnebitOptimizer {
   // Whether the warm-up steps are this object's (OneBitLamb: LAMB; ZeroOneAdam: all its steps)
   // rather than the engine's Adam kernel's (OneBitAdam).
   bool owns_warmup() const { return kind_ != OnebitKind::kAdam; }
-  // The states of every unit (grad unused), for the state ZeroOneAdam keeps per rank between
-  // synchronisations (serialize/deserialize). Pointers stay valid for this object's life.
-  void bind_states(std::vector<OnebitUnit> states) { states_ = std::move(states); }
+  // ZeroOneAdam between two synchronisations: each rank's weights and momentum are its own
+  // (local steps), not rank 0's that a checkpoint's shards hold. A checkpoint captures them
+  // (elements [lo, hi) of unit u, before serialize) into the rank's file, and after deserialize
+  // restores them (has_rank_states) over what the shards loaded.
+  bool keeps_rank_states() const { return kind_ == OnebitKind::kZeroOneAdam && zo_.lrs != 0.0; }
+  void capture_rank_states(int u, int64_t lo, int64_t hi, const float* master, const float* m);
+  bool has_rank_states() const { return !own_.empty(); }
+  void restore_rank_states(int u, int64_t lo, int64_t hi, float* master, float* m) const;
   // One warm-up step (OneBitLamb) on all-reduced gradients: units[u].grad is the sum over the
   // ranks, s.grad_scale includes 1 / world.
   void warmup_step(const std::vector<OnebitUnit>& units, const OnebitStep& s);
@@ -168,7 +173,8 @@ class OnebitOptimizer {
   ZeroOneCounters zo_;
   std::vector<std::vector<float>> acc_;  // per unit: DeepSpeed's momentum_accumulator
   std::vector<float> sent_;              // the compressed gradient (scratch)
-  std::vector<OnebitUnit> states_;       // bind_states
+  // keeps_rank_states: per unit, this rank's weights then momentum (2 x the unit's elements).
+  std::vector<std::vector<float>> own_;
 };
 
 }  // namespace zerod

@@ -90,10 +90,6 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
                    opt_.stage);
     onebit_ = std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_,
                                                 partition_, *opt_.comm);
-    std::vector<OnebitUnit> states;  // (ZeroOneAdam saves a rank's own between synchronisations)
-    for (int u = 0; u < layout_.num_units(); ++u)
-      states.push_back({master(u), exp_avg(u), exp_avg_sq(u), nullptr, partition_.unit(u).shard});
-    onebit_->bind_states(std::move(states));
   }
   if (opt_.stage >= 3) {
     GathererOptions go;

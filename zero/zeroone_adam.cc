@@ -89,27 +89,44 @@ void OnebitOptimizer::zeroone_step(const std::vector<OnebitUnit>& units, const O
   }
 }
 
+void OnebitOptimizer::capture_rank_states(int u, int64_t lo, int64_t hi, const float* master,
+                                          const float* m) {
+  if (own_.size() != acc_.size()) {
+    own_.clear();
+    for (const auto& a : acc_) own_.emplace_back(2 * a.size(), 0.0f);
+  }
+  float* dst = own_[static_cast<size_t>(u)].data();
+  const int64_t n = static_cast<int64_t>(acc_[static_cast<size_t>(u)].size());
+  std::copy(master, master + (hi - lo), dst + lo);
+  std::copy(m, m + (hi - lo), dst + n + lo);
+}
+
+void OnebitOptimizer::restore_rank_states(int u, int64_t lo, int64_t hi, float* master,
+                                          float* m) const {
+  const float* src = own_[static_cast<size_t>(u)].data();
+  const int64_t n = static_cast<int64_t>(acc_[static_cast<size_t>(u)].size());
+  std::copy(src + lo, src + hi, master);
+  std::copy(src + n + lo, src + n + hi, m);
+}
+
 namespace {
 using onebit_bytes::put;
 }  // namespace
 
 // After the errors: the counters, lrs, errors_zeroed, each unit's accumulator, then whether the
-// rank is between synchronisations (lrs != 0) and if so each unit's weights and momentum (this
-// rank's: local steps make them differ from rank 0's, which the shards hold).
+// rank is between synchronisations (keeps_rank_states) and if so each unit's weights and
+// momentum as captured (this rank's: local steps make them differ from rank 0's in the shards).
 void OnebitOptimizer::zeroone_serialize(std::string& out) const {
   const int64_t counters[5] = {zo_.var_interval, zo_.var_counter, zo_.local_interval,
                                zo_.local_counter, zo_.errors_zeroed ? 1 : 0};
   put(out, counters, sizeof(counters));
   put(out, &zo_.lrs, sizeof(zo_.lrs));
   for (const auto& a : acc_) put(out, a.data(), a.size() * sizeof(float));
-  const int64_t local = zo_.lrs != 0.0 ? 1 : 0;
-  put(out, &local, sizeof(local));
-  if (local == 0) return;
-  ZD_CHECK(states_.size() == acc_.size(), "ZeroOneAdam: bind_states was not called");
-  for (const OnebitUnit& x : states_) {
-    put(out, x.master, static_cast<size_t>(x.n) * sizeof(float));
-    put(out, x.m, static_cast<size_t>(x.n) * sizeof(float));
-  }
+  const int64_t own = keeps_rank_states() ? 1 : 0;
+  put(out, &own, sizeof(own));
+  if (own == 0) return;
+  ZD_CHECK(own_.size() == acc_.size(), "ZeroOneAdam: the rank's states were not captured");
+  for (const auto& o : own_) put(out, o.data(), o.size() * sizeof(float));
 }
 
 void OnebitOptimizer::zeroone_deserialize(onebit_bytes::Reader& in, const std::string& what) {
@@ -125,30 +142,23 @@ void OnebitOptimizer::zeroone_deserialize(onebit_bytes::Reader& in, const std::s
   if (zo.var_interval < 1 || zo.local_interval < 1)
     ZD_THROW_INPUT("{}: ZeroOneAdam intervals {} / {} (must be >= 1)", what, zo.var_interval,
                    zo.local_interval);
-  std::vector<std::vector<float>> acc(acc_.size());
+  std::vector<std::vector<float>> acc(acc_.size()), own;
   for (size_t u = 0; u < acc_.size(); ++u) {
     acc[u].resize(acc_[u].size());
     in.take(acc[u].data(), acc[u].size() * sizeof(float));
   }
-  int64_t local = 0;
-  in.take(&local, sizeof(local));
-  std::vector<std::vector<float>> own;  // this rank's weights and momentum, per unit
-  if (local != 0) {
-    ZD_CHECK(states_.size() == acc_.size(), "ZeroOneAdam: bind_states was not called");
-    for (const OnebitUnit& x : states_) {
-      for (int k = 0; k < 2; ++k) {
-        own.emplace_back(static_cast<size_t>(x.n));
-        in.take(own.back().data(), own.back().size() * sizeof(float));
-      }
+  int64_t has_own = 0;
+  in.take(&has_own, sizeof(has_own));
+  if (has_own != 0) {
+    for (const auto& a : acc_) {
+      own.emplace_back(2 * a.size());
+      in.take(own.back().data(), own.back().size() * sizeof(float));
     }
   }
   if (in.left() != 0) ZD_THROW_INPUT("{}: {} bytes past the end", what, in.left());
-  for (size_t u = 0; u < own.size() / 2; ++u) {
-    std::copy(own[2 * u].begin(), own[2 * u].end(), states_[u].master);
-    std::copy(own[2 * u + 1].begin(), own[2 * u + 1].end(), states_[u].m);
-  }
   zo_ = zo;
   acc_ = std::move(acc);
+  own_ = std::move(own);
 }
 
 }  // namespace zerod

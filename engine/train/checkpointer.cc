@@ -318,7 +318,14 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
   std::vector<ShardData> shards = my_shards();
   if (OnebitOptimizer* ob = engine_.onebit()) {
-    // The 1-bit optimizer's worker and server errors differ per rank: one file each.
+    // The 1-bit optimizer's worker and server errors differ per rank: one file each (with
+    // ZeroOneAdam between synchronisations, also the rank's own weights and momentum).
+    if (ob->keeps_rank_states()) {
+      engine_.visit_states_host(ZeroEngine::StatesMode::kRead, 0, engine_.layout().num_units(),
+                                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
+                                  ob->capture_rank_states(u, lo, hi, pm, pa);
+                                });
+    }
     write_file_atomically((fs::path(tmp) / onebit_file(ctx_.rank)).string(),
                           ob->serialize(progress.adam_steps));
     // Its rank-independent state (OneBitLamb's coefficients, fresh variance): one file.
@@ -462,6 +469,12 @@ void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
   } else {
     try {
       ob.deserialize(read_whole_file(file), file.string());
+      if (ob.has_rank_states()) {
+        engine_.visit_states_host(ZeroEngine::StatesMode::kUpdate, 0, engine_.layout().num_units(),
+                                  [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
+                                    ob.restore_rank_states(u, lo, hi, pm, pa);
+                                  });
+      }
       return;
     } catch (const InputError& e) {
       why = e.what();
