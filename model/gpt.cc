@@ -66,23 +66,30 @@ void Gpt::select_saved(int k) {
 }
 
 int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
-                              bool activation_checkpointing, size_t esz, int context) {
-  // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv (3A), atty (A), fch (F),
-  // fch_gelu (F) (BT rows) and the statistics ln1/ln2 mean and rstd (R) and lse (NH/T, BT); then
-  // the residual stream (L + 1), lnf, dres (R rows), proj_tmp, d_a (F), d_b (3A), d_c (BT rows),
-  // lnf mean/rstd (R) and under sequence parallelism part (R rows); then the base buffers
-  // (logits, losses, tokens, targets). Context-parallel: T/C rows per sequence.
+                              bool activation_checkpointing, size_t esz, int context,
+                              LayerRange stage, int slots) {
+  // Mirrors the constructors (ModelBase's, then this one's). Per slot: each of the stage's n
+  // blocks' ln1, res2, ln2 (R rows), qkv (3A), atty (A), fch (F), fch_gelu (F) (BT rows) and
+  // statistics ln1/ln2 mean and rstd (R) and lse (NH/T, BT), unless checkpointing; the residual
+  // stream (n + 1 of (R,C)); on the last stage lnf (R,C) with its mean and rstd (R) and the base
+  // buffers' logits; the base buffers (losses, tokens, targets). Shared by the slots: the
+  // recompute block (checkpointing), dres (R,C), proj_tmp, d_c (BT,C), d_a (F), d_b (3A) and
+  // under sequence parallelism part (R,C). Context-parallel: T/C rows per sequence.
   T /= context;
+  if (stage.end < 0) stage.end = s.n_layer;
+  const bool last = stage.end == s.n_layer;
   const LocalDims d = local_dims(s, shard);
   const int64_t BT = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
-                L = s.n_layer, A = d.q_dim, F = d.ffn;
+                n = stage.end - stage.begin, A = d.q_dim, F = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (4 * A + 2 * F) * BT) * e + (4 * R + NH * BT) * 4;
-  const int64_t blocks = activation_checkpointing ? 1 : L;
+  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + (n + 1) * R * C * e +
+                           (last ? R * C * e + 2 * R * 4 : 0) +
+                           base_activation_bytes(d, shard.size, B, T, esz, last);
   const int64_t part = R < BT ? R * C : 0;  // (sequence parallelism)
-  const int64_t rest =
-      (((L + 1) * C + 2 * C) * R + part + (2 * C + F + 3 * A) * BT) * e + 2 * R * 4;
-  return blocks * block + rest + base_activation_bytes(d, shard.size, B, T, esz);
+  const int64_t shared =
+      (activation_checkpointing ? block : 0) + (R * C + part + (2 * C + F + 3 * A) * BT) * e;
+  return slots * per_slot + shared;
 }
 
 AttentionShape Gpt::attn_shape() const {

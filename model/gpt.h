@@ -25,8 +25,10 @@ class Gpt final : public ModelBase {
   // micro-batch of B x T, compute elements of esz bytes (statistics are fp32), on a rank of
   // `shard` (its local dimensions and, under sequence parallelism, its rows) and of a context
   // group of `context` ranks (its T/context positions of each sequence).
+  // A pipeline stage's model: its layers' and `slots` micro-batches' (see the constructor).
   static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
-                                  bool activation_checkpointing, size_t esz, int context = 1);
+                                  bool activation_checkpointing, size_t esz, int context = 1,
+                                  LayerRange stage = {}, int slots = 1);
 
   // Context-parallel (context.size = C > 1): the T/C positions of each sequence context rank
   // context.rank holds; the shapes below then have T/C for T, and the position embedding rows

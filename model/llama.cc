@@ -137,25 +137,31 @@ void Llama::select_saved(int k) {
 }
 
 int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, int B, int T,
-                                bool activation_checkpointing, size_t esz, int context) {
-  // Mirrors the constructor: per block ln1, res2, ln2 (R rows), qkv, atty (Q), gu (2I), act (I)
-  // (N rows) and the statistics ln1/ln2 rstd (R) and lse (NH, N); then the residual stream
-  // (L + 1), lnf, dres (R rows), proj_tmp, d_a, d_b, d_c (N rows); lnf rstd (R); the rope tables;
-  // under sequence parallelism part (R rows); then the base buffers (logits, losses, tokens,
-  // targets). Context-parallel: T/C rows per sequence, and the tables' rows of their positions.
+                                bool activation_checkpointing, size_t esz, int context,
+                                LayerRange stage, int slots) {
+  // Mirrors the constructors (ModelBase's, then this one's). Per slot: each of the stage's n
+  // blocks' ln1, res2, ln2 (R rows), qkv, atty (Q), gu (2I), act (I) (N rows) and statistics
+  // ln1/ln2 rstd (R) and lse (NH, N), unless checkpointing; the residual stream (n + 1 of (R,C));
+  // on the last stage lnf (R,C) with its rstd (R) and the base buffers' logits; the base buffers
+  // (losses, tokens, targets). Shared: the recompute block (checkpointing), dres (R,C), proj_tmp,
+  // d_a, d_b, d_c (N rows), the rope tables, under sequence parallelism part (R,C).
+  // Context-parallel: T/C rows per sequence, and the tables' rows of their positions.
   T /= context;
+  if (stage.end < 0) stage.end = s.n_layer;
+  const bool last = stage.end == s.n_layer;
   const LocalDims d = local_dims(s, shard);
   const int64_t N = int64_t{B} * T, R = local_rows(shard, B, T), C = s.n_embd, NH = d.n_head,
-                L = s.n_layer, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
+                n = stage.end - stage.begin, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (QKV + Q + 3 * I) * N) * e + (2 * R + NH * N) * 4;
-  const int64_t blocks = activation_checkpointing ? 1 : L;
+  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + (n + 1) * R * C * e +
+                           (last ? R * C * e + R * 4 : 0) +
+                           base_activation_bytes(d, shard.size, B, T, esz, last);
   const int64_t part = R < N ? R * C : 0;  // (sequence parallelism)
-  const int64_t rest =
-      (((L + 1) * C + 2 * C) * R + part + (2 * C + std::max(2 * I, QKV) + std::max(I, Q)) * N) * e +
-      R * 4;
+  const int64_t shared = (activation_checkpointing ? block : 0) +
+                         (R * C + part + (2 * C + std::max(2 * I, QKV) + std::max(I, Q)) * N) * e;
   const int64_t tables = 2 * (int64_t{s.seq_len} + (context > 1 ? T : 0)) * (s.head_size() / 2) * 4;
-  return blocks * block + rest + tables + base_activation_bytes(d, shard.size, B, T, esz);
+  return slots * per_slot + shared + tables;
 }
 
 AttentionShape Llama::attn_shape() const {

@@ -31,7 +31,8 @@ class Llama final : public ModelBase {
   // parallelism, its rows).
   // Context-parallel: of a context group of `context` ranks (T/context rows per sequence).
   static int64_t activation_bytes(const ModelSpec& spec, const TensorShard& shard, int B, int T,
-                                  bool activation_checkpointing, size_t esz, int context = 1);
+                                  bool activation_checkpointing, size_t esz, int context = 1,
+                                  LayerRange stage = {}, int slots = 1);
 
   // Tensor-parallel (shard.size > 1): this rank's heads, KV heads, MLP width and vocabulary rows
   // (model/shard.h); the shapes below are then the local ones (NH, Q, QKV, I divided by T).

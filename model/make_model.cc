@@ -18,12 +18,13 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B
 
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
                                size_t esz, int tensor_parallel, bool sequence_parallel,
-                               int context_parallel) {
+                               int context_parallel, LayerRange stage, int slots) {
   const TensorShard shard{0, tensor_parallel, sequence_parallel};
   if (spec.llama_family())
     return Llama::activation_bytes(spec, shard, B, T, activation_checkpointing, esz,
-                                   context_parallel);
-  return Gpt::activation_bytes(spec, shard, B, T, activation_checkpointing, esz, context_parallel);
+                                   context_parallel, stage, slots);
+  return Gpt::activation_bytes(spec, shard, B, T, activation_checkpointing, esz, context_parallel,
+                               stage, slots);
 }
 
 }  // namespace zerod

@@ -136,8 +136,9 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B
 // `tensor_parallel` ranks, with or without sequence parallelism (which splits the norm and
 // residual regions' B x T rows tensor_parallel ways), on one of `context_parallel` ranks (which
 // holds B x T/C rows; the exchange's workspace is not counted).
+// A pipeline stage's model (stage, slots as make_model's): its layers and slots only.
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
                                size_t esz, int tensor_parallel = 1, bool sequence_parallel = false,
-                               int context_parallel = 1);
+                               int context_parallel = 1, LayerRange stage = {}, int slots = 1);
 
 }  // namespace zerod

@@ -122,9 +122,10 @@ void ModelBase::stage_backward(int slot, ParamSource& params, GradSink& grads) {
 }
 
 int64_t ModelBase::base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
-                                         size_t esz) {
+                                         size_t esz, bool last_stage) {
   const int64_t N = int64_t{B} * T;
-  return N * (d.vocab_rows * static_cast<int64_t>(esz) + 3 * 4 + (tensor_parallel > 1 ? 12 : 0));
+  return N * ((last_stage ? d.vocab_rows * static_cast<int64_t>(esz) : 0) + 3 * 4 +
+              (tensor_parallel > 1 ? 12 : 0));
 }
 
 int64_t ModelBase::local_rows(const TensorShard& shard, int B, int T) {

@@ -57,10 +57,11 @@ class ModelBase : public Model {
   ModelBase(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_checkpointing,
             MemoryTracker* tracker, TensorShard shard, ContextShard context, LayerRange stage,
             int slots);
-  // The bytes the constructor above allocates (tokens, targets, losses: N fp32 words each;
-  // logits: N x Vp/T compute elements; tensor-parallel: the 3N loss statistics).
+  // The bytes the constructor above allocates per slot (tokens, targets, losses: N fp32 words
+  // each; logits on the last stage: N x Vp/T compute elements; tensor-parallel: the 3N loss
+  // statistics), not counting the residual stream.
   static int64_t base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,
-                                       size_t esz);
+                                       size_t esz, bool last_stage = true);
   // The rows of the sequence-split regions (norms, residual stream) of a micro-batch of B x T
   // on a shard: N / T under sequence parallelism, else N = B x T.
   static int64_t local_rows(const TensorShard& shard, int B, int T);

@@ -7,6 +7,7 @@
 #include "engine/config/model_spec.h"
 #include "engine/plan/planner.h"
 #include "model/layout.h"
+#include "model/model.h"
 #include "parallel/pipeline/partition.h"
 #include "parallel/pipeline/simulate.h"
 #include "zero/zero_engine.h"
@@ -82,6 +83,22 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
         pipeline::make_schedule(kind, P, plan.micro_batches, V), plan.micro_batches, V);
     plan.bubble = sim.bubble;
     plan.live_micro_batches = sim.peak_live;
+    if (V == 1) {
+      // Each rank's stage model with a slot per live micro-batch (compute elements: fp32 arrays
+      // on CPU ranks whatever the dtype, 16-bit on GPUs).
+      const ModelSpec spec = model_spec(cfg.model);
+      const size_t esz =
+          cfg.train.device == TrainDevice::kCuda ? dtype_size(cfg.compute_dtype()) : 4;
+      for (int r = 0; r < P; ++r) {
+        const PipelineStagePlan& st = plan.stages[static_cast<size_t>(r)];
+        plan.rank_activation_bytes.push_back(
+            model_activation_bytes(spec, static_cast<int>(cfg.micro_batch()), cfg.model.seq_len,
+                                   cfg.model.activation_checkpointing, esz, par.tensor,
+                                   par.sequence_parallel && par.tensor > 1, 1,
+                                   LayerRange{st.first_layer, st.first_layer + st.layers},
+                                   plan.live_micro_batches[static_cast<size_t>(r)]));
+      }
+    }
   }
   return plan;
 }
@@ -101,8 +118,10 @@ std::string format_pipeline_plan(const PipelinePlan& p) {
   for (size_t r = 0; r < p.rank_parameters.size(); ++r) {
     out += fmt::format(
         "  rank {}: {} parameters, model states {} per rank (ZeRO formula: weights, gradients, "
-        "optimizer; activations not included), at most {} micro-batch activations live\n",
+        "optimizer), activations {} (at most {} micro-batch activations live)\n",
         r, p.rank_parameters[r], format_bytes(p.rank_state_bytes[r]),
+        r < p.rank_activation_bytes.size() ? format_bytes(p.rank_activation_bytes[r])
+                                           : std::string("not estimated (virtual stages)"),
         r < p.live_micro_batches.size() ? p.live_micro_batches[r] : 0);
   }
   return out;

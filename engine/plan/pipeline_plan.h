@@ -1,9 +1,10 @@
 // What `zerod check` shows of a pipeline-parallel job (parallelism.pipeline > 1): each stage's
 // layers, parameters and model-state bytes per rank, and the schedule's simulated bubble and
 // live micro-batches per rank (parallel/pipeline/simulate.h, unit costs F = 1, B = 2 or
-// Bi = W = 1). The bytes are the ZeRO formula (zero_formula_bytes) over the stage's parameters
-// at the job's stage, compute dtype and ZeRO group (data x context); activations are not
-// included (the live micro-batches say how many a rank holds at once).
+// Bi = W = 1). The model-state bytes are the ZeRO formula (zero_formula_bytes) over the stage's
+// parameters at the job's stage, compute dtype and ZeRO group (data x context); the activation
+// bytes are the stage model's own allocation for the micro-batches its schedule keeps live (with
+// one virtual stage per rank).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,9 @@ struct PipelinePlan {
   std::vector<int64_t> rank_parameters;   // per pipeline rank: its chunks' parameters
   std::vector<int64_t> rank_state_bytes;  // per pipeline rank: weights + grads + optimizer
   std::vector<int> live_micro_batches;    // per pipeline rank: peak (micro-batch x chunk)
+  // per pipeline rank: the activation bytes its stage's model allocates for that many live
+  // micro-batches (model_activation_bytes; V = 1 only, else empty)
+  std::vector<int64_t> rank_activation_bytes;
   double bubble = 0.0;                    // simulated, unit costs
 };
 

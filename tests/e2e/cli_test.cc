@@ -216,6 +216,11 @@ TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("at most 2 micro-batch activations live"), std::string::npos) << r.output;
+  // Each rank's activations: its stage model's allocation for its live micro-batches (the
+  // formula is checked against the allocation in zerod_test_parallel); the first stage holds two
+  // micro-batches of two layers, the last one of two layers and the logits.
+  EXPECT_NE(r.output.find("optimizer), activations "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("activations not included"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"pipeline\": [\n"), std::string::npos) << r.output;  // the layout
   // The last step's loss ("step 2/2 | loss X |") of a run's output.
   auto last_loss = [](const std::string& out) {

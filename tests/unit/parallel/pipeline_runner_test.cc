@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../comm/comm_test_util.h"
+#include "core/memory.h"
 #include "model/model.h"
 #include "model_test_util.h"
 #include "parallel/pipeline/partition.h"
@@ -205,6 +206,32 @@ TEST(PipelineStageLayout, UnitsNamesAndInitialisationOfEachStage) {
   EXPECT_EQ(llama_last.num_units(), 3);
   EXPECT_THROW(ParamLayout(s, 16, {}, LayerRange{3, 3}), Error);
   EXPECT_THROW(ParamLayout(s, 16, {}, LayerRange{2, 5}), Error);
+}
+
+// A stage's model allocates what model_activation_bytes says for its layers and slots (the whole
+// model's formula at one slot), and a middle stage holds no logits.
+TEST(PipelineStageModel, ActivationBytesAreTheFormulasForEveryStageAndSlotCount) {
+  for (const ModelSpec& s :
+       {layers(test::tiny_gpt2(), 4), layers(test::tiny_llama(ModelArch::kLlama), 4)}) {
+    for (bool ckpt : {false, true}) {
+      for (const LayerRange stage :
+           {LayerRange{}, LayerRange{0, 1}, LayerRange{1, 3}, LayerRange{3, 4}}) {
+        for (int slots : {1, 3}) {
+          auto be = make_cpu_backend(DType::kF32);
+          MemoryTracker tracker;
+          auto model = make_model(s, *be, 2, 9, ckpt, &tracker, {}, {}, stage, slots);
+          EXPECT_EQ(tracker.current(MemCategory::kActivations),
+                    model_activation_bytes(s, 2, 9, ckpt, 4, 1, false, 1, stage, slots))
+              << model_arch_name(s.arch) << " layers [" << stage.begin << ", " << stage.end
+              << ") slots " << slots << (ckpt ? " checkpointing" : "");
+        }
+      }
+    }
+  }
+  const ModelSpec s = layers(test::tiny_gpt2(), 4);
+  // The middle stage at 3 slots: three residual streams of 3 positions' worth, no logits.
+  EXPECT_LT(model_activation_bytes(s, 2, 9, false, 4, 1, false, 1, LayerRange{1, 3}, 3),
+            model_activation_bytes(s, 2, 9, false, 4, 1, false, 1, LayerRange{3, 4}, 3));
 }
 
 // The runner refuses what it cannot execute yet, naming it.
