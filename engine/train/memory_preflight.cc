@@ -1,5 +1,7 @@
 #include "engine/train/memory_preflight.h"
 
+#include "engine/plan/pipeline_plan.h"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -105,6 +107,32 @@ void host_memory_preflight(const JobConfig& cfg, const ModelSpec& spec, int loca
                            int elem_bytes, const HostMemory& available) {
   if (available.bytes <= 0) return;  // nothing known to compare with
   const int ranks = std::max(1, local_ranks);
+  if (cfg.parallelism.pipeline > 1) {
+    // The planner models whole replicas; a pipeline rank holds one stage: the pipeline plan's
+    // model states and activations (for the micro-batches its schedule keeps live) of the
+    // largest stage, for every rank of this process.
+    const PipelinePlan pp = make_pipeline_plan(cfg);
+    int64_t per_rank = 0, states = 0, activations = 0;
+    int worst = 0;
+    for (size_t r = 0; r < pp.rank_state_bytes.size(); ++r) {
+      const int64_t a = r < pp.rank_activation_bytes.size() ? pp.rank_activation_bytes[r] : 0;
+      if (pp.rank_state_bytes[r] + a <= per_rank) continue;
+      per_rank = pp.rank_state_bytes[r] + a;
+      states = pp.rank_state_bytes[r];
+      activations = a;
+      worst = static_cast<int>(r);
+    }
+    const int64_t need = per_rank * ranks;
+    if (need <= available.bytes) return;
+    ZD_THROW_INPUT(
+        "this pipeline job needs about {} of host memory in this process ({} rank{} x up to {}: "
+        "pipeline rank {}'s model states {} and activations {}), but {} is available ({}); use "
+        "more pipeline stages, ranks or nodes, a higher ZeRO stage, a smaller micro-batch or "
+        "activation checkpointing",
+        format_bytes(need), ranks, ranks == 1 ? "" : "s", format_bytes(per_rank), worst,
+        format_bytes(states), format_bytes(activations), format_bytes(available.bytes),
+        available.source);
+  }
   const PlanRequest req = job_plan_request(cfg, spec, elem_bytes);
   // On the CPU backend "device" and host memory are the same memory.
   auto need_of = [&](const PlanRow& row) { return (row.device + row.host) * ranks; };

@@ -58,6 +58,20 @@ TEST_F(MemoryPreflight, AJobOverTheLimitIsRefusedWithTheNumbersAndWhatFits) {
   EXPECT_NE(refusal(two).find("(2 ranks x"), std::string::npos);
 }
 
+// A pipeline job is judged by its largest stage (the pipeline plan's model states and the
+// activations of the micro-batches its schedule keeps live), not by the whole model.
+TEST_F(MemoryPreflight, APipelineJobIsJudgedByItsLargestStage) {
+  JobConfig cfg = testing::tiny_job(*corpus_, 2, 0, 4, 2, R"(, "parallelism": {"pipeline": 2})", "",
+                                    8, "", testing::tiny_gpt2_4layers());
+  EXPECT_EQ(refusal(cfg), "");
+  cfg.train.memory_limit = 64 << 10;
+  const std::string msg = refusal(cfg);
+  EXPECT_NE(msg.find("this pipeline job needs about"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(2 ranks x up to"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("pipeline rank 0's model states"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("but 64.0 KiB is available"), std::string::npos) << msg;
+}
+
 TEST_F(MemoryPreflight, AModelFarTooLargeForTheMachineIsRefusedBeforeAnyAllocation) {
   // GPT-2 with n_embd 2^20: petabytes of weights. Refused from MemAvailable alone, at once.
   JobConfig cfg = testing::tiny_job(
