@@ -380,24 +380,25 @@ StepMetrics Trainer::train_step(int64_t step) {
     const double comm = engine_->comm_wait_seconds() - comm_before;
     phases_.fwd_bwd += sw.seconds() - comm;
     phases_.comm += comm;
-  }
-  for (int64_t micro = 0; micro < (runner_ ? 0 : accum); ++micro) {
-    engine_->begin_micro_batch(micro + 1 == accum);
-    Stopwatch sw;
-    data_->train->next_micro_batch(data_->inputs.data(), data_->targets.data());
-    phases_.data += sw.seconds();
-    sw.restart();
-    const double comm_before = engine_->comm_wait_seconds();
-    // ZeRO divides the gradients summed over data x context by its size; the context ranks'
-    // partial gradients add up to their replica's (not C of them), so each is weighted C times.
-    const float weight =
-        static_cast<float>(loss_scale * model_->context().size / static_cast<double>(accum));
-    GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
-    loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
-                                         grads, weight);
-    const double comm = engine_->comm_wait_seconds() - comm_before;
-    phases_.fwd_bwd += sw.seconds() - comm;
-    phases_.comm += comm;
+  } else {
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      engine_->begin_micro_batch(micro + 1 == accum);
+      Stopwatch sw;
+      data_->train->next_micro_batch(data_->inputs.data(), data_->targets.data());
+      phases_.data += sw.seconds();
+      sw.restart();
+      const double comm_before = engine_->comm_wait_seconds();
+      // ZeRO divides the gradients summed over data x context by its size; the context ranks'
+      // partial gradients add up to their replica's (not C of them), so each is weighted C times.
+      const float weight =
+          static_cast<float>(loss_scale * model_->context().size / static_cast<double>(accum));
+      GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
+      loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
+                                           grads, weight);
+      const double comm = engine_->comm_wait_seconds() - comm_before;
+      phases_.fwd_bwd += sw.seconds() - comm;
+      phases_.comm += comm;
+    }
   }
   const double comm_before = engine_->comm_wait_seconds();
   Stopwatch opt_sw;
@@ -496,10 +497,11 @@ std::optional<double> Trainer::evaluate() {
     }
     for (size_t i = 0; i < in.size(); ++i) mbs.push_back({in[i].data(), tg[i].data()});
     sum = runner_->forward_only(mbs, *engine_);
-  }
-  for (int64_t i = 0; i < (runner_ ? 0 : batches); ++i) {
-    if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
-    sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
+  } else {
+    for (int64_t i = 0; i < batches; ++i) {
+      if (!val.next_micro_batch(data_->inputs.data(), data_->targets.data())) break;
+      sum += model_->forward(data_->inputs.data(), data_->targets.data(), *engine_);
+    }
   }
   evaluated_tokens_ = batches * int64_t{model_->batch()} * model_->seq() * cfg_.data_parallel_size;
   if (batches == 0) return std::nullopt;
