@@ -107,8 +107,8 @@ std::string CollectiveLog::describe_totals(const std::vector<std::string>& only,
     if (!only.empty() && std::find(only.begin(), only.end(), op) == only.end()) continue;
     const double algbw = t.seconds > 0 ? static_cast<double>(t.bytes) / t.seconds : 0;
     out += fmt::format(
-        "\n  {:<15} {:>7} calls {:>10} {:>9.3f} s  algbw {:>8.1f} MB/s  busbw {:>8.1f} MB/s", op,
-        t.calls, human_bytes(static_cast<double>(t.bytes)), t.seconds, algbw / 1e6,
+        "\n  {:<15} {:>7} calls {:>10} ({} B) {:>9.3f} s  algbw {:>8.1f} MB/s  busbw {:>8.1f} MB/s",
+        op, t.calls, human_bytes(static_cast<double>(t.bytes)), t.bytes, t.seconds, algbw / 1e6,
         algbw * bus_factor(op) / 1e6);
     // Per step: the totals spread over the steps (start-up collectives included, so the first
     // steps of a short run read a little high).

@@ -50,7 +50,8 @@ class CollectiveLog {
   // The last `n` records as lines for a log ("#183 all_reduce 4.0 MB: issued 1.203 s, started
   // 1.204 s, not finished").
   std::string describe_recent(size_t n) const;
-  // One line per operation kind (those in `only`, or all when it is empty): calls, bytes,
+  // One line per operation kind (those in `only`, or all when it is empty): calls, bytes (also
+  // exact, "64.28 MB (64280599 B)", for tools that difference the totals of two steps),
   // time, algorithm and bus bandwidth; with steps > 0 also the bytes per training step (the
   // totals over `steps`: the caller says how many steps the log's collectives served).
   std::string describe_totals(const std::vector<std::string>& only = {}, int64_t steps = 0) const;
