@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/optim.h"
+#include "kernels/cpu/optim_simd.h"
 
 namespace zerod {
 
@@ -60,16 +61,24 @@ constexpr int64_t kBlock = 4096;
 Backend::LambSums lamb_moments(float* master, float* m, float* v, const float* grad, int64_t n,
                                const OptimizerParams& p) {
   const LambConstants k = lamb_constants(p);
+  const optim_simd::Spans* simd = optim_simd::current();
   const int64_t blocks = ceil_div(n, kBlock);
   std::vector<Backend::LambSums> part(static_cast<size_t>(blocks));
 #pragma omp parallel for schedule(static) if (n >= kParallelMinElems)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t i0 = b * kBlock, i1 = std::min(n, i0 + kBlock);
+    // The block's directions (the vector span's; the scalar tail's), then the sums in element
+    // order: the same double sums on every path.
+    float u[kBlock];
+    int64_t d = 0;
+    if (simd != nullptr)
+      d = simd->lamb_moments(master + i0, m + i0, v + i0, grad + i0, u, i1 - i0, k);
+    for (int64_t i = i0 + d; i < i1; ++i)
+      u[i - i0] = lamb_moments_element(master[i], m[i], v[i], grad[i], k);
     double w2 = 0, u2 = 0;
     for (int64_t i = i0; i < i1; ++i) {
-      const float u = lamb_moments_element(master[i], m[i], v[i], grad[i], k);
       w2 += static_cast<double>(master[i]) * master[i];
-      u2 += static_cast<double>(u) * u;
+      u2 += static_cast<double>(u[i - i0]) * u[i - i0];
     }
     part[static_cast<size_t>(b)] = {w2, u2};
   }
@@ -85,8 +94,11 @@ void lamb_apply(float* master, const float* m, const float* v, float* param_out,
                 const OptimizerParams& p, float coeff, DType param_dtype) {
   const LambConstants k = lamb_constants(p);
   const float scaled = k.step_size * coeff;
+  const optim_simd::Spans* simd = optim_simd::current();
   update_in_blocks(master, param_out, n, param_dtype, [&](int64_t i0, int64_t len) {
-    for (int64_t i = i0; i < i0 + len; ++i)
+    const int64_t d =
+        simd != nullptr ? simd->lamb_apply(master + i0, m + i0, v + i0, len, scaled, k) : 0;
+    for (int64_t i = i0 + d; i < i0 + len; ++i)
       master[i] = master[i] - scaled * lamb_direction(master[i], m[i], v[i], k);
   });
 }

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/optim_simd.h"
 
 namespace zerod::cpu {
 
@@ -27,6 +28,21 @@ OptimConstants optim_constants(const OptimizerParams& p) {
   return k;
 }
 
+namespace optim_simd {
+
+const Spans* current() {
+  switch (adamw_isa()) {
+    case AdamIsa::kAvx512:
+      return &kAvx512;
+    case AdamIsa::kAvx2:
+      return &kAvx2;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace optim_simd
+
 namespace {
 
 template <bool kMomentum, bool kNesterov>
@@ -34,24 +50,34 @@ void sgd_loop(float* master, float* m, const float* grad, int64_t n, const Optim
   for (int64_t i = 0; i < n; ++i) sgd_element<kMomentum, kNesterov>(master[i], m[i], grad[i], k);
 }
 
-// One block of the step of p.kind (Adam excluded).
+// One block of the step of p.kind (Adam excluded): the vector span of the CPU's ISA
+// (optim_simd.h), then the scalar elements for the tail (or all of it on the scalar path).
 void span(float* master, float* m, float* v, const float* grad, int64_t n, const OptimizerParams& p,
-          const OptimConstants& k) {
+          const OptimConstants& k, const optim_simd::Spans* simd) {
+  using optim_simd::SgdVariant;
+  int64_t d = 0;
   switch (p.kind) {
-    case OptimizerKind::kSgd:
-      if (p.momentum == 0.0) {
-        sgd_loop<false, false>(master, m, grad, n, k);
-      } else if (p.nesterov) {
-        sgd_loop<true, true>(master, m, grad, n, k);
+    case OptimizerKind::kSgd: {
+      const SgdVariant variant = p.momentum == 0.0 ? SgdVariant::kPlain
+                                 : p.nesterov      ? SgdVariant::kNesterov
+                                                   : SgdVariant::kMomentum;
+      if (simd != nullptr) d = simd->sgd(master, m, grad, n, k, variant);
+      if (variant == SgdVariant::kPlain) {
+        sgd_loop<false, false>(master + d, m + d, grad + d, n - d, k);
+      } else if (variant == SgdVariant::kNesterov) {
+        sgd_loop<true, true>(master + d, m + d, grad + d, n - d, k);
       } else {
-        sgd_loop<true, false>(master, m, grad, n, k);
+        sgd_loop<true, false>(master + d, m + d, grad + d, n - d, k);
       }
       break;
+    }
     case OptimizerKind::kAdagrad:
-      for (int64_t i = 0; i < n; ++i) adagrad_element(master[i], v[i], grad[i], k);
+      if (simd != nullptr) d = simd->adagrad(master, v, grad, n, k);
+      for (int64_t i = d; i < n; ++i) adagrad_element(master[i], v[i], grad[i], k);
       break;
     case OptimizerKind::kLion:
-      for (int64_t i = 0; i < n; ++i) lion_element(master[i], m[i], grad[i], k);
+      if (simd != nullptr) d = simd->lion(master, m, grad, n, k);
+      for (int64_t i = d; i < n; ++i) lion_element(master[i], m[i], grad[i], k);
       break;
     case OptimizerKind::kAdam:
     case OptimizerKind::kMuon:
@@ -73,8 +99,9 @@ void optimizer_update(float* master, float* m, float* v, const float* grad, floa
   ZD_CHECK(p.kind != OptimizerKind::kLamb,
            "Lamb has no one-pass step (lamb_moments and lamb_apply, zero/lamb_step.cc)");
   const OptimConstants k = optim_constants(p);
+  const optim_simd::Spans* simd = optim_simd::current();
   update_in_blocks(master, param_out, n, param_dtype, [&](int64_t i0, int64_t len) {
-    span(master + i0, m + i0, v + i0, grad + i0, len, p, k);
+    span(master + i0, m + i0, v + i0, grad + i0, len, p, k, simd);
   });
 }
 

@@ -1,9 +1,13 @@
 // CPU Adam benchmark: zerod's AdamW step (the CPU backend's kernel, which the optimizer offload
 // will run on host shards) over N fp32 parameters against PyTorch's torch.optim.AdamW on the
 // CPU (Debian's python3-torch) with the same thread count, in the same run. Prints elements/s
-// of both and the ratio.
+// of both and the ratio. With --optimizer sgd|adagrad|lion|lamb, zerod's step of that optimizer
+// alone (SGD with Nesterov momentum, Adagrad, Lion, Lamb's two passes over one tensor), on the
+// path --isa picks (their vector loops are kernels/cpu/optim_simd.h; --isa scalar for the scalar
+// definition).
 //
 //   zerod_adam_bench [--params 100000000] [--steps 5] [--threads 2] [--isa auto|avx512|avx2|scalar]
+//                    [--optimizer adamw|sgd|adagrad|lion|lamb]
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +20,7 @@
 #include "core/timer.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/lamb.h"
 
 using namespace zerod;
 
@@ -30,6 +35,10 @@ int main(int argc, char** argv) {
   std::string isa = "auto";
   app.add_option("--isa", isa, "zerod's vector path")
       ->check(CLI::IsMember({"auto", "avx512", "avx2", "scalar"}))
+      ->capture_default_str();
+  std::string optimizer = "adamw";
+  app.add_option("--optimizer", optimizer, "the step measured (torch's only for adamw)")
+      ->check(CLI::IsMember({"adamw", "sgd", "adagrad", "lion", "lamb"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const std::map<std::string, cpu::AdamIsa> isas = {{"auto", cpu::AdamIsa::kAuto},
@@ -53,14 +62,40 @@ int main(int argc, char** argv) {
   p.adam_w_mode = true;
   p.bias_correction = true;
   p.grad_scale = 1.0f;
+  if (optimizer == "sgd") {
+    p.kind = OptimizerKind::kSgd;
+    p.momentum = 0.9;
+    p.nesterov = true;
+  } else if (optimizer == "adagrad") {
+    p.kind = OptimizerKind::kAdagrad;
+    p.eps = 1e-10;
+  } else if (optimizer == "lion") {
+    p.kind = OptimizerKind::kLion;
+  } else if (optimizer == "lamb") {
+    p.kind = OptimizerKind::kLamb;
+  }
   double best = 1e30;
   for (int s = 0; s <= steps; ++s) {
     p.step = s + 1;
     Stopwatch sw;
-    be->optimizer_update(master.data(), m.data(), v.data(), grad.data(), nullptr, n, p);
+    if (p.kind == OptimizerKind::kLamb) {
+      const Backend::LambSums q =
+          cpu::lamb_moments(master.data(), m.data(), v.data(), grad.data(), n, p);
+      cpu::lamb_apply(master.data(), m.data(), v.data(), nullptr, n, p,
+                      cpu::lamb_coeff(q.w2, q.u2, cpu::lamb_constants(p)), DType::kF32);
+    } else {
+      be->optimizer_update(master.data(), m.data(), v.data(), grad.data(), nullptr, n, p);
+    }
     if (s > 0) best = std::min(best, sw.seconds());  // step 0 warms the pages up
   }
   const double ours = static_cast<double>(n) / best;
+  if (optimizer != "adamw") {
+    fmt::print("CPU {}, {} fp32 parameters, {} threads (best of {} steps)\n", optimizer, n, threads,
+               steps);
+    fmt::print("zerod ({} path): {:.3f} s/step = {:.0f} M elements/s\n",
+               cpu::adamw_isa_name(cpu::adamw_isa()), best, ours / 1e6);
+    return 0;
+  }
 
   const std::string py =
       fmt::format(R"PY(
