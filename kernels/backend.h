@@ -179,7 +179,9 @@ class Backend {
                               int64_t N, int C, int OC) = 0;
   // dinp (N,C) = (or += when accumulate_dinp) dout (N,OC) x weight (OC,C);
   // dweight (OC,C) += dout^T x inp; dbias (OC) += column sums of dout (skipped when null).
-  // dinp may be null (no input gradient wanted).
+  // dinp may be null (no input gradient wanted), and so may dweight (no weight gradient: the
+  // zero-bubble pipeline's input-gradient pass, whose weight pass later calls this with dinp
+  // and dbias null and weight unused).
   virtual void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, int64_t N, int C, int OC,
                                bool accumulate_dinp) = 0;

@@ -201,15 +201,15 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   void* dln = sp_or(part_, d_c_);
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
-  if (be_.fuses_matmul_gelu()) {
+  if (be_.fuses_matmul_gelu() && !splitting_backward()) {  // (split: dweight deferred)
     timed(timer(), times_.matmul_bwd, [&] {
       be_.matmul_backward_dgelu(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_),
                                 dout, a.fch_gelu, elem_at(w, o.fcproj_w, esz_), a.fch, N, F, C);
     });
   } else {
     timed(timer(), times_.matmul_bwd, [&] {
-      be_.matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
-                          a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
+      matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
+                      a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
     });
     round(d_a_, N * F);
     timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
@@ -218,8 +218,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, ln2,
-                        elem_at(w, o.fc_w, esz_), N, C, F, false);
+    matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, ln2,
+                    elem_at(w, o.fc_w, esz_), N, C, F, false);
   });
   round(d_c_, N * C);
   exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
@@ -231,8 +231,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   // Attention: res2 = res_in + attproj(attention(qkv(ln1(res_in))))
   exchange_backward(ExchangePoint::kAttentionOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.attproj_w, esz_), elem_at(dw, o.attproj_b, esz_), dout,
-                        a.atty, elem_at(w, o.attproj_w, esz_), N, A, C, false);
+    matmul_backward(d_c_, elem_at(dw, o.attproj_w, esz_), elem_at(dw, o.attproj_b, esz_), dout,
+                    a.atty, elem_at(w, o.attproj_w, esz_), N, A, C, false);
   });
   round(d_c_, N * A);
   timed(timer(), times_.attention_bwd,
@@ -241,8 +241,8 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   void* ln1 = sp_or(proj_tmp_, a.ln1);
   exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), elem_at(dw, o.qkv_b, esz_), d_b_, ln1,
-                        elem_at(w, o.qkv_w, esz_), N, C, 3 * A, false);
+    matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), elem_at(dw, o.qkv_b, esz_), d_b_, ln1,
+                    elem_at(w, o.qkv_w, esz_), N, C, 3 * A, false);
   });
   round(d_c_, N * C);
   exchange_backward(ExchangePoint::kAttentionIn, dln, d_c_, C);
@@ -323,17 +323,18 @@ void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
     const void* wf = held ? held_lnf_ : params.acquire(layout_.final_unit());
     held_wte_ = held_lnf_ = nullptr;
     // Head: logits = lnf @ wte^T (tied), then the final LayerNorm.
-    dwe = grads.grad_buffer(layout_.embedding_unit());
+    dwe = grad_buffer(grads, layout_.embedding_unit());
     void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
     timed(timer(), times_.matmul_bwd, [&] {
-      be_.matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf,
-                          elem_at(we, layout_.wte_offset(), esz_), N, C, Vp, false);
+      matmul_backward(d_c_, elem_at(dwe, layout_.wte_offset(), esz_), nullptr, logits_, lnf,
+                      elem_at(we, layout_.wte_offset(), esz_), N, C, Vp, false,
+                      /*dout_kept=*/true);  // (the slot's logits)
     });
     params.release(layout_.embedding_unit());
     round(d_c_, N * C);
     void* dlnf = sp_or(part_, d_c_);
     exchange_backward(ExchangePoint::kHeadIn, dlnf, d_c_, C);
-    void* dwf = grads.grad_buffer(layout_.final_unit());
+    void* dwf = grad_buffer(grads, layout_.final_unit());
     be_.memset_zero(dres_, static_cast<size_t>(R * C) * esz_);
     timed(timer(), times_.layernorm, [&] {
       be_.layernorm_backward(dres_, elem_at(dwf, layout_.lnf_w_offset(), esz_),
@@ -343,11 +344,9 @@ void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
     });
     params.release(layout_.final_unit());
     round(dres_, R * C);
-    round(dwf, layout_.unit(layout_.final_unit()).numel);
-    grads.unit_done(layout_.final_unit());
+    unit_done(grads, layout_.final_unit(), dwf);
     if (!first_stage()) {  // the tied embedding's copy: done with the head
-      round(dwe, layout_.unit(layout_.embedding_unit()).numel);
-      grads.unit_done(layout_.embedding_unit());
+      unit_done(grads, layout_.embedding_unit(), dwe);
     }
   }
   // (Not the last stage: dres_ holds the gradient of the stage's output.)
@@ -357,14 +356,13 @@ void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
     const void* w = params.acquire(u);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
-    void* dw = grads.grad_buffer(u);
+    void* dw = grad_buffer(grads, u);
     block_backward(l, w, dw, res_in, acts_for(l));
     params.release(u);
-    round(dw, layout_.unit(u).numel);
-    grads.unit_done(u);
+    unit_done(grads, u, dw);
   }
   if (!first_stage()) return;  // dres_: the gradient of the stage's input
-  if (dwe == nullptr) dwe = grads.grad_buffer(layout_.embedding_unit());
+  if (dwe == nullptr) dwe = grad_buffer(grads, layout_.embedding_unit());
   // The embedding's gradient needs every position's (sequence parallelism: gathered).
   void* demb = sp_or(proj_tmp_, dres_);
   exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
@@ -384,8 +382,7 @@ void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
       }
     }
   });
-  round(dwe, layout_.unit(layout_.embedding_unit()).numel);
-  grads.unit_done(layout_.embedding_unit());
+  unit_done(grads, layout_.embedding_unit(), dwe);
 }
 
 float Gpt::forward_backward_impl(const int32_t* inputs, const int32_t* targets, ParamSource& params,

@@ -258,8 +258,8 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   // MLP: res_out = res2 + down(swiglu(gu(ln2(res2))))
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
-                        elem_at(w, o.down_w, esz_), N, I, C, false);
+    matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
+                    elem_at(w, o.down_w, esz_), N, I, C, false);
   });
   round(d_b_, N * I);
   timed(timer(), times_.gelu, [&] { be_.swiglu_backward(d_a_, d_b_, a.gu, N, I); });
@@ -267,8 +267,8 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, ln2,
-                        elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
+    matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, ln2,
+                    elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
   });
   round(d_c_, N * C);
   exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
@@ -280,8 +280,8 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   // Attention: res2 = res_in + o(attention(rope(qkv(ln1(res_in)))))
   exchange_backward(ExchangePoint::kAttentionOut, dres_, dout, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_b_, elem_at(dw, o.o_w, esz_), dbias(o.o_b), dout, a.atty,
-                        elem_at(w, o.o_w, esz_), N, Q, C, false);
+    matmul_backward(d_b_, elem_at(dw, o.o_w, esz_), dbias(o.o_b), dout, a.atty,
+                    elem_at(w, o.o_w, esz_), N, Q, C, false);
   });
   round(d_b_, N * Q);
   timed(timer(), times_.attention_bwd,
@@ -295,8 +295,8 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   void* ln1 = sp_or(proj_tmp_, a.ln1);
   exchange_forward(ExchangePoint::kAttentionIn, a.ln1, ln1, C);
   timed(timer(), times_.matmul_bwd, [&] {
-    be_.matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), dbias(o.qkv_b), d_a_, ln1,
-                        elem_at(w, o.qkv_w, esz_), N, C, QKV, false);
+    matmul_backward(d_c_, elem_at(dw, o.qkv_w, esz_), dbias(o.qkv_b), d_a_, ln1,
+                    elem_at(w, o.qkv_w, esz_), N, C, QKV, false);
   });
   round(d_c_, N * C);
   exchange_backward(ExchangePoint::kAttentionIn, dln, d_c_, C);
@@ -394,15 +394,17 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
     const void* wf = held ? held_final_ : params.acquire(fu);
     held_emb_ = held_final_ = nullptr;
     // Head: logits = lnf @ head^T, head = embed_tokens (tied) or lm_head (final unit).
-    void* dwf = grads.grad_buffer(fu);
-    dwe = s.tied() ? grads.grad_buffer(eu) : nullptr;
+    void* dwf = grad_buffer(grads, fu);
+    dwe = s.tied() ? grad_buffer(grads, eu) : nullptr;
     const void* head = s.tied() ? elem_at(we, layout_.wte_offset(), esz_)
                                 : elem_at(wf, layout_.lm_head_offset(), esz_);
     void* dhead = s.tied() ? elem_at(dwe, layout_.wte_offset(), esz_)
                            : elem_at(dwf, layout_.lm_head_offset(), esz_);
     void* lnf = sp_or(proj_tmp_, lnf_);  // all N rows of lnf (sequence parallelism: still there)
-    timed(timer(), times_.matmul_bwd,
-          [&] { be_.matmul_backward(d_c_, dhead, nullptr, logits_, lnf, head, N, C, Vp, false); });
+    timed(timer(), times_.matmul_bwd, [&] {
+      matmul_backward(d_c_, dhead, nullptr, logits_, lnf, head, N, C, Vp, false,
+                      /*dout_kept=*/true);  // (the slot's logits)
+    });
     if (s.tied()) params.release(eu);
     round(d_c_, N * C);
     void* dlnf = sp_or(part_, d_c_);
@@ -415,11 +417,9 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
     });
     params.release(fu);
     round(dres_, R * C);
-    round(dwf, layout_.unit(fu).numel);
-    grads.unit_done(fu);
+    unit_done(grads, fu, dwf);
     if (!first_stage() && dwe != nullptr) {  // the tied embedding's copy: done with the head
-      round(dwe, layout_.unit(eu).numel);
-      grads.unit_done(eu);
+      unit_done(grads, eu, dwe);
     }
   }
   // (Not the last stage: dres_ holds the gradient of the stage's output.)
@@ -429,14 +429,13 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
     const void* w = params.acquire(u);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
-    void* dw = grads.grad_buffer(u);
+    void* dw = grad_buffer(grads, u);
     block_backward(w, dw, res_in, acts_for(l));
     params.release(u);
-    round(dw, layout_.unit(u).numel);
-    grads.unit_done(u);
+    unit_done(grads, u, dw);
   }
   if (!first_stage()) return;  // dres_: the gradient of the stage's input
-  if (dwe == nullptr) dwe = grads.grad_buffer(eu);
+  if (dwe == nullptr) dwe = grad_buffer(grads, eu);
   // The embedding's gradient needs every position's (sequence parallelism: gathered).
   void* demb = sp_or(proj_tmp_, dres_);
   exchange_backward(ExchangePoint::kEmbedding, dres_, demb, C);
@@ -444,8 +443,7 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
     be_.encoder_backward(elem_at(dwe, layout_.wte_offset(), esz_), nullptr, demb, tokens_, B_, T_,
                          C, nullptr);
   });
-  round(dwe, layout_.unit(eu).numel);
-  grads.unit_done(eu);
+  unit_done(grads, eu, dwe);
 }
 
 float Llama::forward_backward_impl(const int32_t* inputs, const int32_t* targets,

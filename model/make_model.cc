@@ -27,4 +27,17 @@ int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activat
                                stage, slots);
 }
 
+int64_t split_backward_bytes(const ModelSpec& spec, int B, int T, size_t esz, int tensor_parallel,
+                             LayerRange stage) {
+  const LocalDims d = local_dims(spec, TensorShard{0, tensor_parallel, false});
+  if (stage.end < 0) stage.end = spec.n_layer;
+  const int64_t N = int64_t{B} * T, C = spec.n_embd, n = stage.end - stage.begin;
+  // Per block, (dout + input) columns of each matmul: qkv, attention output, MLP in, MLP out.
+  const int64_t block =
+      spec.llama_family() ? (d.qkv_dim + C) + (C + d.q_dim) + (2 * int64_t{d.ffn} + C) + (C + d.ffn)
+                          : (3 * int64_t{d.q_dim} + C) + (C + d.q_dim) + (d.ffn + C) + (C + d.ffn);
+  const int64_t head = stage.end == spec.n_layer ? C : 0;
+  return (n * block + head) * N * static_cast<int64_t>(esz);
+}
+
 }  // namespace zerod

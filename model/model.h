@@ -110,9 +110,19 @@ class Model {
   virtual void* stage_output_grad() = 0;
   // The stage's backward of the micro-batch in `slot`: weight gradients into the GradSink (+=).
   virtual void stage_backward(int slot, ParamSource& params, GradSink& grads) = 0;
-  // Not the first stage: after stage_backward, the gradient of the stage's input (valid until
-  // the next stage_backward).
+  // Not the first stage: after stage_backward (or stage_backward_input), the gradient of the
+  // stage's input (valid until the next backward of any slot).
   virtual const void* stage_input_grad() = 0;
+  // Zero-bubble schedules: stage_backward in two passes. stage_backward_input runs the slot's
+  // backward for the gradient of the stage's input and every gradient but the matmuls' weight
+  // gradients (norms, biases, the embedding's scatter-add are cheap and stay here), keeping a
+  // copy of each weight gradient's operands (dout, inp); stage_backward_weight later accumulates
+  // those weight gradients and finishes the slot's units (GradSink::unit_done, which a split
+  // backward only calls here, so a unit's gradient buffer is fetched again by unit). Other slots'
+  // forwards and backwards may run in between; the slot stays live until its weight pass. The
+  // sum of the gradients equals stage_backward's up to the order of floating-point additions.
+  virtual void stage_backward_input(int slot, ParamSource& params, GradSink& grads) = 0;
+  virtual void stage_backward_weight(int slot, GradSink& grads) = 0;
 
   virtual void set_timing(bool on) = 0;
   virtual const OpTimes& times() const = 0;
@@ -140,5 +150,13 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, Backend& backend, int B
 int64_t model_activation_bytes(const ModelSpec& spec, int B, int T, bool activation_checkpointing,
                                size_t esz, int tensor_parallel = 1, bool sequence_parallel = false,
                                int context_parallel = 1, LayerRange stage = {}, int slots = 1);
+
+// The bytes a stage model's split backward (stage_backward_input) keeps per micro-batch until its
+// weight pass: copies of each matmul's dout and input (B x T rows) for the stage's blocks on one
+// of `tensor_parallel` ranks, and the head's input on the last stage (its dout is the slot's
+// logits). Allocated on first use and reused: a rank holds this times the most micro-batches
+// between their Bi and W at once (pipeline::weight_passes_pending).
+int64_t split_backward_bytes(const ModelSpec& spec, int B, int T, size_t esz,
+                             int tensor_parallel = 1, LayerRange stage = {});
 
 }  // namespace zerod

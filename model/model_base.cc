@@ -61,6 +61,7 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
     for (int l = st.begin; l <= st.end; ++l) sl.res[static_cast<size_t>(l)] = act(R * C);
   }
   dres_ = act(R * C);
+  deferred_.resize(static_cast<size_t>(slots));
   if (tensor_parallel()) host_tokens_.resize(N);
   host_losses_.resize(N);
   // (The derived class selects slot 0 once its own buffers exist.)
@@ -119,6 +120,116 @@ float ModelBase::stage_forward(int slot, const int32_t* inputs, const int32_t* t
 void ModelBase::stage_backward(int slot, ParamSource& params, GradSink& grads) {
   select_slot(slot);
   stage_backward_impl(params, grads, /*held=*/false);
+}
+
+void ModelBase::stage_backward_input(int slot, ParamSource& params, GradSink& grads) {
+  select_slot(slot);
+  std::vector<Deferred>& d = deferred_.at(static_cast<size_t>(slot));
+  ZD_CHECK(d.empty(), "stage_backward_input of slot {} again before its stage_backward_weight",
+           slot);
+  split_ = &d;
+  split_bases_.clear();
+  try {
+    stage_backward_impl(params, grads, /*held=*/false);
+  } catch (...) {
+    split_ = nullptr;
+    throw;
+  }
+  split_ = nullptr;
+}
+
+void ModelBase::stage_backward_weight(int slot, GradSink& grads) {
+  std::vector<Deferred>& d = deferred_.at(static_cast<size_t>(slot));
+  auto free_stash = [&](int i) {
+    if (i >= 0) stash_busy_[static_cast<size_t>(i)] = false;
+  };
+  try {
+    for (const Deferred& op : d) {
+      char* g = static_cast<char*>(grads.grad_buffer(op.unit));
+      if (op.offset < 0) {
+        round(g, layout_.unit(op.unit).numel);
+        grads.unit_done(op.unit);
+        continue;
+      }
+      const void* dout = op.dout >= 0 ? stash_[static_cast<size_t>(op.dout)].data() : op.dout_ptr;
+      timed(timer(), times_.matmul_bwd, [&] {
+        be_.matmul_backward(nullptr, g + op.offset, nullptr, dout,
+                            stash_[static_cast<size_t>(op.inp)].data(), nullptr, op.N, op.C, op.OC,
+                            false);
+      });
+      free_stash(op.dout);
+      free_stash(op.inp);
+    }
+  } catch (...) {
+    for (const Deferred& op : d) free_stash(op.dout), free_stash(op.inp);
+    d.clear();
+    throw;
+  }
+  d.clear();
+}
+
+void* ModelBase::grad_buffer(GradSink& grads, int u) {
+  void* g = grads.grad_buffer(u);
+  if (split_ != nullptr) split_bases_.emplace_back(u, static_cast<const char*>(g));
+  return g;
+}
+
+void ModelBase::matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                const void* inp, const void* weight, int64_t N, int C, int OC,
+                                bool accumulate_dinp, bool dout_kept) {
+  if (split_ == nullptr || dweight == nullptr) {
+    be_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
+    return;
+  }
+  be_.matmul_backward(dinp, nullptr, dbias, dout, inp, weight, N, C, OC, accumulate_dinp);
+  Deferred op;
+  const char* p = static_cast<const char*>(dweight);
+  bool found = false;
+  for (const auto& [u, base] : split_bases_) {
+    const int64_t bytes = layout_.unit(u).numel * static_cast<int64_t>(esz_);
+    if (p >= base && p < base + bytes) {
+      op.unit = u;
+      op.offset = p - base;
+      found = true;
+      break;
+    }
+  }
+  ZD_CHECK(found, "split backward: a weight gradient outside the units' gradient buffers");
+  op.N = N;
+  op.C = C;
+  op.OC = OC;
+  if (dout_kept) {
+    op.dout_ptr = dout;
+  } else {
+    op.dout = stash(dout, static_cast<size_t>(N * OC) * esz_);
+  }
+  op.inp = stash(inp, static_cast<size_t>(N * C) * esz_);
+  split_->push_back(op);
+}
+
+void ModelBase::unit_done(GradSink& grads, int u, void* dw) {
+  if (split_ != nullptr) {
+    Deferred op;
+    op.unit = u;
+    split_->push_back(op);
+    return;
+  }
+  round(dw, layout_.unit(u).numel);
+  grads.unit_done(u);
+}
+
+int ModelBase::stash(const void* src, size_t bytes) {
+  int i = -1;
+  for (size_t k = 0; k < stash_.size() && i < 0; ++k)
+    if (!stash_busy_[k] && stash_[k].bytes() == bytes) i = static_cast<int>(k);
+  if (i < 0) {
+    stash_.push_back(be_.allocate(bytes, MemCategory::kActivations, tracker_));
+    stash_busy_.push_back(false);
+    i = static_cast<int>(stash_.size()) - 1;
+  }
+  stash_busy_[static_cast<size_t>(i)] = true;
+  be_.copy(stash_[static_cast<size_t>(i)].data(), src, bytes);
+  return i;
 }
 
 int64_t ModelBase::base_activation_bytes(const LocalDims& d, int tensor_parallel, int B, int T,

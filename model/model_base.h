@@ -42,6 +42,8 @@ class ModelBase : public Model {
   void* stage_output_grad() final;
   void stage_backward(int slot, ParamSource& params, GradSink& grads) final;
   const void* stage_input_grad() final;
+  void stage_backward_input(int slot, ParamSource& params, GradSink& grads) final;
+  void stage_backward_weight(int slot, GradSink& grads) final;
 
   void set_timing(bool on) final { timing_ = on; }
   const OpTimes& times() const final { return times_; }
@@ -154,6 +156,20 @@ class ModelBase : public Model {
   // Called once the loss is computed: ends the forward phase of a timed forward_backward.
   void forward_phase_done();
 
+  // The backward's gradient seams, which a split backward (stage_backward_input) defers: the
+  // architectures call these instead of the GradSink's and the Backend's. grad_buffer: unit u's
+  // gradient buffer. matmul_backward: Backend::matmul_backward, or split, its input gradient and
+  // dbias now and dweight (inside a buffer from grad_buffer) in the weight pass, from copies of
+  // dout and inp (dout_kept: dout stays valid until the slot's next forward, no copy).
+  // unit_done: dw (unit u's buffer) rounded to the compute dtype, then GradSink::unit_done, or
+  // split, both in the weight pass.
+  void* grad_buffer(GradSink& grads, int u);
+  void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                       const void* weight, int64_t N, int C, int OC, bool accumulate_dinp,
+                       bool dout_kept = false);
+  void unit_done(GradSink& grads, int u, void* dw);
+  bool splitting_backward() const { return split_ != nullptr; }
+
   ParamLayout layout_;
   Backend& be_;
   int B_, T_;  // T_: the rows of each sequence on this rank (seq_ / C)
@@ -200,6 +216,28 @@ class ModelBase : public Model {
   };
   std::vector<Slot> slots_;
   int slot_ = 0;
+
+  // The split backward's weight pass of one slot: in order, matmul weight gradients (offset:
+  // dweight's byte offset in unit's gradient buffer; the operands in stash buffers, or dout
+  // kept) and unit completions (offset -1).
+  struct Deferred {
+    int unit = 0;
+    int64_t offset = -1;
+    int dout = -1, inp = -1;  // stash_ indices (dout -1: dout_ptr)
+    const void* dout_ptr = nullptr;
+    int64_t N = 0;
+    int C = 0, OC = 0;
+  };
+  std::vector<std::vector<Deferred>> deferred_;  // per slot
+  std::vector<Deferred>* split_ = nullptr;       // the slot's, while stage_backward_input runs
+  // The gradient buffers handed out during the split backward (unit, base), to find a dweight's
+  // unit and offset.
+  std::vector<std::pair<int, const char*>> split_bases_;
+  // Copies of the deferred operands, reused across steps (a buffer is taken again only by its
+  // exact size).
+  std::vector<Buffer> stash_;
+  std::vector<bool> stash_busy_;
+  int stash(const void* src, size_t bytes);
 
   ContextShard context_;
   int seq_;                                      // positions per sequence of a micro-batch

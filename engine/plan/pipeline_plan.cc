@@ -79,8 +79,8 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
 
   pipeline::ScheduleKind kind{};
   if (pipeline::parse_schedule_name(par.pipeline_schedule, kind)) {
-    const pipeline::Simulation sim = pipeline::simulate(
-        pipeline::make_schedule(kind, P, plan.micro_batches, V), plan.micro_batches, V);
+    const pipeline::Schedule schedule = pipeline::make_schedule(kind, P, plan.micro_batches, V);
+    const pipeline::Simulation sim = pipeline::simulate(schedule, plan.micro_batches, V);
     plan.bubble = sim.bubble;
     plan.live_micro_batches = sim.peak_live;
     if (V == 1) {
@@ -89,14 +89,17 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
       const ModelSpec spec = model_spec(cfg.model);
       const size_t esz =
           cfg.train.device == TrainDevice::kCuda ? dtype_size(cfg.compute_dtype()) : 4;
+      // Zero-bubble: plus the split backward's copies of the micro-batches between Bi and W.
+      const int B = static_cast<int>(cfg.micro_batch());
       for (int r = 0; r < P; ++r) {
         const PipelineStagePlan& st = plan.stages[static_cast<size_t>(r)];
+        const LayerRange range{st.first_layer, st.first_layer + st.layers};
         plan.rank_activation_bytes.push_back(
-            model_activation_bytes(spec, static_cast<int>(cfg.micro_batch()), cfg.model.seq_len,
-                                   cfg.model.activation_checkpointing, esz, par.tensor,
-                                   par.sequence_parallel && par.tensor > 1, 1,
-                                   LayerRange{st.first_layer, st.first_layer + st.layers},
-                                   plan.live_micro_batches[static_cast<size_t>(r)]));
+            model_activation_bytes(spec, B, cfg.model.seq_len, cfg.model.activation_checkpointing,
+                                   esz, par.tensor, par.sequence_parallel && par.tensor > 1, 1,
+                                   range, plan.live_micro_batches[static_cast<size_t>(r)]) +
+            pipeline::weight_passes_pending(schedule[static_cast<size_t>(r)]) *
+                split_backward_bytes(spec, B, cfg.model.seq_len, esz, par.tensor, range));
       }
     }
   }

@@ -61,13 +61,17 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
       bf16_gemm(false, false, N, C, OC, d, to_bf16(w16, weight, OC, C, C),
                 accumulate_dinp ? 1.0f : 0.0f, dinp, C);
     }
-    bf16_gemm(true, false, OC, C, N, d, to_bf16(i16, inp, N, C, C), 1.0f, dweight, C);
+    if (dweight != nullptr) {
+      bf16_gemm(true, false, OC, C, N, d, to_bf16(i16, inp, N, C, C), 1.0f, dweight, C);
+    }
   } else {
     if (dinp != nullptr) {
       gemm(bf16_products, false, false, N, C, OC, dout, OC, weight, C,
            accumulate_dinp ? 1.0f : 0.0f, dinp, C);
     }
-    gemm(bf16_products, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    if (dweight != nullptr) {
+      gemm(bf16_products, true, false, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C);
+    }
   }
   if (dbias != nullptr) column_sums_accumulate(dbias, dout, N, OC);
 }

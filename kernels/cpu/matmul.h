@@ -12,7 +12,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int C, int OC, bool bf16_products = false);
 
 // dinp (N,C) = (or += when accumulate_dinp) dout (N,OC) x weight (OC,C); skipped when null.
-// dweight (OC,C) += dout^T x inp.
+// dweight (OC,C) += dout^T x inp (skipped when null).
 // dbias (OC) += column sums of dout (skipped when null); each column is summed over rows in
 // order by one thread (thread-count independent).
 // dout_bf16 (N,OC), with bf16_products and when not null: dout's bf16 bits (dout holds bf16

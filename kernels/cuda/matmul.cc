@@ -232,7 +232,7 @@ void Matmul::backward(void* dinp, void* dweight, const void* dout, const void* i
             "matmul_backward: cudaMemsetAsync");
     }
   }
-  if (OC > 0) gemm(false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f);
+  if (dweight != nullptr && OC > 0) gemm(false, true, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f);
 }
 
 bool Matmul::forward_gelu(void* out, void* pre, const void* inp, const void* weight,

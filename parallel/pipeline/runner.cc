@@ -29,10 +29,6 @@ PipelineRunner::PipelineRunner(std::vector<Action> actions, Model& model, Backen
       type_(compute_comm_type(backend)),
       boundary_bytes_(static_cast<size_t>(model.boundary_elems()) * backend.compute_elem_size()) {
   for (const Action& a : actions_) {
-    ZD_CHECK_INPUT(a.kind != ActionKind::kBackwardInput && a.kind != ActionKind::kBackwardWeight,
-                   "pipeline runner: the split backward ({}) of zero-bubble schedules is not "
-                   "implemented yet",
-                   describe(a));
     ZD_CHECK_INPUT(a.chunk == 0,
                    "pipeline runner: {} of chunk {}: more than one virtual stage per rank "
                    "(interleaved 1F1B) is not implemented yet",
@@ -143,8 +139,13 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
           break;
         }
         case ActionKind::kBackwardInput:
+          model_.stage_backward_input(slot, params, grads);
+          break;
         case ActionKind::kBackwardWeight:
-          ZD_THROW("pipeline runner: {} is not implemented", describe(a));
+          // (The gradient sink sees the micro-batch's units finish here.)
+          if (before_backward) before_backward(a.micro_batch);
+          model_.stage_backward_weight(slot, grads);
+          break;
       }
       t.end = clock.seconds();
       timeline_.push_back(t);

@@ -6,14 +6,16 @@
 // Per action: F runs Model::stage_forward in the micro-batch's activation slot (slot = micro-batch
 // mod slots(): a rank's micro-batches are live from F to B in micro-batch order, so at most
 // slots_needed() of them at once, and m mod slots never meets a live one); B runs
-// stage_backward; a receive posts recv_async into the model's buffer and waits for it (receives
-// block, as the schedule assumes); a send posts send_async and goes on: activations straight from
-// the slot's output (alive until the slot's next forward, after the peer's backward of it has
-// answered), gradients from a copy in a pooled buffer (the model's gradient buffer is reused by
-// the next backward). Every send is waited for before run() returns. Each message carries the tag
-// 2 x micro-batch (+1 for gradients), which the communicator checks on arrival.
+// stage_backward; Bi and W (zero-bubble) its two passes, stage_backward_input and
+// stage_backward_weight (the ZeRO engine's begin_micro_batch is called before W, where the units
+// finish, and for B before B); a receive posts recv_async into the model's buffer and waits for it
+// (receives block, as the schedule assumes); a send posts send_async and goes on: activations
+// straight from the slot's output (alive until the slot's next forward, after the peer's backward
+// of it has answered), gradients from a copy in a pooled buffer (the model's gradient buffer is
+// reused by the next backward). Every send is waited for before run() returns. Each message carries
+// the tag 2 x micro-batch (+1 for gradients), which the communicator checks on arrival.
 //
-// Not yet: the split backward of zero-bubble schedules (Bi, W) and V > 1 chunks per rank (Error).
+// Not yet: V > 1 chunks per rank (Error).
 #pragma once
 
 #include <cstdint>
@@ -50,12 +52,13 @@ class PipelineRunner {
  public:
   // actions: this pipeline rank's list; model: its stage, with slots() >= slots_needed(actions);
   // comm: the pipeline group's communicator (this rank's index = its pipeline rank; null when
-  // P = 1). Error for actions this runner cannot execute (Bi, W, chunks > 0).
+  // P = 1). Error for actions this runner cannot execute (chunks > 0).
   PipelineRunner(std::vector<Action> actions, Model& model, Backend& backend, Communicator* comm,
                  MemoryTracker* tracker);
 
   // One step over batches (M of them): every action in order. before_backward(m) is called
-  // before the backward of micro-batch m (the ZeRO engine's begin_micro_batch). Returns the sum
+  // before the backward of micro-batch m, or before its W in a split backward (the ZeRO engine's
+  // begin_micro_batch). Returns the sum
   // of the micro-batches' mean losses on the last stage (0 on the others).
   double run(const std::vector<MicroBatch>& batches, ParamSource& params, GradSink& grads,
              float loss_weight, const std::function<void(int)>& before_backward);

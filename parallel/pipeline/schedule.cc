@@ -239,4 +239,13 @@ Schedule make_schedule(ScheduleKind k, int ranks, int micro_batches, int virtual
   ZD_THROW("unknown schedule kind {}", static_cast<int>(k));
 }
 
+int weight_passes_pending(const std::vector<Action>& actions) {
+  int pending = 0, most = 0;
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kBackwardInput) most = std::max(most, ++pending);
+    if (a.kind == ActionKind::kBackwardWeight) --pending;
+  }
+  return most;
+}
+
 }  // namespace zerod::pipeline

@@ -93,6 +93,10 @@ Schedule interleaved_1f1b_schedule(int ranks, int micro_batches, int virtual_sta
 // still holds at most P micro-batches (activations live from F to W).
 Schedule zero_bubble_h1_schedule(int ranks, int micro_batches);
 
+// The most micro-batches between their Bi and their W at once in one rank's list (0 without a
+// split backward): each holds the stage model's split_backward_bytes (model/model.h).
+int weight_passes_pending(const std::vector<Action>& actions);
+
 // The schedule of kind k (V is used by interleaved only, and must be 1 for the others). With
 // P = 1 every schedule is the plain micro-batch loop: for each micro-batch the forwards of the
 // chunks in order and the full backwards in reverse. Throws InputError for schedule_problem.

@@ -191,8 +191,9 @@ TEST_F(Cli, CheckPrintsTheResolvedConfig) {
 
 // A pipeline job: `zerod check` prints each stage's layers and parameters, each rank's model
 // states, and the schedule's simulated bubble; `zerod train` runs it as two processes on
-// loopback, one stage each, and ends at the loss of the same job on one process. A schedule that
-// does not run yet is refused by `zerod train` (exit 2), and so are checkpoints.
+// loopback, one stage each, and ends at the loss of the same job on one process; so does the
+// zero-bubble schedule. interleaved_1f1b, which does not run yet, is refused by `zerod train`
+// (exit 2).
 TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
   const std::string p = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
       "model": {"n_layer": 4, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
@@ -242,9 +243,15 @@ TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
   zb.replace(zb.find("1f1b"), 4, "zero_bubble");
   write("zb.json", zb);
   const RunResult z = run("train zb.json --nproc-per-node 2", dir_);
-  EXPECT_EQ(z.code, 2) << z.output;
-  EXPECT_NE(z.output.find("executing this schedule is not implemented yet"), std::string::npos)
-      << z.output;
+  ASSERT_EQ(z.code, 0) << z.output;
+  EXPECT_NEAR(last_loss(z.output), last_loss(o.output), 1e-5 * last_loss(o.output)) << z.output;
+  std::string il = p;
+  il.replace(il.find("\"1f1b\""), 6, R"("interleaved_1f1b", "virtual_stages": 2)");
+  write("il.json", il);
+  const RunResult i = run("train il.json --nproc-per-node 2", dir_);
+  EXPECT_EQ(i.code, 2) << i.output;
+  EXPECT_NE(i.output.find("executing this schedule is not implemented yet"), std::string::npos)
+      << i.output;
 }
 
 // An elastic job: `zerod check` prints the valid world sizes and each one's batch triangle; the

@@ -1,10 +1,12 @@
-// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained three ways at one global
+// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained four ways at one global
 // batch of M micro-batches, rank threads of this process (Gloo over loopback, one OpenMP thread
 // each):
 //
 //   P=1        the baseline: one rank, M micro-batches accumulated
 //   gpipe      parallelism.pipeline P, every forward then every backward
 //   1f1b       parallelism.pipeline P, one forward one backward
+//   zero_bubble parallelism.pipeline P, ZB-H1: 1F1B with the backward split into its input
+//              gradient (Bi) and its weight gradient (W), which fills the cool-down's waits
 //
 // For each: the median step time and its ratio to P=1, the measured bubble (the fraction of the
 // step the ranks spent outside compute, averaged over the ranks: StepMetrics::pipeline_bubble)
@@ -34,7 +36,7 @@ using namespace zerod;
 namespace {
 
 struct Setting {
-  std::string name;  // "P=1", "gpipe", "1f1b"
+  std::string name;  // "P=1", "gpipe", "1f1b", "zero_bubble"
   int stages = 1;
   std::vector<double> seconds, bubbles;  // measured steps, every round
   double activations_mib = 0;            // rank 0 (the first stage), peak
@@ -49,7 +51,9 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   log::init();
-  CLI::App app{"zerod pipeline benchmark (GPipe and 1F1B against one rank at one global batch)"};
+  CLI::App app{
+      "zerod pipeline benchmark (GPipe, 1F1B and zero-bubble against one rank at one global "
+      "batch)"};
   int stages = 2, micro = 8, steps = 4, warmup = 1, rounds = 2;
   bench::BenchShape shape;
   app.add_option("--stages", stages, "parallelism.pipeline P")->capture_default_str();
@@ -67,8 +71,10 @@ int main(int argc, char** argv) {
                    "--stages {} must be >= 2 and <= --micro-batches {}", stages, micro);
     const int64_t global = int64_t{shape.batch} * micro;  // sequences per step
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
-    std::vector<Setting> settings = {
-        {"P=1", 1, {}, {}, 0}, {"gpipe", stages, {}, {}, 0}, {"1f1b", stages, {}, {}, 0}};
+    std::vector<Setting> settings = {{"P=1", 1, {}, {}, 0},
+                                     {"gpipe", stages, {}, {}, 0},
+                                     {"1f1b", stages, {}, {}, 0},
+                                     {"zero_bubble", stages, {}, {}, 0}};
     fmt::print(
         "pipeline benchmark: P = {} (threads, {} core(s)), {} {} layers, {} wide, {} heads, seq "
         "{}, vocab {}, {}; {} micro-batches of {} sequences a step; {} x ({} warm-up + {} "
@@ -114,11 +120,11 @@ int main(int argc, char** argv) {
     }
     const double formula = static_cast<double>(stages - 1) / (stages - 1 + micro);
     const double base = median(settings[0].seconds);
-    fmt::print("{:>8} {:>10} {:>10} {:>10} {:>14} {:>14} {:>18}\n", "setting", "step ms",
+    fmt::print("{:>11} {:>10} {:>10} {:>10} {:>14} {:>14} {:>18}\n", "setting", "step ms",
                "tokens/s", "vs P=1", "bubble meas.", "bubble formula", "stage-0 activ. MiB");
     for (const Setting& s : settings) {
       const double m = median(s.seconds);
-      fmt::print("{:>8} {:>10.1f} {:>10.0f} {:>10.2f} {:>14} {:>14} {:>18.1f}\n", s.name, m * 1e3,
+      fmt::print("{:>11} {:>10.1f} {:>10.0f} {:>10.2f} {:>14} {:>14} {:>18.1f}\n", s.name, m * 1e3,
                  static_cast<double>(global * shape.seq) / m, base / m,
                  s.stages > 1 ? fmt::format("{:.3f}", median(s.bubbles)) : "-",
                  s.stages > 1 ? fmt::format("{:.3f}", formula) : "-", s.activations_mib);
@@ -129,6 +135,13 @@ int main(int argc, char** argv) {
         median(settings[2].bubbles), formula, 100 * (median(settings[2].bubbles) - formula),
         base / median(settings[2].seconds),
         settings[1].activations_mib / settings[2].activations_mib);
+    fmt::print(
+        "result: zero_bubble bubble {:.3f} against 1f1b {:.3f} ({:+.1f} points), step time "
+        "1f1b / zero_bubble {:.3f}; zero_bubble / 1f1b stage-0 activations {:.2f}\n",
+        median(settings[3].bubbles), median(settings[2].bubbles),
+        100 * (median(settings[3].bubbles) - median(settings[2].bubbles)),
+        median(settings[2].seconds) / median(settings[3].seconds),
+        settings[3].activations_mib / settings[2].activations_mib);
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_pipeline_bench: {}\n", e.what());
     return 2;

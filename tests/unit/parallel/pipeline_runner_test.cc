@@ -4,8 +4,9 @@
 // single-rank weights, and run their schedule's actions with the PipelineRunner. Over M
 // micro-batches the sum of the last stage's losses and every stage's accumulated gradients must
 // equal the single-rank model's (a tied embedding's gradient is the first stage's plus the last
-// stage's copy), for GPipe and 1F1B, P = 2 and 4, GPT-2 and the Llama family, with and without
-// activation checkpointing; the evaluation pass (forward only) gives the single-rank loss too.
+// stage's copy), for GPipe, 1F1B and zero-bubble (the split backward: Bi, then W later), P = 2 and
+// 4, GPT-2 and the Llama family, with and without activation checkpointing; the evaluation pass
+// (forward only) gives the single-rank loss too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -93,8 +94,10 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
     const auto& actions = schedule[static_cast<size_t>(r)];
     slots[static_cast<size_t>(r)] = pipeline::slots_needed(actions);
     const LayerRange stage{first[static_cast<size_t>(r)], first[static_cast<size_t>(r) + 1]};
-    auto model = make_model(c.spec, *be, B, T, c.ckpt, nullptr, {}, {}, stage,
+    MemoryTracker tracker;
+    auto model = make_model(c.spec, *be, B, T, c.ckpt, &tracker, {}, {}, stage,
                             slots[static_cast<size_t>(r)]);
+    const int64_t built = tracker.current(MemCategory::kActivations);
     const ParamLayout& local = model->layout();
     std::vector<std::vector<float>> w;
     for (int u = 0; u < local.num_units(); ++u) {
@@ -110,6 +113,13 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
       ++backwards;
     });
     EXPECT_EQ(backwards, M);
+    // A split backward's copies: the formula per micro-batch between Bi and W, times the most
+    // such at once (allocated on first use, then reused).
+    const int pending = pipeline::weight_passes_pending(actions);
+    EXPECT_EQ(pending > 0, c.schedule == ScheduleKind::kZeroBubbleH1 && P > 1);
+    EXPECT_EQ(tracker.peak(MemCategory::kActivations),
+              built + pending * split_backward_bytes(c.spec, B, T, 4, 1, stage))
+        << "rank " << r;
     grads[static_cast<size_t>(r)] = st.grads;
     evals[static_cast<size_t>(r)] = runner.forward_only(mbs, st);
     // The timeline has every action, in order, with non-negative durations.
@@ -123,9 +133,12 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
     EXPECT_EQ(losses[static_cast<size_t>(r)], 0.0) << "stage " << r << " has no loss";
     EXPECT_EQ(evals[static_cast<size_t>(r)], 0.0) << "stage " << r << " has no loss";
   }
-  // 1F1B keeps P - r micro-batches live on rank r (at most M); GPipe all M.
+  // 1F1B keeps P - r micro-batches live on rank r (at most M); GPipe all M; zero-bubble
+  // (live until W, which rank r runs r backwards late) P on every rank.
   for (int r = 0; r < P; ++r) {
-    const int want = c.schedule == ScheduleKind::kGPipe ? M : std::min(M, P - r);
+    const int want = c.schedule == ScheduleKind::kGPipe          ? M
+                     : c.schedule == ScheduleKind::kZeroBubbleH1 ? std::min(M, P)
+                                                                 : std::min(M, P - r);
     EXPECT_EQ(slots[static_cast<size_t>(r)], want) << "rank " << r;
   }
   // Every unit's gradient is held by exactly one stage, except the tied embedding (first + last).
@@ -156,14 +169,19 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineRunnerModel,
-    testing::Values(Case{test::tiny_gpt2(), 2, ScheduleKind::kGPipe, 3},
-                    Case{test::tiny_gpt2(), 2, ScheduleKind::kOneFOneB, 4},
-                    Case{layers(test::tiny_gpt2(), 5), 4, ScheduleKind::kOneFOneB, 6},
-                    Case{layers(test::tiny_gpt2(), 4), 4, ScheduleKind::kGPipe, 4, true},
-                    Case{test::tiny_llama(ModelArch::kLlama), 2, ScheduleKind::kOneFOneB, 3},
-                    Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 4, ScheduleKind::kOneFOneB,
-                         5, true},
-                    Case{test::tiny_llama(ModelArch::kMistral), 1, ScheduleKind::kOneFOneB, 2}),
+    testing::Values(
+        Case{test::tiny_gpt2(), 2, ScheduleKind::kGPipe, 3},
+        Case{test::tiny_gpt2(), 2, ScheduleKind::kOneFOneB, 4},
+        Case{layers(test::tiny_gpt2(), 5), 4, ScheduleKind::kOneFOneB, 6},
+        Case{layers(test::tiny_gpt2(), 4), 4, ScheduleKind::kGPipe, 4, true},
+        Case{test::tiny_llama(ModelArch::kLlama), 2, ScheduleKind::kOneFOneB, 3},
+        Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 4, ScheduleKind::kOneFOneB, 5, true},
+        Case{test::tiny_llama(ModelArch::kMistral), 1, ScheduleKind::kOneFOneB, 2},
+        Case{test::tiny_gpt2(), 2, ScheduleKind::kZeroBubbleH1, 4},
+        Case{layers(test::tiny_gpt2(), 5), 4, ScheduleKind::kZeroBubbleH1, 6, true},
+        Case{test::tiny_llama(ModelArch::kLlama), 2, ScheduleKind::kZeroBubbleH1, 3, true},
+        Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 4, ScheduleKind::kZeroBubbleH1, 5},
+        Case{test::tiny_gpt2(), 1, ScheduleKind::kZeroBubbleH1, 2}),
     case_name);
 
 // A stage's layout holds its units only, with global names and the single-rank initialisation;
@@ -235,19 +253,17 @@ TEST(PipelineStageModel, ActivationBytesAreTheFormulasForEveryStageAndSlotCount)
 }
 
 // The runner refuses what it cannot execute yet, naming it.
-TEST(PipelineRunner, RefusesSplitBackwardAndChunks) {
+TEST(PipelineRunner, RefusesChunks) {
   const ModelSpec s = test::tiny_gpt2();
   auto be = make_cpu_backend(DType::kF32);
   auto model = make_model(s, *be, 2, 9, false, nullptr);
-  const auto zb = pipeline::make_schedule(ScheduleKind::kZeroBubbleH1, 2, 2);
-  try {
-    pipeline::PipelineRunner runner(zb[0], *model, *be, nullptr, nullptr);
-    FAIL() << "zero-bubble accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("split backward"), std::string::npos) << e.what();
-  }
   const auto il = pipeline::make_schedule(ScheduleKind::kInterleaved1F1B, 1, 2, 2);
-  EXPECT_THROW(pipeline::PipelineRunner(il[0], *model, *be, nullptr, nullptr), Error);
+  try {
+    pipeline::PipelineRunner runner(il[0], *model, *be, nullptr, nullptr);
+    FAIL() << "chunks accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("virtual stage"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

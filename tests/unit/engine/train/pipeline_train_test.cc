@@ -1,6 +1,7 @@
 // Pipeline parallelism through the whole trainer (threads of this process, Gloo over 127.0.0.1):
-// P = 2 with GPipe and 1F1B, P = 4 with 1F1B, P = 2 x DP = 2 at ZeRO stages 1-3, P = 2 x T = 2,
-// the full 3D mesh P = 2 x DP = 2 x T = 2 (8 ranks), and 1F1B with activation checkpointing,
+// P = 2 with GPipe, 1F1B and zero-bubble, P = 4 with 1F1B and zero-bubble, P = 2 x DP = 2 at
+// ZeRO stages 1-3 (1F1B and zero-bubble), P = 2 x T = 2, the full 3D mesh P = 2 x DP = 2 x T = 2
+// (8 ranks; 1F1B and zero-bubble), and 1F1B and zero-bubble with activation checkpointing,
 // each train the losses and gradient norms of one rank at the same global batch (1e-5 relative
 // over 20 steps), for GPT-2 (tied embedding: the first and last stage's copies stay one) and a
 // Llama with grouped-query attention and an untied head.
@@ -108,17 +109,27 @@ TEST_P(PipelineTrain, TwoStagesGPipeAnd1F1BAndFourStagesTrainTheLossesOfOneRank)
   expect_single({.pipeline = 2}, "P=2 1f1b");
   expect_single({.pipeline = 4}, "P=4 1f1b");
   expect_single({.pipeline = 2, .checkpointing = true}, "P=2 1f1b checkpointing");
+  expect_single({.pipeline = 2, .schedule = "zero_bubble"}, "P=2 zero_bubble");
+  expect_single({.pipeline = 4, .schedule = "zero_bubble", .checkpointing = true},
+                "P=4 zero_bubble checkpointing");
 }
 
 TEST_P(PipelineTrain, TwoStagesTimesDataTwoAtZeroStagesOneToThree) {
-  for (int stage : {1, 2, 3})
+  for (int stage : {1, 2, 3}) {
     expect_single({.pipeline = 2, .data = 2, .stage = stage},
                   "P=2 x DP=2 ZeRO-" + std::to_string(stage));
+    // The split backward finishes a micro-batch's units in its W, after later micro-batches'
+    // input passes have written into the same gradient buffers.
+    expect_single({.pipeline = 2, .data = 2, .schedule = "zero_bubble", .stage = stage},
+                  "P=2 x DP=2 zero_bubble ZeRO-" + std::to_string(stage));
+  }
 }
 
 TEST_P(PipelineTrain, TwoStagesTimesTensorTwoAndTheFull3DMesh) {
   expect_single({.pipeline = 2, .tensor = 2}, "P=2 x T=2");
   expect_single({.pipeline = 2, .tensor = 2, .data = 2, .stage = 1}, "P=2 x DP=2 x T=2");
+  expect_single({.pipeline = 2, .tensor = 2, .data = 2, .schedule = "zero_bubble", .stage = 1},
+                "P=2 x DP=2 x T=2 zero_bubble");
 }
 
 // wall_clock_breakdown on a pipeline: every step's measured bubble (in the step metrics, between 0
@@ -130,7 +141,8 @@ TEST_P(PipelineTrain, TheBubbleIsMeasuredAndTheTimelineIsAChromeTrace) {
       std::filesystem::temp_directory_path() / ("zerod_pp_trace_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::map<std::string, int64_t> stage0_activations;
-  for (const char* schedule : {"gpipe", "1f1b"}) {
+  for (const char* schedule : {"gpipe", "1f1b", "zero_bubble"}) {
+    const bool split = std::string(schedule) == "zero_bubble";
     const std::string extra = R"(, "parallelism": {"pipeline": 2, "pipeline_schedule": ")" +
                               std::string(schedule) +
                               R"("}, "wall_clock_breakdown": true, "steps_per_print": 2,
@@ -174,9 +186,11 @@ TEST_P(PipelineTrain, TheBubbleIsMeasuredAndTheTimelineIsAChromeTrace) {
     }
     ASSERT_EQ(compute.size(), 2u) << schedule;
     for (const auto& [rank, names] : compute) {
-      EXPECT_EQ(names.size(), 8u) << schedule << " rank " << rank;  // 4 F + 4 B
+      // 4 F + 4 B, or 4 F + 4 Bi + 4 W
+      EXPECT_EQ(names.size(), split ? 12u : 8u) << schedule << " rank " << rank;
       EXPECT_EQ(names.front(), "F(mb 0, chunk 0)") << schedule << " rank " << rank;
-      EXPECT_EQ(names.back(), "B(mb 3, chunk 0)") << schedule << " rank " << rank;
+      EXPECT_EQ(names.back(), split ? "W(mb 3, chunk 0)" : "B(mb 3, chunk 0)")
+          << schedule << " rank " << rank;
     }
   }
   std::filesystem::remove_all(dir);
