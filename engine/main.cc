@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "engine/config/elasticity.h"
 #include "engine/config/parse.h"
+#include "engine/elastic_train.h"
 #include "engine/plan/pipeline_plan.h"
 #include "engine/plan/planner.h"
 #include "engine/runtime/launch.h"
@@ -77,6 +78,9 @@ struct TrainFlags {
   std::string demo_dir = "zerod-demo";
   int64_t steps = 0;         // > 0: overrides train.steps
   std::string memory_limit;  // "20GiB": overrides train.memory_limit
+  // --nnodes MIN:MAX (docs/elastic.md): this process is an elastic agent.
+  std::optional<zerod::ElasticFlags> elastic;
+  std::vector<std::string> global_args;  // for the agent's workers: --log-level
 };
 
 // --metrics-port: the Prometheus endpoint, or a clear refusal without prometheus-cpp.
@@ -85,6 +89,7 @@ std::unique_ptr<zerod::MetricsSink> start_metrics(int port) {
 #ifdef ZEROD_HAVE_PROMETHEUS
   auto exporter = std::make_unique<zerod::PrometheusExporter>(fmt::format("127.0.0.1:{}", port));
   spdlog::info("metrics: http://127.0.0.1:{}/metrics", exporter->port());
+  zerod::publish_elastic_gauges(*exporter);
   return exporter;
 #else
   ZD_THROW_INPUT("--metrics-port {}: this zerod was built without prometheus-cpp", port);
@@ -163,6 +168,37 @@ int run_train_listening(const TrainFlags& f, const zerod::LaunchSpec& spec, zero
 #endif
 }
 
+// zerod train --nnodes MIN:MAX: this process is the node's elastic agent (docs/elastic.md).
+int run_train_elastic(const TrainFlags& f, const zerod::LaunchSpec& spec, zerod::ParsedJob job) {
+  const zerod::ElasticFlags& e = *f.elastic;
+  if (!f.listen.empty()) {
+    ZD_THROW_INPUT(
+        "--listen {}: an elastic job (--nnodes {}:{}) serves its status on --master "
+        "(zeroctl --addr MASTER status), not on --listen",
+        f.listen, e.min_nodes, e.max_nodes);
+  }
+  if (f.job.empty()) {
+    ZD_THROW_INPUT(
+        "--nnodes {}:{}: an elastic job needs a job file with train.checkpoint_dir and "
+        "train.save_interval (the demo job has none)",
+        e.min_nodes, e.max_nodes);
+  }
+  zerod::ElasticLaunch l;
+  l.flags = e;
+  l.spec = spec;
+  l.job = std::move(job);
+  l.job_path = f.job;
+  l.resume = f.resume;
+  l.global_args = f.global_args;
+  l.worker_args = {"train", f.job};
+  if (f.steps > 0) l.worker_args.insert(l.worker_args.end(), {"--steps", std::to_string(f.steps)});
+  if (!f.memory_limit.empty())
+    l.worker_args.insert(l.worker_args.end(), {"--memory-limit", f.memory_limit});
+  if (f.metrics_port >= 0)
+    l.worker_args.insert(l.worker_args.end(), {"--metrics-port", std::to_string(f.metrics_port)});
+  return zerod::run_elastic_train(std::move(l));
+}
+
 int run_train(const TrainFlags& f) {
   // Ctrl-C does what SIGTERM does: save at the next step boundary (with a checkpoint dir) and
   // exit 0, saying so on stderr; a second Ctrl-C exits at once.
@@ -180,6 +216,7 @@ int run_train(const TrainFlags& f) {
   if (f.steps > 0) job.config.train.steps = f.steps;
   if (!f.memory_limit.empty())
     job.config.train.memory_limit = zerod::parse_bytes(f.memory_limit, "--memory-limit");
+  if (f.elastic) return run_train_elastic(f, spec, std::move(job));
   zerod::resolve_job(job.config, spec.world_size());
   zerod::check_supported(job.config);
   if (job.config.elasticity.enabled) {
@@ -221,6 +258,7 @@ int run_train(const TrainFlags& f) {
                                              spec.local_process, spec.local_processes)
                                : "",
       threads, zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
+  if (zerod::is_elastic_worker()) spdlog::info("{}", zerod::elastic_worker_summary());
   const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
   zerod::RunJobOptions ro;
   ro.resume = f.resume;
@@ -232,7 +270,8 @@ int run_train(const TrainFlags& f) {
     const zerod::JobOutcome outcome = zerod::run_job(job.config, *session, ro);
     if (outcome.stopped) {
       session->leave("");
-      return 0;
+      // Under an elastic agent a stop is not the job's end: the agent rejoins or exits.
+      return zerod::is_elastic_worker() ? 10 : 0;
     }
   } catch (const zerod::Error& e) {
     if (e.kind() != zerod::ErrorKind::kPeerLost) throw;
@@ -515,12 +554,27 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "Train a job; with no job file, the built-in demo job");
   train->add_option("job", tf.job, "job file (DeepSpeed ds_config JSON + model/data/train)")
       ->check(CLI::ExistingFile);
-  int nproc = 1, nnodes = 1, node_rank = 0;
-  std::string master;
+  int nproc = 1, node_rank = 0;
+  std::string master, nnodes_text;
   auto* nproc_opt = train->add_option("--nproc-per-node", nproc, "local ranks (threads)")
                         ->check(CLI::PositiveNumber);
-  auto* nnodes_opt = train->add_option("--nnodes", nnodes, "nodes (zerod processes) in the job")
-                         ->check(CLI::PositiveNumber);
+  auto* nnodes_opt = train->add_option(
+      "--nnodes", nnodes_text,
+      "nodes (zerod processes) in the job; MIN:MAX: elastic (nodes may leave and join, "
+      "docs/elastic.md)");
+  zerod::ElasticFlags elastic_flags;
+  auto* max_restarts_opt =
+      train
+          ->add_option("--max-restarts", elastic_flags.max_restarts,
+                       "with --nnodes MIN:MAX: failures the job survives before it ends")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+  auto* settle_opt = train
+                         ->add_option("--settle", elastic_flags.settle_seconds,
+                                      "with --nnodes MIN:MAX: seconds the first round waits for "
+                                      "more nodes once MIN are there")
+                         ->check(CLI::NonNegativeNumber)
+                         ->capture_default_str();
   auto* node_rank_opt =
       train->add_option("--node-rank", node_rank, "this node's rank (default: assigned at join)")
           ->check(CLI::NonNegativeNumber);
@@ -684,7 +738,35 @@ int main(int argc, char** argv) {
   // Launch flags not given stay unset: the launcher's environment (torchrun, Slurm, Open MPI)
   // fills them in.
   if (nproc_opt->count()) tf.launch.nproc_per_node = nproc;
-  if (nnodes_opt->count()) tf.launch.nnodes = nnodes;
+  if (nnodes_opt->count()) {
+    try {
+      if (const auto range = zerod::parse_nnodes_range(nnodes_text)) {
+        elastic_flags.min_nodes = range->first;
+        elastic_flags.max_nodes = range->second;
+        tf.elastic = elastic_flags;
+        tf.launch.nnodes = range->second;  // node ranks below MAX
+      } else {
+        size_t used = 0;
+        int n = 0;
+        try {
+          n = std::stoi(nnodes_text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != nnodes_text.size() || n < 1)
+          ZD_THROW_INPUT("--nnodes {}: a positive node count, or MIN:MAX", nnodes_text);
+        tf.launch.nnodes = n;
+      }
+    } catch (...) {
+      return zerod::report_current_exception("zerod");
+    }
+  }
+  if (!tf.elastic && (max_restarts_opt->count() || settle_opt->count())) {
+    std::fprintf(stderr,
+                 "zerod: --max-restarts and --settle are for elastic jobs (--nnodes MIN:MAX)\n");
+    return 2;
+  }
+  if (log_level != "info") tf.global_args = {"--log-level", log_level};
   if (node_rank_opt->count()) tf.launch.node_rank = node_rank;
   if (master_opt->count()) tf.launch.master = master;
 

@@ -140,6 +140,7 @@ struct PrometheusExporter::Impl {
   pm::Family<pm::Counter>* coll_bytes = nullptr;
   pm::Family<pm::Counter>* coll_seconds = nullptr;
   std::map<std::string, double> last;  // counter key -> value last seen
+  std::map<std::string, pm::Family<pm::Gauge>*> plain;  // set_gauge's, by name
 
   void advance(pm::Family<pm::Counter>* f, const pm::Labels& labels, double value) {
     std::string key = f->GetName();
@@ -213,6 +214,13 @@ void PrometheusExporter::on_step(int rank, const StepMetrics& m, const RankCount
     i.advance(i.coll_bytes, lo, static_cast<double>(t.bytes));
     i.advance(i.coll_seconds, lo, t.seconds);
   }
+}
+
+void PrometheusExporter::set_gauge(const std::string& name, const std::string& help, double value) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& f = impl_->plain[name];
+  if (f == nullptr) f = &pm::BuildGauge().Name(name).Help(help).Register(*impl_->registry);
+  f->Add({}).Set(value);
 }
 
 }  // namespace zerod

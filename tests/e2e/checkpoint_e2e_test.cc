@@ -24,7 +24,9 @@ namespace zerod {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::metric;
 using testing::Process;
+using testing::scrape;
 using testing::zeroctl_binary;
 using testing::zerod_binary;
 using namespace std::chrono_literals;
@@ -304,32 +306,6 @@ TEST_F(CheckpointCli, ZeroctlExportAndInitFrom) {
 }
 
 #ifdef ZEROD_HAVE_PROMETHEUS
-// GET http://127.0.0.1:port/metrics with a plain socket; the body ("" on failure).
-std::string scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
-double metric(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
-}
-
 TEST_F(CheckpointCli, PrometheusMetricsDuringARun) {
   write_job(1000000, 0);
   auto p =

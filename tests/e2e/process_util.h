@@ -10,6 +10,7 @@
 
 #include "engine/data/corpus.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -206,6 +207,33 @@ inline std::filesystem::path make_test_dir(const std::string& prefix, const std:
   write_text_shards({reinterpret_cast<const uint8_t*>(text.data()), text.size()},
                     (dir / "data").string(), 0.1, 1 << 20, "c");
   return dir;
+}
+
+// GET http://127.0.0.1:port/metrics with a plain socket; the body ("" on failure).
+inline std::string scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// The value of `series` (name and labels as Prometheus prints them) in a scrape, or -1.
+inline double metric(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 }  // namespace zerod::testing

@@ -196,6 +196,29 @@ std::string duration(double s) {
   return buf;
 }
 
+// An elastic job's membership: "epoch 2, nodes [0, 1] of 2:3, waiting [2], restarts 1/3, last
+// recovery 2.5 s (12s ago): node 2 left: no heartbeat for 2.0 s".
+std::string elastic_line(const zerod::v1::ElasticMembership& e) {
+  auto list = [](const auto& ranks) {
+    std::string out = "[";
+    for (int i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    return out + "]";
+  };
+  std::ostringstream o;
+  o << "epoch " << e.epoch() << ", nodes " << list(e.nodes()) << " of " << e.min_nodes() << ":"
+    << e.max_nodes();
+  if (e.waiting_size() > 0) o << ", waiting " << list(e.waiting());
+  o << ", restarts " << e.restarts_used() << "/" << e.max_restarts();
+  if (e.since_last_recovery_seconds() >= 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ", last recovery %.1f s (%s ago)", e.last_recovery_seconds(),
+                  duration(std::max(1.0, e.since_last_recovery_seconds())).c_str());
+    o << buf;
+  }
+  if (!e.last_change().empty()) o << ": " << e.last_change();
+  return o.str();
+}
+
 // One line: "job-1 finished | step 40/100 | loss 2.3456 | val 2.4012 | grad norm 0.512 |
 // lr 3.000e-03 | 3412 tok/s | MFU 1.2% | 320 samples | ETA 1m05s | checkpoint global_step40 |
 // job.json" (the loss scale too when it is not 1: fp16).
@@ -229,6 +252,7 @@ std::string status_line(const zerod::v1::JobStatus& s) {
   if (s.samples_seen() > 0) o << " | " << s.samples_seen() << " samples";
   if (s.eta_seconds() > 0) o << " | ETA " << duration(s.eta_seconds());
   if (!s.last_checkpoint().empty()) o << " | checkpoint " << s.last_checkpoint();
+  if (s.has_elastic()) o << " | " << elastic_line(s.elastic());
   if (!s.reason().empty()) o << " | " << s.reason();
   if (!s.job_name().empty()) o << " | " << s.job_name();
   return o.str();

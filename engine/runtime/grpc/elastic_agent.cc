@@ -1,0 +1,389 @@
+#include "engine/runtime/grpc/elastic_agent.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "engine/runtime/grpc/channel.h"
+#include "engine/runtime/launch.h"
+#include "engine/runtime/net.h"
+#include "engine/runtime/signals.h"
+#include "zerod.grpc.pb.h"
+
+extern char** environ;
+
+namespace zerod {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kBeatInterval = 200ms;
+constexpr auto kPoll = 20ms;
+
+std::string random_instance() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}{:x}", rd(), rd(), ::getpid());
+}
+
+// A TCP port free on `host` a moment ago (the round's worker rendezvous binds it).
+int pick_free_port(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "0", &hints, &res) != 0 || res == nullptr) return 0;
+  int port = 0;
+  const int fd = ::socket(res->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0 && ::bind(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
+                                   : ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return port;
+}
+
+// Starts the worker; it is SIGKILLed when this process dies (kill -9 of the node takes both).
+pid_t spawn_worker(const std::vector<std::string>& args,
+                   const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "ZEROD_ELASTIC_", 14) != 0) env.emplace_back(*e);
+  }
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) ZD_THROW("fork of the worker failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the agent died before prctl
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The exit code of `pid` once it exited (128 + signal when killed), without waiting.
+std::optional<int> poll_exit(pid_t pid) {
+  int status = 0;
+  const pid_t r = ::waitpid(pid, &status, WNOHANG);
+  if (r != pid) return std::nullopt;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string describe_exit(int code) {
+  if (code == 0) return "exit 0 (trained the last step)";
+  if (code == kWorkerStoppedExit) return fmt::format("exit {} (stopped with a save)", code);
+  if (code > 128) return fmt::format("killed by signal {}", code - 128);
+  return fmt::format("exit {}{}", code, code == 3 ? " (lost a peer)" : "");
+}
+
+class Agent {
+ public:
+  explicit Agent(const ElasticAgentOptions& o)
+      : o_(o),
+        master_(join_host_port(o.master_host, o.master_port)),
+        instance_(random_instance()),
+        node_rank_(o.node_rank) {}
+
+  int run() {
+    // Node 0 hosts the rendezvous; so does a node without a rank that can bind --master. A
+    // node 0 finding it taken joins as a client: a second node 0 is refused by the first.
+    const BindResult bind = probe_tcp_bind(o_.master_host, o_.master_port);
+    if (node_rank_ == 0 && bind == BindResult::kNotLocal) {
+      ZD_THROW_INPUT(
+          "cannot host the elastic rendezvous at {}: {} is not an address of this "
+          "machine (node 0 must run on the --master host)",
+          master_, o_.master_host);
+    }
+    const bool host = node_rank_ <= 0 && bind == BindResult::kFree;
+    if (host) {
+      server_ =
+          std::make_unique<ElasticServer>(o_.master_host, o_.master_port, o_.config, o_.status);
+    }
+    stub_ = v1::ElasticRendezvous::NewStub(make_rendezvous_channel(master_));
+    address_ = local_address_towards(o_.master_host, o_.master_port);
+    int code = loop();
+    if (server_) {
+      // The other agents learn the end from their next beat: serve them a moment longer.
+      std::this_thread::sleep_for(3 * kBeatInterval + 200ms);
+      server_->stop();
+    }
+    return code;
+  }
+
+ private:
+  int loop() {
+    for (;;) {
+      v1::RoundResponse round;
+      if (const auto code = join_round(round)) return *code;
+      const int code = run_round(round);
+      if (code >= 0) return code;
+    }
+  }
+
+  // Joins the next round (fills `round`), or returns the exit code when the job is over.
+  std::optional<int> join_round(v1::RoundResponse& round) {
+    const auto start = Clock::now();
+    auto unreachable_since = Clock::now();
+    std::string said;
+    for (;;) {
+      if (stop_requested()) {
+        spdlog::info("elastic: node {}: stop requested while no worker runs: exiting", node_rank_);
+        if (node_rank_ >= 0) beat(v1::WORKER_EVENT_STOP_REQUESTED, "signal");
+        return 0;
+      }
+      v1::RoundRequest req;
+      req.set_job_hash(o_.config.job_hash);
+      req.set_node_rank(node_rank_);
+      req.set_nproc_per_node(o_.config.nproc_per_node);
+      req.set_min_nodes(o_.config.min_nodes);
+      req.set_max_nodes(o_.config.max_nodes);
+      req.set_hostname(local_hostname());
+      req.set_address(address_);
+      req.set_port(pick_free_port(address_));
+      req.set_epoch(epoch_);
+      req.set_timeout_ms(1000);
+      req.set_instance(instance_);
+      grpc::ClientContext ctx;
+      prepare_context(ctx, 3s);
+      ctx.set_wait_for_ready(true);  // node 0 may not listen yet
+      const grpc::Status st = stub_->JoinRound(&ctx, req, &round);
+      if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        spdlog::error("elastic: refused by the rendezvous at {}: {}", master_, st.error_message());
+        ZD_THROW_INPUT("{}", st.error_message());
+      }
+      if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        ZD_THROW_INPUT(
+            "{} is in use, but not by the elastic rendezvous of a zerod job (another "
+            "program, or a zerod without --nnodes MIN:MAX, listens there)",
+            master_);
+      }
+      if (st.error_code() == grpc::StatusCode::ABORTED) {
+        const bool done = st.error_message() == "the job is over";
+        if (done)
+          spdlog::info("elastic: node {}: {}", node_rank_, st.error_message());
+        else
+          spdlog::error("elastic: node {}: {}", node_rank_, st.error_message());
+        return done ? 0 : 3;
+      }
+      if (!st.ok()) {
+        const auto limit = epoch_ == 0 ? o_.first_round_timeout
+                                       : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             2 * o_.config.heartbeat_timeout);
+        if (Clock::now() - unreachable_since > limit) {
+          ZD_THROW_KIND(ErrorKind::kPeerLost,
+                        "the elastic rendezvous at {} (node 0) is unreachable ({}): the job "
+                        "cannot go on without it",
+                        master_, describe_status(st));
+        }
+        std::this_thread::sleep_for(100ms);
+        continue;
+      }
+      unreachable_since = Clock::now();
+      node_rank_ = round.node_rank();
+      if (round.formed()) return std::nullopt;
+      if (round.reason() != said) {
+        spdlog::info("elastic: node {} waits: {}", node_rank_, round.reason());
+        said = round.reason();
+      }
+      if (epoch_ == 0 && Clock::now() - start > o_.first_round_timeout) {
+        ZD_THROW_KIND(
+            ErrorKind::kPeerLost, "no round formed within {:.0f} s (train.rendezvous_timeout): {}",
+            std::chrono::duration<double>(o_.first_round_timeout).count(), round.reason());
+      }
+    }
+  }
+
+  // Runs the worker of `round`; returns the exit code when the job is over, -1 to rejoin.
+  int run_round(const v1::RoundResponse& round) {
+    epoch_ = round.epoch();
+    const int n = round.members_size();
+    std::vector<std::string> args = {"/proc/self/exe"};
+    args.insert(args.end(), o_.global_args.begin(), o_.global_args.end());
+    args.insert(args.end(), o_.worker_args.begin(), o_.worker_args.end());
+    for (const std::string& a :
+         {std::string("--nnodes"), std::to_string(n), std::string("--node-rank"),
+          std::to_string(round.round_rank()), std::string("--master"), round.master(),
+          std::string("--nproc-per-node"), std::to_string(o_.config.nproc_per_node)}) {
+      args.push_back(a);
+    }
+    const std::string resume = epoch_ == 1 ? o_.resume : "auto";
+    if (!resume.empty()) {
+      args.push_back("--resume");
+      args.push_back(resume);
+    }
+    const std::vector<std::string> env = {
+        fmt::format("{}=1", kElasticAgentEnv),
+        fmt::format("ZEROD_ELASTIC_EPOCH={}", epoch_),
+        fmt::format("ZEROD_ELASTIC_NODE_RANK={}", node_rank_),
+        fmt::format("ZEROD_ELASTIC_NODES={}", fmt::join(round.members(), ",")),
+        fmt::format("ZEROD_ELASTIC_MIN_NODES={}", o_.config.min_nodes),
+        fmt::format("ZEROD_ELASTIC_MAX_NODES={}", o_.config.max_nodes),
+        fmt::format("ZEROD_ELASTIC_RESTARTS={}", round.restarts_used()),
+        fmt::format("ZEROD_ELASTIC_MAX_RESTARTS={}", round.max_restarts()),
+        fmt::format("ZEROD_ELASTIC_LAST_RECOVERY_SECONDS={}", round.last_recovery_seconds())};
+    const pid_t pid = spawn_worker(args, env);
+    spdlog::info(
+        "elastic: node {}: epoch {}: round rank {} of {} (nodes {}), worker pid {} (--resume {})",
+        node_rank_, epoch_, round.round_rank(), n, fmt::join(round.members(), ", "), pid,
+        resume.empty() ? "none" : resume);
+    bool forwarded_stop = false, asked_stop = false;
+    auto next_beat = Clock::now();
+    auto last_reply = Clock::now();
+    std::optional<int> code;
+    while (!(code = poll_exit(pid))) {
+      if (stop_requested() && !forwarded_stop) {
+        forwarded_stop = true;
+        spdlog::info(
+            "elastic: node {}: stop requested: the workers stop at the next step with "
+            "a save",
+            node_rank_);
+        beat(v1::WORKER_EVENT_STOP_REQUESTED, "signal");
+        if (!asked_stop) ::kill(pid, SIGTERM);  // one SIGTERM: a second exits at once
+        asked_stop = true;
+      }
+      if (Clock::now() >= next_beat) {
+        next_beat = Clock::now() + kBeatInterval;
+        if (auto r = beat(v1::WORKER_EVENT_RUNNING, "")) {
+          last_reply = Clock::now();
+          switch (r->action()) {
+            case v1::ROUND_ACTION_RESTART:
+              spdlog::warn("elastic: node {}: restarting the worker: {}", node_rank_, r->reason());
+              ::kill(pid, SIGKILL);
+              wait_exit(pid);
+              return -1;
+            case v1::ROUND_ACTION_REJOIN:
+            case v1::ROUND_ACTION_STOP:
+              if (!asked_stop) {
+                asked_stop = true;
+                spdlog::info(
+                    "elastic: node {}: {}: stopping the worker at the next step with a "
+                    "save",
+                    node_rank_, r->reason());
+                ::kill(pid, SIGTERM);
+              }
+              break;
+            case v1::ROUND_ACTION_EXIT:
+              return end_with_worker(pid, *r);
+            default:
+              break;
+          }
+        } else if (Clock::now() - last_reply > 2 * o_.config.heartbeat_timeout) {
+          ::kill(pid, SIGKILL);
+          wait_exit(pid);
+          ZD_THROW_KIND(ErrorKind::kPeerLost,
+                        "the elastic rendezvous at {} (node 0) stopped answering: the job cannot "
+                        "go on without it",
+                        master_);
+        }
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    spdlog::info("elastic: node {}: epoch {}: worker {}", node_rank_, epoch_, describe_exit(*code));
+    v1::WorkerEvent ev = v1::WORKER_EVENT_FAILED;
+    if (*code == 0) ev = v1::WORKER_EVENT_FINISHED;
+    if (*code == kWorkerStoppedExit) ev = v1::WORKER_EVENT_STOPPED;
+    if (*code == 2) ev = v1::WORKER_EVENT_FATAL;
+    // Report until told what comes next.
+    auto last = Clock::now();
+    for (;;) {
+      if (auto r = beat(ev, describe_exit(*code))) {
+        last = Clock::now();
+        if (r->action() == v1::ROUND_ACTION_EXIT) return exit_code(*r);
+        if (r->action() == v1::ROUND_ACTION_RESTART || r->action() == v1::ROUND_ACTION_REJOIN)
+          return -1;
+      } else if (Clock::now() - last > 2 * o_.config.heartbeat_timeout) {
+        // Node 0 ended (its agent exits once the job is over): a finished or stopped worker
+        // has nothing left to do.
+        if (ev == v1::WORKER_EVENT_FINISHED || ev == v1::WORKER_EVENT_STOPPED) return 0;
+        ZD_THROW_KIND(ErrorKind::kPeerLost,
+                      "the elastic rendezvous at {} (node 0) stopped answering after the worker's "
+                      "{}",
+                      master_, describe_exit(*code));
+      }
+      std::this_thread::sleep_for(kBeatInterval);
+    }
+  }
+
+  int exit_code(const v1::AgentBeatResponse& r) const {
+    if (!r.failed()) {
+      spdlog::info("elastic: node {}: {}", node_rank_, r.reason());
+      return 0;
+    }
+    spdlog::error("elastic: node {}: {}", node_rank_, r.reason());
+    return r.fatal() ? 2 : 3;
+  }
+
+  // The job is over while the worker runs: a failed job kills it, a finished or stopping one
+  // lets it end (with its save).
+  int end_with_worker(pid_t pid, const v1::AgentBeatResponse& r) {
+    ::kill(pid, r.failed() ? SIGKILL : SIGTERM);
+    wait_exit(pid);
+    return exit_code(r);
+  }
+
+  std::optional<v1::AgentBeatResponse> beat(v1::WorkerEvent ev, const std::string& detail) {
+    v1::AgentBeatRequest req;
+    req.set_node_rank(node_rank_);
+    req.set_epoch(epoch_);
+    req.set_event(ev);
+    req.set_detail(detail);
+    req.set_instance(instance_);
+    v1::AgentBeatResponse resp;
+    grpc::ClientContext ctx;
+    prepare_context(ctx, 1s);
+    if (!stub_->AgentBeat(&ctx, req, &resp).ok()) return std::nullopt;
+    return resp;
+  }
+
+  const ElasticAgentOptions& o_;
+  const std::string master_;
+  const std::string instance_;
+  int node_rank_;
+  int64_t epoch_ = 0;
+  std::string address_;
+  std::unique_ptr<ElasticServer> server_;
+  std::unique_ptr<v1::ElasticRendezvous::Stub> stub_;
+};
+
+}  // namespace
+
+int run_elastic_agent(const ElasticAgentOptions& options) {
+  return Agent(options).run();
+}
+
+}  // namespace zerod

@@ -1,0 +1,211 @@
+#include "engine/runtime/grpc/elastic_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <regex>
+
+#include "core/error.h"
+#include "engine/runtime/grpc/channel.h"
+#include "engine/runtime/launch.h"
+#include "engine/runtime/net.h"
+#include "zerod.grpc.pb.h"
+
+namespace zerod {
+namespace {
+
+WorkerEventKind event_of(v1::WorkerEvent e) {
+  switch (e) {
+    case v1::WORKER_EVENT_FAILED:
+      return WorkerEventKind::kFailed;
+    case v1::WORKER_EVENT_STOPPED:
+      return WorkerEventKind::kStopped;
+    case v1::WORKER_EVENT_FINISHED:
+      return WorkerEventKind::kFinished;
+    case v1::WORKER_EVENT_STOP_REQUESTED:
+      return WorkerEventKind::kStopRequested;
+    case v1::WORKER_EVENT_FATAL:
+      return WorkerEventKind::kFatal;
+    default:
+      return WorkerEventKind::kRunning;
+  }
+}
+
+v1::RoundAction action_of(AgentAction a) {
+  switch (a) {
+    case AgentAction::kRestart:
+      return v1::ROUND_ACTION_RESTART;
+    case AgentAction::kRejoin:
+      return v1::ROUND_ACTION_REJOIN;
+    case AgentAction::kStop:
+      return v1::ROUND_ACTION_STOP;
+    case AgentAction::kExit:
+      return v1::ROUND_ACTION_EXIT;
+    default:
+      return v1::ROUND_ACTION_CONTINUE;
+  }
+}
+
+v1::JobState state_of(const std::string& phase) {
+  if (phase == "gathering") return v1::JOB_STATE_RENDEZVOUS;
+  if (phase == "running") return v1::JOB_STATE_RUNNING;
+  if (phase == "stopping") return v1::JOB_STATE_STOPPING;
+  if (phase == "failed") return v1::JOB_STATE_FAILED;
+  return v1::JOB_STATE_FINISHED;
+}
+
+}  // namespace
+
+struct ElasticServer::Services {
+  class Rendezvous final : public v1::ElasticRendezvous::Service {
+   public:
+    explicit Rendezvous(ElasticRegistry& reg) : reg_(reg) {}
+    grpc::Status JoinRound(grpc::ServerContext*, const v1::RoundRequest* req,
+                           v1::RoundResponse* resp) override {
+      ElasticJoin j;
+      j.job_hash = req->job_hash();
+      j.node_rank = req->node_rank();
+      j.nproc_per_node = req->nproc_per_node();
+      j.min_nodes = req->min_nodes();
+      j.max_nodes = req->max_nodes();
+      j.hostname = req->hostname();
+      j.address = req->address();
+      j.port = req->port();
+      j.epoch = req->epoch();
+      j.instance = req->instance();
+      const int64_t wait_ms = std::clamp<int64_t>(req->timeout_ms(), 0, 10000);
+      ElasticRound r;
+      try {
+        r = reg_.join_and_wait(j, Clock::now() + std::chrono::milliseconds(wait_ms));
+      } catch (const ElasticRefusal& e) {
+        spdlog::warn("elastic: refused: {}", e.what());
+        return {grpc::StatusCode::FAILED_PRECONDITION, e.what()};
+      }
+      if (r.over) return {grpc::StatusCode::ABORTED, r.reason};
+      resp->set_formed(r.formed);
+      resp->set_reason(r.reason);
+      resp->set_node_rank(r.node_rank);
+      resp->set_epoch(r.epoch);
+      resp->set_round_rank(r.round_rank);
+      for (int m : r.members) resp->add_members(m);
+      resp->set_master(r.master);
+      resp->set_restarts_used(r.restarts_used);
+      resp->set_max_restarts(r.max_restarts);
+      resp->set_last_recovery_seconds(r.last_recovery_seconds);
+      return grpc::Status::OK;
+    }
+    grpc::Status AgentBeat(grpc::ServerContext*, const v1::AgentBeatRequest* req,
+                           v1::AgentBeatResponse* resp) override {
+      const AgentReply r = reg_.beat(req->node_rank(), req->instance(), req->epoch(),
+                                     event_of(req->event()), req->detail(), Clock::now());
+      resp->set_action(action_of(r.action));
+      resp->set_reason(r.reason);
+      resp->set_epoch(r.epoch);
+      resp->set_failed(r.failed);
+      resp->set_fatal(r.fatal);
+      return grpc::Status::OK;
+    }
+
+   private:
+    ElasticRegistry& reg_;
+  };
+
+  // zeroctl status: the membership, and the newest checkpoint as the job's progress.
+  class Status final : public v1::Control::Service {
+   public:
+    Status(ElasticRegistry& reg, ElasticStatusInfo info) : reg_(reg), info_(std::move(info)) {}
+    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                           v1::JobStatus* s) override {
+      const ElasticView v = reg_.view(Clock::now());
+      const ElasticConfig& c = reg_.config();
+      s->set_state(state_of(v.phase));
+      s->set_stopped(v.phase == "stopped");
+      s->set_job_id("elastic");
+      s->set_job_name(info_.job_name);
+      s->set_reason(v.failure);
+      s->set_total_steps(info_.total_steps);
+      s->set_world_size(static_cast<int>(v.members.size()) * c.nproc_per_node);
+      const std::string tag = info_.latest_checkpoint ? info_.latest_checkpoint() : "";
+      if (!tag.empty()) {
+        s->set_last_checkpoint(tag);
+        std::smatch m;
+        static const std::regex kStep("global_step([0-9]+)");
+        if (std::regex_match(tag, m, kStep)) s->set_step(std::stoll(m[1].str()));
+      }
+      v1::ElasticMembership* e = s->mutable_elastic();
+      e->set_epoch(v.epoch);
+      for (int m : v.members) e->add_nodes(m);
+      for (int w : v.waiting) e->add_waiting(w);
+      e->set_min_nodes(c.min_nodes);
+      e->set_max_nodes(c.max_nodes);
+      e->set_restarts_used(v.restarts_used);
+      e->set_max_restarts(c.max_restarts);
+      e->set_last_recovery_seconds(v.last_recovery_seconds);
+      e->set_since_last_recovery_seconds(v.since_last_recovery_seconds);
+      e->set_last_change(v.last_change);
+      return grpc::Status::OK;
+    }
+
+   private:
+    ElasticRegistry& reg_;
+    const ElasticStatusInfo info_;
+  };
+
+  Services(ElasticRegistry& reg, ElasticStatusInfo info)
+      : rdzv(reg), status(reg, std::move(info)) {}
+  Rendezvous rdzv;
+  Status status;
+};
+
+ElasticServer::ElasticServer(const std::string& host, int port, ElasticConfig config,
+                             ElasticStatusInfo info)
+    : address_(join_host_port(host, port)),
+      registry_(std::make_unique<ElasticRegistry>(std::move(config))) {
+  switch (probe_tcp_bind(host, port)) {
+    case BindResult::kFree:
+      break;
+    case BindResult::kInUse:
+      ZD_THROW_INPUT(
+          "{} is already in use: another zerod (or another program) listens there; stop "
+          "it or choose another --master port",
+          address_);
+    case BindResult::kNotLocal:
+      ZD_THROW_INPUT(
+          "cannot host the elastic rendezvous at {}: {} is not an address of this "
+          "machine (node 0 must run on the --master host)",
+          address_, host);
+  }
+  services_ = std::make_unique<Services>(*registry_, std::move(info));
+  grpc::ServerBuilder builder;
+  int bound = 0;
+  builder.AddListeningPort(address_, grpc::InsecureServerCredentials(), &bound);
+  builder.RegisterService(&services_->rdzv);
+  builder.RegisterService(&services_->status);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  server_ = builder.BuildAndStart();
+  if (!server_ || bound == 0) ZD_THROW_INPUT("{} is already in use", address_);
+  timer_ = std::thread([this] {
+    while (!stopping_.load()) {
+      registry_->tick(Clock::now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  spdlog::info("elastic: rendezvous serving at {}", address_);
+}
+
+ElasticServer::~ElasticServer() {
+  stop();
+}
+
+void ElasticServer::stop() {
+  if (stopping_.exchange(true)) return;
+  if (timer_.joinable()) timer_.join();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_->Wait();
+  }
+}
+
+}  // namespace zerod

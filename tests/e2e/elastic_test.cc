@@ -1,0 +1,280 @@
+// Elastic training on 127.0.0.1 (docs/elastic.md): three agents (`zerod train --nnodes 2:3`, one
+// rank each) train; one is killed with SIGKILL and the other two go on within 2 x the heartbeat
+// timeout from the newest checkpoint; a new node joins and the job runs at three again; the
+// final loss matches a run that switched world sizes at the same steps by checkpoint-and-resume.
+// SIGTERM still saves at an agreed step and exits 0; bad joiners and bad flags are refused.
+// Every process a test starts is killed by its Process destructor (an agent's worker dies with
+// its agent: PR_SET_PDEATHSIG).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "engine/data/corpus.h"
+#include "process_util.h"
+
+namespace zerod {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::free_port;
+using testing::Process;
+using testing::zerod_binary;
+using namespace std::chrono_literals;
+
+class Elastic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef ZEROD_HAVE_GRPC
+    GTEST_SKIP() << "built without gRPC: elastic training is refused";
+#endif
+    ::setenv("OMP_NUM_THREADS", "1", 1);  // three workers on a small machine
+    dir_ = testing::make_test_dir("zerod_elastic", "nodes leave and join while the job trains. ");
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+  }
+
+  // Global batch 12 of micro-batches of 2: accumulation 2 on three ranks, 3 on two.
+  void write_job(const std::string& name, int steps, const std::string& ckpt, double lr = 3e-3) {
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": )"
+                               << lr << R"(}},
+      "zero_optimization": {"stage": 2},
+      "steps_per_print": 1,
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
+                               << name << R"("},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin"},
+      "train": {"steps": )" << steps
+                               << (ckpt.empty() ? std::string()
+                                                : R"(, "save_interval": 5, "checkpoint_dir": ")" +
+                                                      ckpt + "\"")
+                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
+  }
+  std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log) {
+    std::vector<std::string> argv = {zerod_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = std::make_unique<Process>(argv, dir_.string(), (dir_ / log).string());
+    EXPECT_TRUE(p->started());
+    return p;
+  }
+  std::unique_ptr<Process> agent(const std::string& job, int node_rank, int port,
+                                 const std::string& log, const std::string& settle = "0.5",
+                                 const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> a = {"train",       job,
+                                  "--nnodes",    "2:3",
+                                  "--node-rank", std::to_string(node_rank),
+                                  "--master",    "127.0.0.1:" + std::to_string(port),
+                                  "--settle",    settle};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return start(a, log);
+  }
+  // `zeroctl --addr 127.0.0.1:PORT status` (the elastic rendezvous answers it).
+  std::string zeroctl_status(int port) {
+    Process p({testing::zeroctl_binary(), "--addr", "127.0.0.1:" + std::to_string(port), "status"},
+              dir_.string(), (dir_ / "zeroctl.log").string());
+    EXPECT_EQ(p.wait_for(30s), 0) << p.output();
+    return p.output();
+  }
+  std::unique_ptr<Process> node(const std::string& job, int nnodes, int rank, int port,
+                                const std::vector<std::string>& extra, const std::string& log) {
+    std::vector<std::string> a = {"train",       job,
+                                  "--nnodes",    std::to_string(nnodes),
+                                  "--node-rank", std::to_string(rank),
+                                  "--master",    "127.0.0.1:" + std::to_string(port)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return start(a, log);
+  }
+  // metrics.csv: step -> loss.
+  std::map<int, double> losses(const std::string& job) {
+    std::ifstream in(dir_ / "runs" / job / "metrics.csv");
+    std::map<int, double> out;
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      const auto c1 = line.find(',');
+      const auto c2 = line.find(',', c1 + 1);
+      out[std::stoi(line.substr(0, c1))] = std::stod(line.substr(c1 + 1, c2 - c1 - 1));
+    }
+    return out;
+  }
+  // The steps the workers resumed from, in order ("resumed from .../global_stepN (step N").
+  static std::vector<int> resumed_steps(const std::string& log) {
+    std::vector<int> out;
+    static const std::regex re(R"(resumed from \S+ \(step ([0-9]+))");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it) {
+      out.push_back(std::stoi((*it)[1].str()));
+    }
+    return out;
+  }
+  // The last "[rank 0] step N/" of `log` (0: none).
+  static int last_step(const std::string& log) {
+    static const std::regex re(R"(\[rank 0\] step +([0-9]+)/)");
+    int last = 0;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it) {
+      last = std::stoi((*it)[1].str());
+    }
+    return last;
+  }
+  // Waits until rank 0's step line reaches `step` in p's output.
+  static bool wait_step(Process& p, int step, std::chrono::seconds timeout) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (elapsed(t0) < timeout.count()) {
+      if (last_step(p.output()) >= step) return true;
+      if (p.wait_for(0ms) != Process::kTimedOut) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+  static double elapsed(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLossesOfResumes) {
+  constexpr int kSteps = 40;
+  write_job("el.json", kSteps, "ckpt");
+  const int port = free_port();
+  auto n0 = agent("el.json", 0, port, "n0.log");
+  auto n1 = agent("el.json", 1, port, "n1.log");
+  auto n2 = agent("el.json", 2, port, "n2.log");
+  ASSERT_TRUE(wait_step(*n0, 12, 60s)) << n0->output() << n2->output();
+  n2->kill9();  // the node: its agent and (PR_SET_PDEATHSIG) its worker
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(n0->wait_output("elastic epoch 2", 30s)) << n0->output();
+  ASSERT_TRUE(n0->wait_output("nodes 0,1 (--nnodes 2:3)", 1s)) << n0->output();
+  // The survivors' new round trains within 2 x the heartbeat timeout (2 s) of the kill.
+  std::string out;
+  while (elapsed(t0) < 10) {
+    out = n0->output();
+    const auto at = out.find("elastic epoch 2");
+    if (at != std::string::npos && out.find("[rank 0] step ", at) != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  const double recovery = elapsed(t0);
+  EXPECT_LT(recovery, 4.0) << out;
+  std::printf("kill -9 to the first step of the 2-node round: %.2f s\n", recovery);
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(node 2 \([^)]*\) left: no heartbeat for)")))
+      << out;
+  // zeroctl status on the rendezvous: the membership, the restart, the recovery.
+  const std::string status = zeroctl_status(port);
+  EXPECT_NE(status.find("epoch 2, nodes [0, 1] of 2:3, restarts 1/3, last recovery "),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.find("left: no heartbeat"), std::string::npos) << status;
+  // A new node 2 joins: admitted at the next step boundary (a save), then three nodes again.
+  auto n2b = agent("el.json", 2, port, "n2b.log");
+  ASSERT_TRUE(n0->wait_output("elastic epoch 3", 30s)) << n0->output() << n2b->output();
+  EXPECT_NE(n0->output().find("nodes 0,1,2 (--nnodes 2:3)", n0->output().find("elastic epoch 3")),
+            std::string::npos);
+  ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+  ASSERT_EQ(n1->wait_for(30s), 0) << n1->output();
+  ASSERT_EQ(n2b->wait_for(30s), 0) << n2b->output();
+  const std::vector<int> resumes = resumed_steps(n0->output());
+  ASSERT_EQ(resumes.size(), 2u) << n0->output();
+  const int c1 = resumes[0], c2 = resumes[1];
+  ASSERT_GT(c2, c1);
+  EXPECT_EQ(c1 % 5, 0);  // a save_interval checkpoint; c2 is the joiner's save
+  const auto got = losses("el.json");
+  ASSERT_EQ(static_cast<int>(got.size()), kSteps);
+
+  // The same switches by hand: 3 nodes to c1, 2 nodes to c2, 3 nodes to the end.
+  write_job("ref.json", kSteps, "ref_ckpt");
+  auto run = [&](int nnodes, const std::vector<std::string>& extra, const std::string& tag) {
+    const int p = free_port();
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int r = 0; r < nnodes; ++r)
+      ps.push_back(node("ref.json", nnodes, r, p, extra, tag + std::to_string(r) + ".log"));
+    for (auto& q : ps) ASSERT_EQ(q->wait_for(120s), 0) << q->output();
+  };
+  run(3, {"--steps", std::to_string(c1)}, "a");
+  run(2, {"--steps", std::to_string(c2), "--resume", "latest"}, "b");
+  run(3, {"--resume", "latest"}, "c");
+  const auto want = losses("ref.json");
+  ASSERT_EQ(static_cast<int>(want.size()), kSteps);
+  for (int s = 1; s <= kSteps; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * std::abs(want.at(s))) << "step " << s;
+  }
+  std::printf("switches at steps %d (3 -> 2) and %d (2 -> 3); final loss %.8f vs %.8f\n", c1, c2,
+              got.at(kSteps), want.at(kSteps));
+}
+
+TEST_F(Elastic, SigtermToEveryAgentSavesAtAnAgreedStepAndExits0) {
+  write_job("long.json", 100000, "ckpt");
+  const int port = free_port();
+  auto n0 = agent("long.json", 0, port, "s0.log", "0.5", {"--metrics-port", "0"});
+  auto n1 = agent("long.json", 1, port, "s1.log");
+  ASSERT_TRUE(wait_step(*n0, 7, 60s)) << n0->output() << n1->output();
+#ifdef ZEROD_HAVE_PROMETHEUS
+  // The worker exports the membership beside its step metrics.
+  std::smatch m;
+  const std::string log = n0->output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("127\\.0\\.0\\.1:([0-9]+)/metrics"))) << log;
+  const std::string text = testing::scrape(std::stoi(m[1]));
+  EXPECT_EQ(testing::metric(text, "zerod_elastic_epoch"), 1.0) << text;
+  EXPECT_EQ(testing::metric(text, "zerod_elastic_nodes"), 2.0) << text;
+  EXPECT_EQ(testing::metric(text, "zerod_elastic_restarts"), 0.0) << text;
+  EXPECT_EQ(testing::metric(text, "zerod_elastic_max_restarts"), 3.0) << text;
+#endif
+  EXPECT_EQ(n0->stop(SIGTERM, 30s), 0) << n0->output();
+  EXPECT_EQ(n1->stop(SIGTERM, 30s), 0) << n1->output();
+  const std::string out = n0->output();
+  EXPECT_NE(out.find("the job stopped on request"), std::string::npos) << out;
+  std::ifstream latest(dir_ / "ckpt" / "latest");
+  std::string tag;
+  latest >> tag;
+  const auto rows = losses("long.json");
+  ASSERT_FALSE(rows.empty());
+  // The agreed step, saved.
+  EXPECT_EQ(tag, "global_step" + std::to_string(rows.rbegin()->first)) << out << n1->output();
+}
+
+TEST_F(Elastic, BadJoinersAndFlagsAreRefused) {
+  write_job("a.json", 50, "ckpt");
+  write_job("b.json", 50, "ckpt", /*lr=*/1e-3);
+  const int port = free_port();
+  auto n0 = agent("a.json", 0, port, "b0.log", "30");  // alone: waits for MIN = 2
+  ASSERT_TRUE(n0->wait_output("elastic: node 0 waits", 30s)) << n0->output();
+  auto dup = agent("a.json", 0, port, "dup.log");
+  EXPECT_EQ(dup->wait_for(30s), 2) << dup->output();
+  EXPECT_NE(dup->output().find("node rank 0 is taken"), std::string::npos) << dup->output();
+  auto other = agent("b.json", 1, port, "other.log");
+  EXPECT_EQ(other->wait_for(30s), 2) << other->output();
+  EXPECT_NE(other->output().find("runs a different job (config hash"), std::string::npos)
+      << other->output();
+  EXPECT_NE(n0->output().find("refused"), std::string::npos) << n0->output();
+  EXPECT_EQ(n0->stop(SIGTERM, 10s), 0) << n0->output();
+
+  struct Bad {
+    std::vector<std::string> args;
+    std::string want;
+  };
+  write_job("nockpt.json", 5, "");
+  const std::vector<Bad> bad = {
+      {{"train", "a.json", "--nnodes", "3:2"}, "--nnodes 3:2: MIN 3 is above MAX 2"},
+      {{"train", "a.json", "--nnodes", "2:x"}, "MIN:MAX must be two positive node counts"},
+      {{"train", "a.json", "--max-restarts", "2"}, "--max-restarts and --settle are for elastic"},
+      {{"train", "nockpt.json", "--nnodes", "1:2", "--master", "127.0.0.1:1"},
+       "set train.checkpoint_dir"},
+      // Global batch 12 of micro-batches of 2 on 5 ranks cannot keep its size.
+      {{"train", "a.json", "--nnodes", "5:5", "--master", "127.0.0.1:1"},
+       "no node count in the range can train this job"},
+  };
+  for (const auto& b : bad) {
+    auto p = start(b.args, "bad.log");
+    EXPECT_EQ(p->wait_for(30s), 2) << p->output();
+    EXPECT_NE(p->output().find(b.want), std::string::npos) << p->output();
+  }
+}
+
+}  // namespace
+}  // namespace zerod
