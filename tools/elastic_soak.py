@@ -61,10 +61,11 @@ def losses(workdir, name):
 
 
 class Nodes:
-    def __init__(self, zerod, workdir, job, port, min_nodes, max_nodes, settle):
+    def __init__(self, zerod, workdir, job, port, min_nodes, max_nodes, settle, max_restarts):
         self.zerod, self.workdir, self.job, self.port = zerod, workdir, job, port
         self.range = f"{min_nodes}:{max_nodes}"
         self.settle = settle
+        self.max_restarts = max_restarts
         self.procs = {}  # node rank -> Popen
         self.starts = 0
 
@@ -73,7 +74,8 @@ class Nodes:
         log = open(os.path.join(self.workdir, f"node{rank}.{self.starts}.log"), "w")
         self.procs[rank] = subprocess.Popen(
             [self.zerod, "train", self.job, "--nnodes", self.range, "--node-rank", str(rank),
-             "--master", f"127.0.0.1:{self.port}", "--settle", str(self.settle)],
+             "--master", f"127.0.0.1:{self.port}", "--settle", str(self.settle),
+             "--max-restarts", str(self.max_restarts)],
             cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT)
         return log.name
 
@@ -126,6 +128,7 @@ def main():
     ap.add_argument("--min-nodes", type=int, default=2)
     ap.add_argument("--max-nodes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-restarts", type=int, default=1000)
     ap.add_argument("--tolerance", type=float, default=1e-4, help="relative, final loss")
     a = ap.parse_args()
     rng = random.Random(a.seed)
@@ -144,7 +147,8 @@ def main():
     run = os.path.join(work, f"run{int(time.time())}")
     os.makedirs(run)
     write_job(os.path.join(run, "soak.json"), glob, "ckpt", 10**9, "soak.json")
-    nodes = Nodes(zerod, run, "soak.json", free_port(), a.min_nodes, a.max_nodes, 1.0)
+    nodes = Nodes(zerod, run, "soak.json", free_port(), a.min_nodes, a.max_nodes, 1.0,
+                  a.max_restarts)
     events = []
     t0 = time.time()
     try:

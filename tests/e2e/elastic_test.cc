@@ -171,6 +171,7 @@ TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLoss
             std::string::npos)
       << status;
   EXPECT_NE(status.find("left: no heartbeat"), std::string::npos) << status;
+  std::printf("zeroctl status: %s", status.c_str());
   // A new node 2 joins: admitted at the next step boundary (a save), then three nodes again.
   auto n2b = agent("el.json", 2, port, "n2b.log");
   ASSERT_TRUE(n0->wait_output("elastic epoch 3", 30s)) << n0->output() << n2b->output();

@@ -118,6 +118,28 @@ TEST(ElasticRegistry, AJoinerIsAdmittedThroughAStopWithASaveAndARejoin) {
   EXPECT_EQ(reg.view(t).restarts_used, 0);  // a join is no failure
 }
 
+TEST(ElasticRegistry, AJoinerThatDiesDuringTheReshardDoesNotWedgeTheOthers) {
+  ElasticRegistry reg(config(2, 3, {2, 3}));
+  auto t = Clock::now();
+  reg.join(joiner(0), t);
+  reg.join(joiner(1), t);
+  t += 1001ms;
+  reg.tick(t);
+  reg.join(joiner(2), t);  // the members stop with a save and rejoin; the joiner dies meanwhile
+  reg.join(joiner(0, 1), t + 500ms);
+  ASSERT_TRUE(reg.join(joiner(1, 1), t + 500ms).formed);
+  EXPECT_EQ(reg.view(t).members, (std::vector<int>{0, 1, 2}));  // its worker never comes
+  beat(reg, 0, 2, WorkerEventKind::kRunning, t + 1500ms);
+  beat(reg, 1, 2, WorkerEventKind::kRunning, t + 1500ms);
+  reg.tick(t + 2001ms);  // silent for the heartbeat timeout: dropped, the round restarts
+  EXPECT_EQ(beat(reg, 0, 2, WorkerEventKind::kRunning, t + 2001ms).action, AgentAction::kRestart);
+  reg.join(joiner(1, 2), t + 2001ms);
+  const ElasticRound r = reg.join(joiner(0, 2), t + 2001ms);
+  ASSERT_TRUE(r.formed) << r.reason;
+  EXPECT_EQ(r.members, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.epoch, 3);
+}
+
 TEST(ElasticRegistry, OnlyAdmissibleNodeCountsFormRounds) {
   ElasticRegistry reg(config(2, 4, {2, 4}));  // 3 nodes cannot keep the global batch
   auto t = Clock::now();
