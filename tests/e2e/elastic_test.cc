@@ -40,7 +40,8 @@ class Elastic : public ::testing::Test {
   }
 
   // Global batch 12 of micro-batches of 2: accumulation 2 on three ranks, 3 on two.
-  void write_job(const std::string& name, int steps, const std::string& ckpt, double lr = 3e-3) {
+  void write_job(const std::string& name, int steps, const std::string& ckpt, double lr = 3e-3,
+                 int rendezvous_timeout = 20) {
     std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": )"
                                << lr << R"(}},
@@ -54,7 +55,8 @@ class Elastic : public ::testing::Test {
                                << (ckpt.empty() ? std::string()
                                                 : R"(, "save_interval": 5, "checkpoint_dir": ")" +
                                                       ckpt + "\"")
-                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
+                               << R"(, "collective_timeout": 10, "rendezvous_timeout": )"
+                               << rendezvous_timeout << "}}";
   }
   std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log) {
     std::vector<std::string> argv = {zerod_binary()};
@@ -237,6 +239,23 @@ TEST_F(Elastic, SigtermToEveryAgentSavesAtAnAgreedStepAndExits0) {
   ASSERT_FALSE(rows.empty());
   // The agreed step, saved.
   EXPECT_EQ(tag, "global_step" + std::to_string(rows.rbegin()->first)) << out << n1->output();
+}
+
+// Below MIN the survivor waits train.rendezvous_timeout for nodes to come back, then exits 3
+// saying why.
+TEST_F(Elastic, BelowMinTheSurvivorWaitsTheRendezvousTimeoutThenExits3) {
+  write_job("few.json", 100000, "ckpt", 3e-3, /*rendezvous_timeout=*/3);
+  const int port = free_port();
+  auto n0 = agent("few.json", 0, port, "f0.log");
+  auto n1 = agent("few.json", 1, port, "f1.log");
+  ASSERT_TRUE(wait_step(*n0, 3, 60s)) << n0->output() << n1->output();
+  n1->kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(n0->wait_for(30s), 3) << n0->output();
+  EXPECT_LT(elapsed(t0), 15.0);  // heartbeat timeout 2 s + rendezvous timeout 3 s + slack
+  EXPECT_NE(n0->output().find("below the smallest node count it can train at (2 of --nnodes 2:3)"),
+            std::string::npos)
+      << n0->output();
 }
 
 TEST_F(Elastic, BadJoinersAndFlagsAreRefused) {
