@@ -125,12 +125,24 @@ class UnitBuilder {
 
 ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard,
                          LayerRange stage)
-    : spec_(spec), align_(align_elems), shard_(shard), stage_(stage) {
+    : ParamLayout(spec, align_elems, shard, std::vector<LayerRange>{stage}) {}
+
+ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard,
+                         std::vector<LayerRange> chunks)
+    : spec_(spec), align_(align_elems), shard_(shard), chunks_(std::move(chunks)) {
   ZD_CHECK(align_ > 0, "alignment {}", align_);
-  if (stage_.end < 0) stage_.end = spec.n_layer;
-  ZD_CHECK(0 <= stage_.begin && stage_.begin < stage_.end && stage_.end <= spec.n_layer,
-           "pipeline stage of layers [{}, {}) in a model of {} layers", stage_.begin, stage_.end,
-           spec.n_layer);
+  ZD_CHECK(!chunks_.empty(), "a layout of no pipeline stage");
+  for (LayerRange& c : chunks_) {
+    if (c.end < 0) c.end = spec.n_layer;
+    ZD_CHECK(0 <= c.begin && c.begin < c.end && c.end <= spec.n_layer,
+             "pipeline stage of layers [{}, {}) in a model of {} layers", c.begin, c.end,
+             spec.n_layer);
+  }
+  for (size_t i = 1; i < chunks_.size(); ++i)
+    ZD_CHECK(chunks_[i - 1].end <= chunks_[i].begin,
+             "pipeline chunks [{}, {}) and [{}, {}) overlap or are out of order",
+             chunks_[i - 1].begin, chunks_[i - 1].end, chunks_[i].begin, chunks_[i].end);
+  stage_ = chunks_.front();
   spec_.padded_vocab_size = spec.vp();
   local_ = local_dims(spec_, shard_);
   if (spec_.llama_family()) {
@@ -143,17 +155,24 @@ ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard
 
 void ParamLayout::keep_stage_units() {
   const int L = spec_.n_layer;
-  const bool first = stage_.begin == 0, last = stage_.end == L;
+  bool first = false, last = false;
+  std::vector<bool> held(static_cast<size_t>(L), false);
+  for (const LayerRange& c : chunks_) {
+    first = first || c.begin == 0;
+    last = last || c.end == L;
+    for (int l = c.begin; l < c.end; ++l) held[static_cast<size_t>(l)] = true;
+  }
+  layer_unit_.assign(static_cast<size_t>(L), -1);
   std::vector<UnitLayout> kept;
   // Global units: 0 embedding, 1 + l block l, L + 1 final.
   for (int g = 0; g < static_cast<int>(units_.size()); ++g) {
     const bool keep = g == 0       ? first || (last && spec_.tied())
                       : g == L + 1 ? last
-                                   : (g - 1 >= stage_.begin && g - 1 < stage_.end);
+                                   : held[static_cast<size_t>(g - 1)];
     if (!keep) continue;
     const int u = static_cast<int>(kept.size());
     if (g == 0) embedding_unit_ = u;
-    if (g == 1 + stage_.begin) first_block_unit_ = u;
+    if (g >= 1 && g <= L) layer_unit_[static_cast<size_t>(g - 1)] = u;
     if (g == L + 1) final_unit_ = u;
     global_unit_.push_back(g);
     kept.push_back(std::move(units_[static_cast<size_t>(g)]));

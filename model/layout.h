@@ -63,6 +63,13 @@ class ParamLayout {
   // global_unit(u)); Error for a range outside [0, n_layer) or empty.
   explicit ParamLayout(const ModelSpec& spec, int64_t align_elems = 16, TensorShard shard = {},
                        LayerRange stage = {});
+  // The layout of a pipeline rank holding several stages (interleaved schedules: chunks of
+  // layers in increasing order, not overlapping): the units of all of them, in the global order
+  // (the embedding when a chunk begins at layer 0, the final unit when one ends at n_layer, a
+  // tied copy when one ends there and none begins at 0). What the rank's ZeRO engine and
+  // checkpoints see; each chunk's model has its own single-stage layout.
+  ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard,
+              std::vector<LayerRange> chunks);
 
   // The global spec (whole model), whatever the shard.
   const ModelSpec& spec() const { return spec_; }
@@ -86,11 +93,15 @@ class ParamLayout {
   const UnitLayout& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   // Local unit indices (-1: this stage does not hold it). block_unit(l) for l in the stage.
   int embedding_unit() const { return embedding_unit_; }
-  int block_unit(int layer) const { return first_block_unit_ + layer - stage_.begin; }
+  int block_unit(int layer) const { return layer_unit_.at(static_cast<size_t>(layer)); }
   int final_unit() const { return final_unit_; }
-  // The stage: the layers held (begin, end with end resolved to n_layer for the whole model).
+  // The stage: the layers held (begin, end with end resolved to n_layer for the whole model);
+  // of a layout of several chunks, the first chunk (see chunks()).
   const LayerRange& stage() const { return stage_; }
-  bool whole_model() const { return stage_.begin == 0 && stage_.end == spec_.n_layer; }
+  const std::vector<LayerRange>& chunks() const { return chunks_; }
+  bool whole_model() const {
+    return chunks_.size() == 1 && stage_.begin == 0 && stage_.end == spec_.n_layer;
+  }
   // Unit u's index in the whole model's layout.
   int global_unit(int u) const { return global_unit_.at(static_cast<size_t>(u)); }
   // The embedding unit of a last stage that is not the first: the tied head's copy (-1: none).
@@ -135,9 +146,11 @@ class ParamLayout {
   void build_gpt2();
   void build_llama();
   void keep_stage_units();  // drops the units outside stage_ (after a build)
+  std::vector<LayerRange> chunks_;
   LayerRange stage_;
   std::vector<int> global_unit_;
-  int embedding_unit_ = 0, first_block_unit_ = 1, final_unit_ = 0, tied_copy_unit_ = -1;
+  std::vector<int> layer_unit_;  // per global layer: its local unit, -1 when not held
+  int embedding_unit_ = 0, final_unit_ = 0, tied_copy_unit_ = -1;
 
   BlockOffsets block_{};
   LlamaBlockOffsets llama_block_{};

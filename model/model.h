@@ -30,6 +30,7 @@ struct OpTimes {
   // time spent inside the ParamSource/GradSink (ZeRO gathers and reductions), which is zero_wait.
   double forward = 0, backward = 0, zero_wait = 0;
   double total() const;  // the ops above
+  OpTimes& operator+=(const OpTimes& o);  // (field by field: several chunk models' times)
 };
 
 class Model {

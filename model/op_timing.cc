@@ -4,6 +4,16 @@
 
 namespace zerod {
 
+OpTimes& OpTimes::operator+=(const OpTimes& o) {
+  for (double OpTimes::*f :
+       {&OpTimes::encoder, &OpTimes::layernorm, &OpTimes::matmul_fwd, &OpTimes::matmul_bwd,
+        &OpTimes::attention_fwd, &OpTimes::attention_bwd, &OpTimes::gelu, &OpTimes::residual,
+        &OpTimes::classifier, &OpTimes::rounding, &OpTimes::forward, &OpTimes::backward,
+        &OpTimes::zero_wait})
+    this->*f += o.*f;
+  return *this;
+}
+
 double OpTimes::total() const {
   return encoder + layernorm + matmul_fwd + matmul_bwd + attention_fwd + attention_bwd + gelu +
          residual + classifier + rounding;

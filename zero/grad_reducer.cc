@@ -52,6 +52,7 @@ void GradReducer::zero_grad() {
 }
 
 void GradReducer::begin_micro_batch(bool last) {
+  launch_bucket();  // (a bucket the last micro-batch left unfilled: pipeline stages, see unit_done)
   last_micro_ = last;
   compress_ = last && opt_.stage == 0 && distributed() && opt_.compression != nullptr &&
               opt_.compression->begin_step();
@@ -98,9 +99,10 @@ void GradReducer::unit_done(int unit) {
     if (!last_micro_ || !distributed() || !reduces()) return;  // accumulate locally until the end
     if (opt_.stage == 0) {
       if (compress_) return;  // the whole buffer goes to the compression hook at finish()
-      // Units finish in decreasing order, so a bucket is one contiguous range.
-      ZD_CHECK(bucket_lo_ < 0 || unit == bucket_lo_ - 1,
-               "unit {} finished out of order (bucket {}..{})", unit, bucket_lo_, bucket_hi_);
+      // A bucket is one contiguous range of units, which finish in decreasing order; a unit
+      // that does not extend it (a pipeline stage's tied embedding copy, unit 0, right after its
+      // final unit; an interleaved rank's next chunk) sends the bucket off and starts another.
+      if (bucket_lo_ >= 0 && unit != bucket_lo_ - 1) launch_bucket();
       if (bucket_hi_ < 0) bucket_hi_ = unit;
       bucket_lo_ = unit;
       bucket_elems_ += up.padded;
@@ -167,6 +169,7 @@ void GradReducer::retire_oldest() {
 }
 
 void GradReducer::finish() {
+  launch_bucket();  // (what the last units left unsent: units that end above unit 0)
   while (!pending_.empty()) retire_oldest();
   if (compress_) {
     Stopwatch sw;

@@ -45,19 +45,7 @@ const NotBuiltYet kNotBuiltYet[] = {
            "CPU ranks",
            c.parallelism.context, c.parallelism.context_impl);
      }},
-    // Pipelines: gpipe, 1f1b and zero_bubble run on CPU ranks (parallel/pipeline/runner.h);
-    // interleaved_1f1b is planned by `zerod check` but not executed yet.
-    {[](const JobConfig& c) {
-       return c.parallelism.pipeline > 1 && c.parallelism.pipeline_schedule == "interleaved_1f1b";
-     },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "parallelism.pipeline_schedule: \"{}\" with parallelism.pipeline {}: executing this "
-           "schedule is not implemented yet in zerod (\"gpipe\", \"1f1b\" and \"zero_bubble\" "
-           "run; `zerod check` shows this one's plan)",
-           c.parallelism.pipeline_schedule, c.parallelism.pipeline);
-     },
-     true},
+    // Pipelines: every schedule runs on CPU ranks (parallel/pipeline/runner.h).
     {[](const JobConfig& c) {
        return c.parallelism.pipeline > 1 && c.train.device == TrainDevice::kCuda;
      },

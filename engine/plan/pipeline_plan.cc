@@ -83,24 +83,27 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
     const pipeline::Simulation sim = pipeline::simulate(schedule, plan.micro_batches, V);
     plan.bubble = sim.bubble;
     plan.live_micro_batches = sim.peak_live;
-    if (V == 1) {
-      // Each rank's stage model with a slot per live micro-batch (compute elements: fp32 arrays
-      // on CPU ranks whatever the dtype, 16-bit on GPUs).
-      const ModelSpec spec = model_spec(cfg.model);
-      const size_t esz =
-          cfg.train.device == TrainDevice::kCuda ? dtype_size(cfg.compute_dtype()) : 4;
-      // Zero-bubble: plus the split backward's copies of the micro-batches between Bi and W.
-      const int B = static_cast<int>(cfg.micro_batch());
-      for (int r = 0; r < P; ++r) {
-        const PipelineStagePlan& st = plan.stages[static_cast<size_t>(r)];
+    // Each rank's stage models (one per chunk) with a slot per live micro-batch of each
+    // (compute elements: fp32 arrays on CPU ranks whatever the dtype, 16-bit on GPUs);
+    // zero-bubble: plus the split backward's copies of the micro-batches between Bi and W.
+    const ModelSpec spec = model_spec(cfg.model);
+    const size_t esz = cfg.train.device == TrainDevice::kCuda ? dtype_size(cfg.compute_dtype()) : 4;
+    const int B = static_cast<int>(cfg.micro_batch());
+    for (int r = 0; r < P; ++r) {
+      const std::vector<pipeline::Action>& actions = schedule[static_cast<size_t>(r)];
+      int64_t bytes = 0;
+      for (int c = 0; c < V; ++c) {
+        const PipelineStagePlan& st =
+            plan.stages[static_cast<size_t>(pipeline::global_stage(r, c, P))];
         const LayerRange range{st.first_layer, st.first_layer + st.layers};
-        plan.rank_activation_bytes.push_back(
+        bytes +=
             model_activation_bytes(spec, B, cfg.model.seq_len, cfg.model.activation_checkpointing,
                                    esz, par.tensor, par.sequence_parallel && par.tensor > 1, 1,
-                                   range, plan.live_micro_batches[static_cast<size_t>(r)]) +
-            pipeline::weight_passes_pending(schedule[static_cast<size_t>(r)]) *
-                split_backward_bytes(spec, B, cfg.model.seq_len, esz, par.tensor, range));
+                                   range, pipeline::slots_needed(actions, c)) +
+            pipeline::weight_passes_pending(actions) *
+                split_backward_bytes(spec, B, cfg.model.seq_len, esz, par.tensor, range);
       }
+      plan.rank_activation_bytes.push_back(bytes);
     }
   }
   return plan;

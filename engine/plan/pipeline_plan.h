@@ -3,8 +3,7 @@
 // live micro-batches per rank (parallel/pipeline/simulate.h, unit costs F = 1, B = 2 or
 // Bi = W = 1). The model-state bytes are the ZeRO formula (zero_formula_bytes) over the stage's
 // parameters at the job's stage, compute dtype and ZeRO group (data x context); the activation
-// bytes are the stage model's own allocation for the micro-batches its schedule keeps live (with
-// one virtual stage per rank).
+// bytes are the stage models' own allocation for the micro-batches their schedule keeps live.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +30,9 @@ struct PipelinePlan {
   std::vector<int64_t> rank_parameters;   // per pipeline rank: its chunks' parameters
   std::vector<int64_t> rank_state_bytes;  // per pipeline rank: weights + grads + optimizer
   std::vector<int> live_micro_batches;    // per pipeline rank: peak (micro-batch x chunk)
-  // per pipeline rank: the activation bytes its stage's model allocates for that many live
-  // micro-batches (model_activation_bytes; V = 1 only, else empty)
+  // per pipeline rank: the activation bytes its stage models allocate for their live
+  // micro-batches (model_activation_bytes per chunk; zero-bubble: plus split_backward_bytes per
+  // micro-batch between Bi and W)
   std::vector<int64_t> rank_activation_bytes;
   double bubble = 0.0;                    // simulated, unit costs
 };

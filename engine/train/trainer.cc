@@ -151,29 +151,48 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   const ProcessGroup& tensor = groups_->tensor();
   const ProcessGroup& context = groups_->context();
-  // Pipeline parallelism: this rank's stage (the partition's layers of its pipeline rank) with
-  // activation slots for what its schedule keeps live (check_supported admits gpipe and 1f1b).
-  LayerRange stage;
+  // Pipeline parallelism: this rank's stages (the partition's layers of its pipeline rank: V of
+  // them with an interleaved schedule) with activation slots for what its schedule keeps live.
+  std::vector<LayerRange> chunks{LayerRange{}};
   pipeline::Schedule schedule;
-  int slots = 1;
+  const int V = par.virtual_stages;
   if (pipeline_stages() > 1) {
     const PipelinePlan plan = make_pipeline_plan(cfg_);
-    const PipelineStagePlan& sp = plan.stages.at(static_cast<size_t>(groups_->pipeline().rank()));
-    stage = LayerRange{sp.first_layer, sp.first_layer + sp.layers};
+    chunks.clear();
+    for (int c = 0; c < V; ++c) {
+      const PipelineStagePlan& sp = plan.stages.at(
+          static_cast<size_t>(pipeline::global_stage(groups_->pipeline().rank(), c, plan.ranks)));
+      chunks.push_back(LayerRange{sp.first_layer, sp.first_layer + sp.layers});
+    }
     pipeline::ScheduleKind kind{};
     ZD_CHECK(pipeline::parse_schedule_name(par.pipeline_schedule, kind), "schedule {}",
              par.pipeline_schedule);
     schedule =
-        pipeline::make_schedule(kind, pipeline_stages(), static_cast<int>(cfg_.grad_accum()));
-    slots = pipeline::slots_needed(schedule.at(static_cast<size_t>(groups_->pipeline().rank())));
+        pipeline::make_schedule(kind, pipeline_stages(), static_cast<int>(cfg_.grad_accum()), V);
   }
-  model_ = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
-                      TensorShard{tensor.rank(), tensor.size(), par.sequence_parallel},
-                      ContextShard{context.rank(), context.size()}, stage, slots);
-  if (pipeline_stages() > 1) {
-    runner_ = std::make_unique<pipeline::PipelineRunner>(
-        schedule.at(static_cast<size_t>(groups_->pipeline().rank())), *model_, *backend_,
-        &groups_->pipeline().comm(), &memory_);
+  const std::vector<pipeline::Action>* actions =
+      schedule.empty() ? nullptr : &schedule.at(static_cast<size_t>(groups_->pipeline().rank()));
+  const TensorShard tshard{tensor.rank(), tensor.size(), par.sequence_parallel};
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int slots = actions ? pipeline::slots_needed(*actions, static_cast<int>(c)) : 1;
+    auto m = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
+                        tshard, ContextShard{context.rank(), context.size()}, chunks[c], slots);
+    if (c == 0) {
+      model_ = std::move(m);
+    } else {
+      chunk_models_.push_back(std::move(m));
+    }
+  }
+  if (chunks.size() > 1) {
+    rank_layout_ =
+        std::make_unique<ParamLayout>(spec, model_->layout().align_elems(), tshard, chunks);
+    std::vector<Model*> models;
+    for_each_model([&](Model& m) { models.push_back(&m); });
+    runner_ = std::make_unique<pipeline::PipelineRunner>(*actions, models, *rank_layout_, *backend_,
+                                                         &groups_->pipeline().comm(), &memory_);
+  } else if (actions) {
+    runner_ = std::make_unique<pipeline::PipelineRunner>(*actions, *model_, *backend_,
+                                                         &groups_->pipeline().comm(), &memory_);
   }
   if (cfg_.data.document_masking) {  // (validated: no context split; an EOS id in the vocabulary
                                      // or data.tokenizer)
@@ -183,7 +202,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
                    "data.document_masking: no data.eos_token_id, and data.tokenizer '{}' ({}) has "
                    "no EOS token to end documents; give data.eos_token_id",
                    cfg_.data.tokenizer, tokenizer_ ? tokenizer_->tokenizer->describe() : "none");
-    model_->set_document_masking(static_cast<int32_t>(*eos));
+    for_each_model([&](Model& m) { m.set_document_masking(static_cast<int32_t>(*eos)); });
   }
   if (tensor.size() > 1) {
     exchange_ =
@@ -198,10 +217,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   if (context_exchange_) {
     model_->set_exchange(context_exchange_.get());
   } else if (exchange_) {
-    model_->set_exchange(exchange_.get());
+    for_each_model([&](Model& m) { m.set_exchange(exchange_.get()); });
   }
-  offload_preflight(cfg_, ctx_, model_->layout(),
-                    static_cast<int64_t>(backend_->compute_elem_size()));
+  offload_preflight(cfg_, ctx_, layout(), static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
   zo.stage = cfg_.zero.stage;
   // ZeRO over the data x context group (a context-parallel rank's gradients are partial sums
@@ -257,16 +275,16 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
       tied_->sum(e.grad_shard(u), e.partition().unit(u).shard);
     };
   }
-  engine_ = std::make_unique<ZeroEngine>(model_->layout(), *backend_, zo, &memory_);
+  engine_ = std::make_unique<ZeroEngine>(layout(), *backend_, zo, &memory_);
   if (tensor.size() > 1)
-    tp_grads_ = std::make_unique<TensorParallelGrads>(model_->layout(), *engine_, *backend_,
-                                                      &tensor.comm());
+    tp_grads_ =
+        std::make_unique<TensorParallelGrads>(layout(), *engine_, *backend_, &tensor.comm());
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit (tensor-parallel:
     // of its part of each unit).
     Stopwatch sw;
     const ParamLayout global(spec);
-    const ParamLayout& local = model_->layout();
+    const ParamLayout& local = layout();
     std::vector<int> local_unit(static_cast<size_t>(global.num_units()), -1);  // (pipeline stage)
     for (int u = 0; u < local.num_units(); ++u)
       local_unit[static_cast<size_t>(local.global_unit(u))] = u;
@@ -285,7 +303,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   } else {
     engine_->init_weights(cfg_.train.seed);
   }
-  model_->set_timing(cfg_.wall_clock_breakdown);
+  for_each_model([&](Model& m) { m.set_timing(cfg_.wall_clock_breakdown); });
   if (!cfg_.train.checkpoint_dir.empty()) {
     ckpt_ = std::make_unique<Checkpointer>(cfg_, ctx_, *engine_, &memory_,
                                            tokenizer_ ? &*tokenizer_ : nullptr);
@@ -580,7 +598,8 @@ void Trainer::write_pipeline_trace(int64_t step) {
 void Trainer::log_breakdown() {
   if (breakdown_steps_ == 0) return;
   const double n = static_cast<double>(breakdown_steps_);
-  const OpTimes& t = model_->times();
+  OpTimes t;
+  for_each_model([&](Model& m) { t += m.times(); });
   spdlog::info(
       "time/step: data {:.1f} ms | forward {:.1f} ms | backward {:.1f} ms | comm wait {:.1f} ms | "
       "optimizer {:.1f} ms | offload I/O wait {:.1f} ms || "
@@ -595,7 +614,7 @@ void Trainer::log_breakdown() {
       t.encoder / n * 1e3, t.rounding / n * 1e3);
   printed_phases_ = phases_;
   breakdown_steps_ = 0;
-  model_->reset_times();
+  for_each_model([](Model& m) { m.reset_times(); });
 }
 
 void Trainer::log_memory(const char* when) {

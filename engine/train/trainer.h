@@ -118,6 +118,17 @@ class Trainer {
   std::unique_ptr<Exchange> context_exchange_;  // context-parallel: around exchange_
   std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients
   std::unique_ptr<Model> model_;  // (a pipeline stage's with parallelism.pipeline > 1)
+  // Interleaved pipelines (virtual_stages V > 1): the models of chunks 1..V-1 (model_ is chunk
+  // 0's) and the layout of all of them, which the ZeRO engine and checkpoints use.
+  std::vector<std::unique_ptr<Model>> chunk_models_;
+  std::unique_ptr<ParamLayout> rank_layout_;
+  // This rank's parameter layout (every chunk's units), and f over every model of the rank.
+  const ParamLayout& layout() const { return rank_layout_ ? *rank_layout_ : model_->layout(); }
+  template <typename F>
+  void for_each_model(F&& f) {
+    f(*model_);
+    for (auto& m : chunk_models_) f(*m);
+  }
   // Pipeline parallelism: this rank's schedule over its stage, and the tied embedding's sync
   // between the first and last stage.
   std::unique_ptr<pipeline::PipelineRunner> runner_;

@@ -2,55 +2,75 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 
 #include "core/error.h"
 #include "zero/compute_comm.h"
 
 namespace zerod::pipeline {
 
-int slots_needed(const std::vector<Action>& actions) {
-  std::map<int, int> live;  // per chunk
-  int most = 0;
-  for (const Action& a : actions) {
-    if (a.kind == ActionKind::kForward) most = std::max(most, ++live[a.chunk]);
-    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) --live[a.chunk];
-  }
-  return std::max(most, 1);
-}
-
 PipelineRunner::PipelineRunner(std::vector<Action> actions, Model& model, Backend& backend,
                                Communicator* comm, MemoryTracker* tracker)
+    : PipelineRunner(std::move(actions), std::vector<Model*>{&model}, model.layout(), backend, comm,
+                     tracker) {}
+
+PipelineRunner::PipelineRunner(std::vector<Action> actions, std::vector<Model*> chunks,
+                               const ParamLayout& rank_layout, Backend& backend, Communicator* comm,
+                               MemoryTracker* tracker)
     : actions_(std::move(actions)),
-      model_(model),
+      chunks_(std::move(chunks)),
       be_(backend),
       comm_(comm),
       tracker_(tracker),
-      type_(compute_comm_type(backend)),
-      boundary_bytes_(static_cast<size_t>(model.boundary_elems()) * backend.compute_elem_size()) {
+      type_(compute_comm_type(backend)) {
+  ZD_CHECK(!chunks_.empty(), "pipeline runner without a model");
+  const int V = static_cast<int>(chunks_.size());
+  ranks_ = comm_ != nullptr ? comm_->size() : 1;
+  rank_ = comm_ != nullptr ? comm_->rank() : 0;
+  stages_ = ranks_ * V;
+  boundary_bytes_ = static_cast<size_t>(chunks_[0]->boundary_elems()) * backend.compute_elem_size();
   for (const Action& a : actions_) {
-    ZD_CHECK_INPUT(a.chunk == 0,
-                   "pipeline runner: {} of chunk {}: more than one virtual stage per rank "
-                   "(interleaved 1F1B) is not implemented yet",
-                   describe(a), a.chunk);
-  }
-  for (const Action& a : actions_) {
+    ZD_CHECK_INPUT(a.chunk >= 0 && a.chunk < V,
+                   "pipeline runner: {} of chunk {}: this rank holds {} virtual stage{}",
+                   describe(a), a.chunk, V, V == 1 ? "" : "s");
     ZD_CHECK(is_compute(a.kind) || comm_ != nullptr, "pipeline runner: {} without a communicator",
              describe(a));
   }
-  const int need = slots_needed(actions_);
-  ZD_CHECK(model_.slots() >= need,
-           "pipeline runner: the schedule keeps {} micro-batches live, the "
-           "stage's model has {} activation slots",
-           need, model_.slots());
+  if (V > 1) {
+    ZD_CHECK_INPUT(ranks_ >= 2, "pipeline runner: {} virtual stages on one pipeline rank", V);
+    for (Model* m : chunks_) {
+      ZD_CHECK(m->boundary_elems() == chunks_[0]->boundary_elems(),
+               "pipeline chunks with different boundaries");
+      seams_.push_back(std::make_unique<ChunkSeams>(m->layout(), rank_layout));
+    }
+  }
+  for (int c = 0; c < V; ++c) {
+    const int need = slots_needed(actions_, c);
+    ZD_CHECK(chunk(c).slots() >= need,
+             "pipeline runner: the schedule keeps {} micro-batches of chunk {} live, its model "
+             "has {} activation slots",
+             need, c, chunk(c).slots());
+  }
+}
+
+PipelineRunner::~PipelineRunner() = default;
+
+int PipelineRunner::tag(int m, int boundary, bool grad) const {
+  return 2 * (m * stages_ + boundary) + (grad ? 1 : 0);
+}
+
+ChunkSeams* PipelineRunner::seams(int c, ParamSource& params, GradSink* grads) {
+  if (seams_.empty()) return nullptr;
+  ChunkSeams* s = seams_[static_cast<size_t>(c)].get();
+  s->bind(&params, grads);
+  return s;
 }
 
 void PipelineRunner::receive(void* data, int peer, int tag) {
-  comm_->recv_async(data, model_.boundary_elems(), type_, peer, tag)->wait();
+  comm_->recv_async(data, chunks_[0]->boundary_elems(), type_, peer, tag)->wait();
 }
 
 void PipelineRunner::send(const void* data, int peer, int tag) {
-  pending_.push_back({comm_->send_async(data, model_.boundary_elems(), type_, peer, tag), -1});
+  pending_.push_back({comm_->send_async(data, chunks_[0]->boundary_elems(), type_, peer, tag), -1});
 }
 
 int PipelineRunner::grad_send_buffer() {
@@ -103,49 +123,52 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
   step_start_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   double loss = 0;
-  const int slots = model_.slots();
   try {
     for (const Action& a : actions_) {
       ZD_CHECK(a.micro_batch >= 0 && a.micro_batch < static_cast<int>(batches.size()),
                "pipeline runner: {} with {} micro-batches", describe(a), batches.size());
-      const int slot = a.micro_batch % slots;
-      const int act_tag = 2 * a.micro_batch, grad_tag = act_tag + 1;
+      Model& model = chunk(a.chunk);
+      const int slot = a.micro_batch % model.slots();
+      const int s = stage_of(a.chunk);
       TimedAction t{a, clock.seconds(), 0};
+      ChunkSeams* mapped = seams(a.chunk, params, &grads);
+      ParamSource& p = mapped != nullptr ? *mapped : params;
+      GradSink& g = mapped != nullptr ? *mapped : grads;
       switch (a.kind) {
         case ActionKind::kForward: {
           const MicroBatch& mb = batches[static_cast<size_t>(a.micro_batch)];
-          loss += model_.stage_forward(slot, mb.inputs, mb.targets, params, loss_weight);
+          loss += model.stage_forward(slot, mb.inputs, mb.targets, p, loss_weight);
           break;
         }
         case ActionKind::kBackward:
           if (before_backward) before_backward(a.micro_batch);
-          model_.stage_backward(slot, params, grads);
+          model.stage_backward(slot, p, g);
           break;
-        case ActionKind::kRecvActivation:
-          receive(model_.stage_input(slot), a.peer, act_tag);
-          break;
-        case ActionKind::kSendActivation:
-          send(model_.stage_output(slot), a.peer, act_tag);
-          break;
-        case ActionKind::kRecvGrad:
-          receive(model_.stage_output_grad(), a.peer, grad_tag);
-          break;
-        case ActionKind::kSendGrad: {
-          const int i = grad_send_buffer();
-          void* buf = pool_[static_cast<size_t>(i)].data();
-          be_.copy(buf, model_.stage_input_grad(), boundary_bytes_);
-          send(buf, a.peer, grad_tag);
-          pending_.back().buffer = i;
-          break;
-        }
         case ActionKind::kBackwardInput:
-          model_.stage_backward_input(slot, params, grads);
+          model.stage_backward_input(slot, p, g);
           break;
         case ActionKind::kBackwardWeight:
           // (The gradient sink sees the micro-batch's units finish here.)
           if (before_backward) before_backward(a.micro_batch);
-          model_.stage_backward_weight(slot, grads);
+          model.stage_backward_weight(slot, g);
           break;
+        case ActionKind::kRecvActivation:
+          receive(model.stage_input(slot), a.peer, tag(a.micro_batch, s - 1, false));
+          break;
+        case ActionKind::kSendActivation:
+          send(model.stage_output(slot), a.peer, tag(a.micro_batch, s, false));
+          break;
+        case ActionKind::kRecvGrad:
+          receive(model.stage_output_grad(), a.peer, tag(a.micro_batch, s, true));
+          break;
+        case ActionKind::kSendGrad: {
+          const int i = grad_send_buffer();
+          void* buf = pool_[static_cast<size_t>(i)].data();
+          be_.copy(buf, model.stage_input_grad(), boundary_bytes_);
+          send(buf, a.peer, tag(a.micro_batch, s - 1, true));
+          pending_.back().buffer = i;
+          break;
+        }
       }
       t.end = clock.seconds();
       timeline_.push_back(t);
@@ -160,20 +183,24 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
 }
 
 double PipelineRunner::forward_only(const std::vector<MicroBatch>& batches, ParamSource& params) {
-  const Model& m = model_;
-  const LayerRange& st = m.layout().stage();
-  const bool first = st.begin == 0, last = st.end == m.spec().n_layer;
-  const int rank = comm_ != nullptr ? comm_->rank() : 0;
+  const int V = static_cast<int>(chunks_.size());
+  const int prev = (rank_ + ranks_ - 1) % ranks_, next = (rank_ + 1) % ranks_;
   double loss = 0;
   try {
     for (size_t i = 0; i < batches.size(); ++i) {
-      const int tag = 2 * static_cast<int>(i);
-      if (!first) receive(model_.stage_input(0), rank - 1, tag);
-      loss += model_.stage_forward(0, batches[i].inputs, batches[i].targets, params, 0.0f);
-      if (!last) {
-        // (The next micro-batch's forward overwrites slot 0's output: wait for this send.)
-        send(model_.stage_output(0), rank + 1, tag);
-        wait_sends();
+      const int m = static_cast<int>(i);
+      for (int c = 0; c < V; ++c) {
+        Model& model = chunk(c);
+        const int s = stage_of(c);
+        if (s > 0) receive(model.stage_input(0), prev, tag(m, s - 1, false));
+        ChunkSeams* mapped = seams(c, params, nullptr);
+        loss += model.stage_forward(0, batches[i].inputs, batches[i].targets,
+                                    mapped != nullptr ? *mapped : params, 0.0f);
+        if (s + 1 < stages_) {
+          // (The next micro-batch's forward overwrites slot 0's output: wait for this send.)
+          send(model.stage_output(0), next, tag(m, s, false));
+          wait_sends();
+        }
       }
     }
   } catch (...) {

@@ -15,11 +15,13 @@
 // reused by the next backward). Every send is waited for before run() returns. Each message carries
 // the tag 2 x micro-batch (+1 for gradients), which the communicator checks on arrival.
 //
-// Not yet: V > 1 chunks per rank (Error).
+// Interleaved schedules (V chunks per rank): one model per chunk, each stage's slots its own;
+// messages are tagged by micro-batch and the boundary they cross.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/param_source.h"
+#include "parallel/pipeline/chunk_seams.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace zerod::pipeline {
@@ -45,26 +48,33 @@ struct TimedAction {
   double begin = 0, end = 0;  // seconds since the step began
 };
 
-// The most micro-batches live at once on this rank of the list (from F to B, or to W).
-int slots_needed(const std::vector<Action>& actions);
-
 class PipelineRunner {
  public:
   // actions: this pipeline rank's list; model: its stage, with slots() >= slots_needed(actions);
   // comm: the pipeline group's communicator (this rank's index = its pipeline rank; null when
-  // P = 1). Error for actions this runner cannot execute (chunks > 0).
+  // P = 1). Error for actions of chunks > 0.
   PipelineRunner(std::vector<Action> actions, Model& model, Backend& backend, Communicator* comm,
                  MemoryTracker* tracker);
+  // Interleaved: chunk c's model (global stage c x P + rank) is chunks[c], each with
+  // slots() >= slots_needed(actions, c); rank_layout: the layout of all of them (ParamLayout with
+  // chunks), whose units the ParamSource and GradSink of run() and forward_only() index (each
+  // chunk model's calls are mapped to it, ChunkSeams). P >= 2 (Error otherwise: neighbouring
+  // stages on one rank would pass their boundary without a message).
+  PipelineRunner(std::vector<Action> actions, std::vector<Model*> chunks,
+                 const ParamLayout& rank_layout, Backend& backend, Communicator* comm,
+                 MemoryTracker* tracker);
+  ~PipelineRunner();
 
   // One step over batches (M of them): every action in order. before_backward(m) is called
-  // before the backward of micro-batch m, or before its W in a split backward (the ZeRO engine's
-  // begin_micro_batch). Returns the sum
-  // of the micro-batches' mean losses on the last stage (0 on the others).
+  // before each backward of micro-batch m (once per chunk), or before its W in a split backward
+  // (the ZeRO engine's begin_micro_batch). Returns the sum of the micro-batches' mean losses on
+  // the last stage (0 on the others).
   double run(const std::vector<MicroBatch>& batches, ParamSource& params, GradSink& grads,
              float loss_weight, const std::function<void(int)>& before_backward);
 
-  // Forward only (evaluation): each micro-batch through this stage in order, receiving from the
-  // previous stage and sending to the next. Returns the sum of the mean losses on the last stage.
+  // Forward only (evaluation): each micro-batch through this rank's stages in order (chunk by
+  // chunk), receiving from the previous stage and sending to the next. Returns the sum of the
+  // mean losses on the last stage.
   double forward_only(const std::vector<MicroBatch>& batches, ParamSource& params);
 
   // The last run()'s actions with their times, and the fraction of the step this rank spent
@@ -76,6 +86,13 @@ class PipelineRunner {
   double step_start_seconds() const { return step_start_; }
 
  private:
+  // The message tag of micro-batch m crossing the boundary after global stage b (activation
+  // b -> b + 1, or its gradient b + 1 -> b), the same on both sides.
+  int tag(int m, int boundary, bool grad) const;
+  int stage_of(int chunk) const { return chunk * ranks_ + rank_; }
+  Model& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
+  // Chunk c's seams bound to the rank's params and grads (null when V = 1: the rank's own).
+  ChunkSeams* seams(int c, ParamSource& params, GradSink* grads);
   void receive(void* data, int peer, int tag);
   void send(const void* data, int peer, int tag);
   int grad_send_buffer();  // the index of a free pooled buffer of boundary_elems() elements
@@ -83,7 +100,9 @@ class PipelineRunner {
   void abandon_sends();  // after an error: every posted send finished or failed, the pool free
 
   std::vector<Action> actions_;
-  Model& model_;
+  std::vector<Model*> chunks_;
+  std::vector<std::unique_ptr<ChunkSeams>> seams_;  // per chunk; empty when V = 1
+  int ranks_ = 1, rank_ = 0, stages_ = 1;           // P, this pipeline rank, P x V
   Backend& be_;
   Communicator* comm_;
   MemoryTracker* tracker_;

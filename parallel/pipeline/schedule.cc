@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <map>
 
 #include "core/error.h"
 
@@ -237,6 +238,17 @@ Schedule make_schedule(ScheduleKind k, int ranks, int micro_batches, int virtual
       return zero_bubble_h1_schedule(ranks, micro_batches);
   }
   ZD_THROW("unknown schedule kind {}", static_cast<int>(k));
+}
+
+int slots_needed(const std::vector<Action>& actions, int chunk) {
+  std::map<int, int> live;  // per chunk
+  int most = 0;
+  for (const Action& a : actions) {
+    if (chunk >= 0 && a.chunk != chunk) continue;
+    if (a.kind == ActionKind::kForward) most = std::max(most, ++live[a.chunk]);
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) --live[a.chunk];
+  }
+  return std::max(most, 1);
 }
 
 int weight_passes_pending(const std::vector<Action>& actions) {

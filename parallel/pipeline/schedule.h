@@ -93,6 +93,10 @@ Schedule interleaved_1f1b_schedule(int ranks, int micro_batches, int virtual_sta
 // still holds at most P micro-batches (activations live from F to W).
 Schedule zero_bubble_h1_schedule(int ranks, int micro_batches);
 
+// The most micro-batches live at once on this rank of the list (from F to B, or to W), of one
+// chunk (chunk >= 0) or the most of any chunk (-1): the activation slots its stage models need.
+int slots_needed(const std::vector<Action>& actions, int chunk = -1);
+
 // The most micro-batches between their Bi and their W at once in one rank's list (0 without a
 // split backward): each holds the stage model's split_backward_bytes (model/model.h).
 int weight_passes_pending(const std::vector<Action>& actions);

@@ -1,4 +1,4 @@
-// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained four ways at one global
+// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained five ways at one global
 // batch of M micro-batches, rank threads of this process (Gloo over loopback, one OpenMP thread
 // each):
 //
@@ -7,6 +7,8 @@
 //   1f1b       parallelism.pipeline P, one forward one backward
 //   zero_bubble parallelism.pipeline P, ZB-H1: 1F1B with the backward split into its input
 //              gradient (Bi) and its weight gradient (W), which fills the cool-down's waits
+//   interleaved parallelism.pipeline P with --virtual-stages V chunks per rank (interleaved 1F1B:
+//              the bubble divided by V, at V times the messages)
 //
 // For each: the median step time and its ratio to P=1, the measured bubble (the fraction of the
 // step the ranks spent outside compute, averaged over the ranks: StepMetrics::pipeline_bubble)
@@ -36,8 +38,9 @@ using namespace zerod;
 namespace {
 
 struct Setting {
-  std::string name;  // "P=1", "gpipe", "1f1b", "zero_bubble"
+  std::string name;  // "P=1", "gpipe", "1f1b", "zero_bubble", "interleaved"
   int stages = 1;
+  int virtual_stages = 1;
   std::vector<double> seconds, bubbles;  // measured steps, every round
   double activations_mib = 0;            // rank 0 (the first stage), peak
 };
@@ -52,12 +55,14 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   log::init();
   CLI::App app{
-      "zerod pipeline benchmark (GPipe, 1F1B and zero-bubble against one rank at one global "
-      "batch)"};
-  int stages = 2, micro = 8, steps = 4, warmup = 1, rounds = 2;
+      "zerod pipeline benchmark (GPipe, 1F1B, zero-bubble and interleaved 1F1B against one rank "
+      "at one global batch)"};
+  int stages = 2, micro = 8, steps = 4, warmup = 1, rounds = 2, virtual_stages = 2;
   bench::BenchShape shape;
   app.add_option("--stages", stages, "parallelism.pipeline P")->capture_default_str();
   app.add_option("--micro-batches", micro, "micro-batches per step M")->capture_default_str();
+  app.add_option("--virtual-stages", virtual_stages, "chunks per rank V of the interleaved run")
+      ->capture_default_str();
   app.add_option("--steps", steps, "measured steps per run")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps of each run")->capture_default_str();
   app.add_option("--rounds", rounds, "runs of each setting, alternating")->capture_default_str();
@@ -71,10 +76,11 @@ int main(int argc, char** argv) {
                    "--stages {} must be >= 2 and <= --micro-batches {}", stages, micro);
     const int64_t global = int64_t{shape.batch} * micro;  // sequences per step
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
-    std::vector<Setting> settings = {{"P=1", 1, {}, {}, 0},
-                                     {"gpipe", stages, {}, {}, 0},
-                                     {"1f1b", stages, {}, {}, 0},
-                                     {"zero_bubble", stages, {}, {}, 0}};
+    std::vector<Setting> settings = {{"P=1", 1, 1, {}, {}, 0},
+                                     {"gpipe", stages, 1, {}, {}, 0},
+                                     {"1f1b", stages, 1, {}, {}, 0},
+                                     {"zero_bubble", stages, 1, {}, {}, 0},
+                                     {"interleaved", stages, virtual_stages, {}, {}, 0}};
     fmt::print(
         "pipeline benchmark: P = {} (threads, {} core(s)), {} {} layers, {} wide, {} heads, seq "
         "{}, vocab {}, {}; {} micro-batches of {} sequences a step; {} x ({} warm-up + {} "
@@ -87,7 +93,11 @@ int main(int argc, char** argv) {
         // (Resolved for one rank, then given the pipeline and the M micro-batches.)
         JobConfig job = bench::bench_job(shape, data, steps + warmup, 1);
         job.parallelism.pipeline = s.stages;
-        if (s.stages > 1) job.parallelism.pipeline_schedule = s.name;
+        if (s.stages > 1) {
+          job.parallelism.pipeline_schedule =
+              s.virtual_stages > 1 ? std::string("interleaved_1f1b") : s.name;
+          job.parallelism.virtual_stages = s.virtual_stages;
+        }
         job.gradient_accumulation_steps = micro;
         job.train_micro_batch_size_per_gpu = shape.batch;
         job.train_batch_size = global;
@@ -142,6 +152,11 @@ int main(int argc, char** argv) {
         100 * (median(settings[3].bubbles) - median(settings[2].bubbles)),
         median(settings[2].seconds) / median(settings[3].seconds),
         settings[3].activations_mib / settings[2].activations_mib);
+    fmt::print(
+        "result: interleaved (V = {}) bubble {:.3f} against (P-1)/(P-1+M)/V = {:.3f} and 1f1b "
+        "{:.3f}; step time 1f1b / interleaved {:.3f}\n",
+        virtual_stages, median(settings[4].bubbles), formula / virtual_stages,
+        median(settings[2].bubbles), median(settings[2].seconds) / median(settings[4].seconds));
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_pipeline_bench: {}\n", e.what());
     return 2;

@@ -39,12 +39,13 @@ struct Case {
   ScheduleKind schedule;
   int micro_batches;
   bool ckpt = false;
+  int virtual_stages = 1;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << model_arch_name(c.spec.arch) << " P=" << c.stages << " "
       << pipeline::schedule_name(c.schedule) << " M=" << c.micro_batches
-      << (c.ckpt ? " checkpointing" : "");
+      << (c.ckpt ? " checkpointing" : "") << " V=" << c.virtual_stages;
 }
 
 ModelSpec layers(ModelSpec s, int n) {
@@ -56,7 +57,7 @@ class PipelineRunnerModel : public testing::TestWithParam<Case> {};
 
 TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
   const Case c = GetParam();
-  const int B = 2, T = 9, P = c.stages, M = c.micro_batches;
+  const int B = 2, T = 9, P = c.stages, M = c.micro_batches, V = c.virtual_stages;
   std::vector<Batch> batches;
   for (int m = 0; m < M; ++m)
     batches.push_back(random_batch(B, T, c.spec.vocab_size, 3 + static_cast<uint64_t>(m)));
@@ -81,9 +82,9 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
 
   pipeline::PartitionRequest split;
   split.layers = c.spec.n_layer;
-  split.stages = P;
+  split.stages = P * V;
   const std::vector<int> first = pipeline::stage_first_layers(pipeline::partition_layers(split));
-  const pipeline::Schedule schedule = pipeline::make_schedule(c.schedule, P, M);
+  const pipeline::Schedule schedule = pipeline::make_schedule(c.schedule, P, M, V);
   test::World world = test::make_world(P);
   std::vector<double> losses(static_cast<size_t>(P)), evals(static_cast<size_t>(P));
   std::vector<std::vector<std::vector<float>>> grads(static_cast<size_t>(P));
@@ -93,12 +94,24 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
     auto be = make_cpu_backend(DType::kF32);
     const auto& actions = schedule[static_cast<size_t>(r)];
     slots[static_cast<size_t>(r)] = pipeline::slots_needed(actions);
-    const LayerRange stage{first[static_cast<size_t>(r)], first[static_cast<size_t>(r) + 1]};
+    // The rank's stages (chunk ch: global stage ch x P + r), a model each, and their layout.
+    std::vector<LayerRange> ranges;
+    for (int ch = 0; ch < V; ++ch) {
+      const size_t s = static_cast<size_t>(ch * P + r);
+      ranges.push_back(LayerRange{first[s], first[s + 1]});
+    }
+    const LayerRange stage = ranges[0];
     MemoryTracker tracker;
-    auto model = make_model(c.spec, *be, B, T, c.ckpt, &tracker, {}, {}, stage,
-                            slots[static_cast<size_t>(r)]);
+    std::vector<std::unique_ptr<Model>> models;
+    std::vector<Model*> chunk_models;
+    for (int ch = 0; ch < V; ++ch) {
+      models.push_back(make_model(c.spec, *be, B, T, c.ckpt, &tracker, {}, {},
+                                  ranges[static_cast<size_t>(ch)],
+                                  pipeline::slots_needed(actions, ch)));
+      chunk_models.push_back(models.back().get());
+    }
     const int64_t built = tracker.current(MemCategory::kActivations);
-    const ParamLayout& local = model->layout();
+    const ParamLayout local(c.spec, 16, {}, ranges);
     std::vector<std::vector<float>> w;
     for (int u = 0; u < local.num_units(); ++u) {
       w.push_back(gw[static_cast<size_t>(local.global_unit(u))]);
@@ -106,13 +119,16 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
     }
     States st(std::move(w));
     Communicator& comm = *world.comms[static_cast<size_t>(r)];
-    pipeline::PipelineRunner runner(actions, *model, *be, &comm, nullptr);
-    int backwards = 0;
+    pipeline::PipelineRunner runner(actions, chunk_models, local, *be, &comm, nullptr);
+    // Each micro-batch's backwards (one per chunk) come in micro-batch order per chunk.
+    std::vector<int> backwards(static_cast<size_t>(M), 0);
+    int done = 0;
     losses[static_cast<size_t>(r)] = runner.run(mbs, st, st, 1.0f, [&](int m) {
-      EXPECT_EQ(m, backwards) << "backwards in micro-batch order";
-      ++backwards;
+      if (V == 1) EXPECT_EQ(m, done) << "backwards in micro-batch order";
+      ++backwards.at(static_cast<size_t>(m));
+      ++done;
     });
-    EXPECT_EQ(backwards, M);
+    for (int m = 0; m < M; ++m) EXPECT_EQ(backwards[static_cast<size_t>(m)], V) << "mb " << m;
     // A split backward's copies: the formula per micro-batch between Bi and W, times the most
     // such at once (allocated on first use, then reused).
     const int pending = pipeline::weight_passes_pending(actions);
@@ -135,7 +151,7 @@ TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
   }
   // 1F1B keeps P - r micro-batches live on rank r (at most M); GPipe all M; zero-bubble
   // (live until W, which rank r runs r backwards late) P on every rank.
-  for (int r = 0; r < P; ++r) {
+  for (int r = 0; r < P && V == 1; ++r) {
     const int want = c.schedule == ScheduleKind::kGPipe          ? M
                      : c.schedule == ScheduleKind::kZeroBubbleH1 ? std::min(M, P)
                                                                  : std::min(M, P - r);
@@ -164,6 +180,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(model_arch_name(c.spec.arch)) + "_P" + std::to_string(c.stages) + "_" +
          pipeline::schedule_name(c.schedule) + "_M" + std::to_string(c.micro_batches) +
+         (c.virtual_stages > 1 ? "_V" + std::to_string(c.virtual_stages) : "") +
          (c.ckpt ? "_checkpointing" : "");
 }
 
@@ -181,7 +198,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{layers(test::tiny_gpt2(), 5), 4, ScheduleKind::kZeroBubbleH1, 6, true},
         Case{test::tiny_llama(ModelArch::kLlama), 2, ScheduleKind::kZeroBubbleH1, 3, true},
         Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 4, ScheduleKind::kZeroBubbleH1, 5},
-        Case{test::tiny_gpt2(), 1, ScheduleKind::kZeroBubbleH1, 2}),
+        Case{test::tiny_gpt2(), 1, ScheduleKind::kZeroBubbleH1, 2},
+        Case{layers(test::tiny_gpt2(), 4), 2, ScheduleKind::kInterleaved1F1B, 4, false, 2},
+        Case{layers(test::tiny_gpt2(), 6), 2, ScheduleKind::kInterleaved1F1B, 6, true, 3},
+        Case{layers(test::tiny_llama(ModelArch::kLlama), 8), 4, ScheduleKind::kInterleaved1F1B, 8,
+             false, 2},
+        Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 2, ScheduleKind::kInterleaved1F1B, 2,
+             true, 2}),
     case_name);
 
 // A stage's layout holds its units only, with global names and the single-rank initialisation;

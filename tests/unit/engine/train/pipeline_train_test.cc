@@ -1,7 +1,8 @@
 // Pipeline parallelism through the whole trainer (threads of this process, Gloo over 127.0.0.1):
-// P = 2 with GPipe, 1F1B and zero-bubble, P = 4 with 1F1B and zero-bubble, P = 2 x DP = 2 at
-// ZeRO stages 1-3 (1F1B and zero-bubble), P = 2 x T = 2, the full 3D mesh P = 2 x DP = 2 x T = 2
-// (8 ranks; 1F1B and zero-bubble), and 1F1B and zero-bubble with activation checkpointing,
+// P = 2 with GPipe, 1F1B, zero-bubble and interleaved 1F1B (V = 2), P = 4 with 1F1B and
+// zero-bubble, P = 2 x DP = 2 at ZeRO stages 0-3 (1F1B, interleaved, zero-bubble at 1-3),
+// P = 2 x T = 2, the full 3D mesh P = 2 x DP = 2 x T = 2 (8 ranks; 1F1B, zero-bubble and
+// interleaved), and 1F1B, interleaved and zero-bubble with activation checkpointing,
 // each train the losses and gradient norms of one rank at the same global batch (1e-5 relative
 // over 20 steps), for GPT-2 (tied embedding: the first and last stage's copies stay one) and a
 // Llama with grouped-query attention and an untied head.
@@ -39,6 +40,7 @@ class PipelineTrain : public ::testing::TestWithParam<TinyModel> {
     std::string schedule = "1f1b";
     int stage = 0;
     bool checkpointing = false;
+    int virtual_stages = 1;
   };
   struct Outcome {
     std::vector<double> losses, norms;
@@ -48,8 +50,9 @@ class PipelineTrain : public ::testing::TestWithParam<TinyModel> {
   Outcome train(const Run& r) const {
     const int world = r.pipeline * r.tensor * r.data;
     std::string extra = R"(, "parallelism": {"pipeline": )" + std::to_string(r.pipeline) +
-                        R"(, "tensor": )" + std::to_string(r.tensor) +
-                        R"(, "pipeline_schedule": ")" + r.schedule + R"("})";
+                        R"(, "tensor": )" + std::to_string(r.tensor) + R"(, "virtual_stages": )" +
+                        std::to_string(r.virtual_stages) + R"(, "pipeline_schedule": ")" +
+                        r.schedule + R"("})";
     TinyModel model = GetParam();
     if (r.checkpointing) {
       model.json.pop_back();
@@ -112,12 +115,26 @@ TEST_P(PipelineTrain, TwoStagesGPipeAnd1F1BAndFourStagesTrainTheLossesOfOneRank)
   expect_single({.pipeline = 2, .schedule = "zero_bubble"}, "P=2 zero_bubble");
   expect_single({.pipeline = 4, .schedule = "zero_bubble", .checkpointing = true},
                 "P=4 zero_bubble checkpointing");
+  // 4 layers as 4 stages of one layer, two per rank.
+  expect_single({.pipeline = 2, .schedule = "interleaved_1f1b", .virtual_stages = 2},
+                "P=2 V=2 interleaved_1f1b");
+  expect_single(
+      {.pipeline = 2, .schedule = "interleaved_1f1b", .checkpointing = true, .virtual_stages = 2},
+      "P=2 V=2 interleaved_1f1b checkpointing");
 }
 
-TEST_P(PipelineTrain, TwoStagesTimesDataTwoAtZeroStagesOneToThree) {
-  for (int stage : {1, 2, 3}) {
+TEST_P(PipelineTrain, TwoStagesTimesDataTwoAtZeroStagesZeroToThree) {
+  // (Stage 0's buckets: the last stage's tied embedding copy, unit 0, finishes right after its
+  // final unit; an interleaved rank's chunks finish apart.)
+  for (int stage : {0, 1, 2, 3}) {
     expect_single({.pipeline = 2, .data = 2, .stage = stage},
                   "P=2 x DP=2 ZeRO-" + std::to_string(stage));
+    expect_single({.pipeline = 2,
+                   .data = 2,
+                   .schedule = "interleaved_1f1b",
+                   .stage = stage,
+                   .virtual_stages = 2},
+                  "P=2 x DP=2 interleaved ZeRO-" + std::to_string(stage));
     // The split backward finishes a micro-batch's units in its W, after later micro-batches'
     // input passes have written into the same gradient buffers.
     expect_single({.pipeline = 2, .data = 2, .schedule = "zero_bubble", .stage = stage},
@@ -130,6 +147,13 @@ TEST_P(PipelineTrain, TwoStagesTimesTensorTwoAndTheFull3DMesh) {
   expect_single({.pipeline = 2, .tensor = 2, .data = 2, .stage = 1}, "P=2 x DP=2 x T=2");
   expect_single({.pipeline = 2, .tensor = 2, .data = 2, .schedule = "zero_bubble", .stage = 1},
                 "P=2 x DP=2 x T=2 zero_bubble");
+  expect_single({.pipeline = 2,
+                 .tensor = 2,
+                 .data = 2,
+                 .schedule = "interleaved_1f1b",
+                 .stage = 1,
+                 .virtual_stages = 2},
+                "P=2 x DP=2 x T=2 interleaved_1f1b V=2");
 }
 
 // wall_clock_breakdown on a pipeline: every step's measured bubble (in the step metrics, between 0
