@@ -2,6 +2,8 @@
 //
 //   zerod train [JOB.json] [--steps N] [--demo-dir DIR] [--nproc-per-node N]
 //               [--nnodes N [--node-rank R] --master HOST:PORT] [--resume latest|TAG]
+//               [--nnodes MIN:MAX [--node-rank R] --master HOST:PORT [--max-restarts K]
+//                [--settle SECONDS]]   (elastic: an agent per node, docs/elastic.md)
 //               [--listen unix:PATH|ADDR:PORT [--token-file F | --insecure-loopback]
 //                [--tls-cert C --tls-key K]]
 //   zerod check JOB.json [--world-size N] [--config-only]
