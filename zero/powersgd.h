@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -69,8 +70,13 @@ class PowerSgd : public GradCompression {
 
   PowerSgdState state() const;
   void set_state(const PowerSgdState& s);  // sizes must match this layout's
-  // A resume from a checkpoint (which does not hold this state): `iteration` steps taken, zero
-  // residuals, a fresh Q drawn at the next compressed step.
+  // The state as the bytes of this rank's checkpoint file, and back (zero/powersgd_state.cc).
+  // deserialize throws InputError naming `what` for a file of another world size, model, rank r
+  // or use_error_feedback (the caller then restarts).
+  std::string serialize() const;
+  void deserialize(const std::string& bytes, const std::string& what);
+  // A resume without this rank's state (another world size, a checkpoint from before it was
+  // saved): `iteration` steps taken, zero residuals, a fresh Q drawn at the next compressed step.
   void restart_at(int64_t iteration);
 
   const std::vector<Matrix>& matrices() const { return mats_; }

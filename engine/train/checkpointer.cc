@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 
 #include "comm/strings.h"
@@ -333,6 +334,9 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
       write_file_atomically((fs::path(tmp) / kOnebitSharedFile).string(), ob->serialize_shared());
   }
 
+  if (const PowerSgd* ps = engine_.powersgd())  // each rank's residuals differ: one file each
+    write_file_atomically((fs::path(tmp) / powersgd_file(ctx_.rank)).string(), ps->serialize());
+
   SaveReport report;
   report.tag = tag;
   for (const auto& s : shards) report.bytes += 12 * (s.end - s.begin);
@@ -451,6 +455,23 @@ std::string Checkpointer::onebit_file(int rank) {
   return fmt::format("onebit_rank{}.bin", rank);
 }
 
+namespace {
+
+// Reads a rank's state file into `use` (bytes, the file's name for errors): "" when it did,
+// else why not (no file; `use`'s InputError: another world size or model).
+std::string load_rank_file(const fs::path& file,
+                           const std::function<void(const std::string&, const std::string&)>& use) {
+  if (!fs::exists(file)) return "no " + file.filename().string();
+  try {
+    use(read_whole_file(file), file.string());
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
 // The 1-bit optimizer's errors of this rank. A checkpoint of another world size (or one saved
 // before the errors existed) has none for it: they restart from zero, as DeepSpeed always does.
 void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
@@ -462,26 +483,35 @@ void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
                      kOnebitSharedFile);
     ob.deserialize_shared(read_whole_file(shared), shared.string());
   }
-  const fs::path file = fs::path(path) / onebit_file(ctx_.rank);
-  std::string why;
-  if (!fs::exists(file)) {
-    why = "no " + file.filename().string();
-  } else {
-    try {
-      ob.deserialize(read_whole_file(file), file.string());
-      if (ob.has_rank_states()) {
-        engine_.visit_states_host(ZeroEngine::StatesMode::kUpdate, 0, engine_.layout().num_units(),
-                                  [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
-                                    ob.restore_rank_states(u, lo, hi, pm, pa);
-                                  });
-      }
-      return;
-    } catch (const InputError& e) {
-      why = e.what();
-    }
-  }
+  const std::string why =
+      load_rank_file(fs::path(path) / onebit_file(ctx_.rank),
+                     [&](const std::string& bytes, const std::string& what) {
+                       ob.deserialize(bytes, what);
+                       if (ob.has_rank_states()) {
+                         engine_.visit_states_host(
+                             ZeroEngine::StatesMode::kUpdate, 0, engine_.layout().num_units(),
+                             [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
+                               ob.restore_rank_states(u, lo, hi, pm, pa);
+                             });
+                       }
+                     });
+  if (why.empty()) return;
   spdlog::warn("rank {}: the 1-bit optimizer's compression errors restart from zero ({})",
                ctx_.rank, why);
+}
+
+std::string Checkpointer::powersgd_file(int rank) {
+  return fmt::format("powersgd_rank{}.bin", rank);
+}
+
+void Checkpointer::load_powersgd(PowerSgd& ps, const std::string& path, int64_t steps) {
+  const std::string why = load_rank_file(
+      fs::path(path) / powersgd_file(ctx_.rank),
+      [&](const std::string& bytes, const std::string& what) { ps.deserialize(bytes, what); });
+  if (why.empty()) return;
+  spdlog::warn("rank {}: PowerSGD's residuals restart from zero and its Q afresh ({})", ctx_.rank,
+               why);
+  ps.restart_at(steps);
 }
 
 std::optional<std::string> Checkpointer::poll() {
@@ -733,9 +763,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   }
   engine_.set_adam_steps(m.progress.adam_steps);
   if (OnebitOptimizer* ob = engine_.onebit()) load_onebit(*ob, path);
-  // PowerSGD's residuals and Q are not saved: it resumes at the step count with zero residuals
-  // and a fresh Q (docs/compression.md).
-  if (PowerSgd* ps = engine_.powersgd()) ps->restart_at(m.progress.adam_steps);
+  if (PowerSgd* ps = engine_.powersgd()) load_powersgd(*ps, path, m.progress.adam_steps);
   engine_.refresh_weights();
   if (ctx_.rank == 0) {
     spdlog::info("resumed from {} (step {}, saved by {} rank{} at ZeRO stage {}{})", path,

@@ -82,6 +82,10 @@ class Checkpointer {
   // The 1-bit optimizer's per-rank errors: the file's name in a checkpoint, and reading it.
   static std::string onebit_file(int rank);
   void load_onebit(OnebitOptimizer& ob, const std::string& path);
+  // PowerSGD's residuals and Q of this rank (powersgd_rankR.bin): restored, or restarted with a
+  // warning when the checkpoint has none for this rank and world size.
+  static std::string powersgd_file(int rank);
+  void load_powersgd(PowerSgd& ps, const std::string& path, int64_t steps);
 
   const JobConfig& cfg_;
   RankContext ctx_;

@@ -245,5 +245,46 @@ TEST(PowerSgd, TrainingFollowsPlainAdamW) {
       << adam.back() << " vs " << psgd.back();
 }
 
+// A checkpoint holds each rank's residuals and warm-start Q (powersgd_rankR.bin): a resume after
+// the compression started continues bit for bit. Without the files (a checkpoint of another world
+// size) it restarts them with a warning and the curve departs, which is what the files prevent.
+TEST(PowerSgd, ResumeIsBitwise) {
+  testing::TempCorpus corpus("zerod_powersgd_resume");
+  const fs::path ckpt =
+      fs::temp_directory_path() / ("zerod_powersgd_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(ckpt);
+  auto losses = [&](int save_interval, const std::string& resume) {
+    const std::string train_extra = R"(, "checkpoint_dir": ")" + ckpt.string() +
+                                    R"(", "save_interval": )" + std::to_string(save_interval);
+    const JobConfig cfg = testing::tiny_job(
+        corpus, 2, 0, 1, 8,
+        R"(, "communication_compression": {"type": "powersgd", "rank": 2, "start_iter": 2})",
+        train_extra);
+    std::vector<double> out;
+    testing::run_world(2, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      if (!resume.empty()) t.resume(resume);
+      const TrainResult res = t.run();
+      if (ctx.rank == 0)
+        for (const auto& s : res.steps) out.push_back(s.loss);
+    });
+    return out;
+  };
+  const std::vector<double> whole = losses(4, "");
+  ASSERT_EQ(whole.size(), 8u);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(fs::exists(ckpt / "global_step4" / ("powersgd_rank" + std::to_string(r) + ".bin")));
+  const std::vector<double> rest = losses(0, "global_step4");
+  ASSERT_EQ(rest.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rest[i], whole[4 + i]) << "step " << 5 + i;
+  for (int r = 0; r < 2; ++r)
+    fs::remove(ckpt / "global_step4" / ("powersgd_rank" + std::to_string(r) + ".bin"));
+  const std::vector<double> restarted = losses(0, "global_step4");
+  ASSERT_EQ(restarted.size(), 4u);
+  EXPECT_NE(restarted, std::vector<double>(whole.begin() + 4, whole.end()))
+      << "zero residuals and a fresh Q change the curve";
+  fs::remove_all(ckpt);
+}
+
 }  // namespace
 }  // namespace zerod
