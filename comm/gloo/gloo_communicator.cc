@@ -2,6 +2,7 @@
 
 #include <gloo/rendezvous/context.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/gloo/algorithms.h"
@@ -89,7 +90,12 @@ class GlooCommunicator final : public Communicator {
     executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor, names_);
     const double rate = options.rate_limit_bits_per_s > 0 ? options.rate_limit_bits_per_s
                                                           : gloo_backend::rate_limit_from_env();
-    if (rate > 0) executor_->set_rate_limiter(std::make_shared<gloo_backend::RateLimiter>(rate));
+    if (rate > 0) {
+      const bool per_node = gloo_backend::rate_limit_per_node_from_env();
+      const int first = options.local_ranks > 0 ? options.first_local_rank : names_.global(rank_);
+      executor_->set_rate_limiter(
+          gloo_backend::make_rate_limiter(rate, per_node, first, std::max(1, options.local_ranks)));
+    }
     log::init();
     spdlog::debug("gloo communicator: {} connected on {} (timeout {} ms)", who,
                   options.bind_address, timeout_.count());

@@ -77,6 +77,10 @@ struct GlooOptions {
   // transport, not a shaped interface), in bits per second; 0: the environment variable
   // ZEROD_GLOO_RATE_LIMIT_BPS when set, else none. For tests and benchmarks of slow links.
   double rate_limit_bits_per_s = 0;
+  // This process's ranks, global [first_local_rank, first_local_rank + local_ranks): what
+  // ZEROD_GLOO_RATE_LIMIT_SCOPE=node leaves unthrottled (rate_limiter.h). 0 ranks: this rank only.
+  int first_local_rank = 0;
+  int local_ranks = 0;
 };
 
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options);

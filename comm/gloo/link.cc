@@ -98,7 +98,7 @@ void Link::fail(int peer, const char* what, const std::exception* e) {
 
 void Link::send(Buffer buf, int peer, size_t offset, size_t bytes, int channel) {
   throw_if_aborted(peer, "sending to");
-  if (limiter_ != nullptr) limiter_->acquire(bytes);
+  if (limiter_ != nullptr && limiter_->applies_to(name(peer))) limiter_->acquire(bytes);
   try {
     buf->send(peer, slot(channel), offset, bytes);
   } catch (const std::exception& e) {

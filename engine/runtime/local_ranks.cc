@@ -69,6 +69,8 @@ void run_local_ranks(const LocalRanksOptions& o,
         g.bind_address = o.bind_address;
         g.timeout = o.timeout;
         g.monitor = monitor;
+        g.first_local_rank = o.first_rank;
+        g.local_ranks = o.local_world_size;
         comm = make_gloo_communicator(g);
       }
       RankContext ctx;

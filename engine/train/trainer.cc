@@ -144,6 +144,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     world.bind_address = ctx_.bind_address;
     world.timeout = ctx_.timeout;
     world.monitor = ctx_.monitor;
+    world.first_local_rank = ctx_.rank - ctx_.local_rank;  // (a node-scoped throttle's own ranks)
+    world.local_ranks = ctx_.local_world_size;
     GlooGroupFactory factory(world);
     groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, &factory);
   } else {

@@ -412,6 +412,21 @@ TEST_F(Cli, BadInputExitsWithCode2AndAClearMessage) {
       {"unknown key", "check j.json", "j.json",
        R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stagee": 1}})",
        "zero_optimization.stagee: unknown key; did you mean 'stage'?"},
+      // Issue 24's bad input, through `zerod check`: an unknown optimizer parameter (named, with
+      // the valid ones), compression with a stage or offload it cannot serve.
+      {"an unknown optimizer parameter", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4,
+           "optimizer": {"type": "Lion", "params": {"lr": 1e-4, "eps": 1e-8}}})",
+       "optimizer.params.eps: unknown key (valid for Lion: lr, betas, weight_decay)"},
+      {"PowerSGD at stage 2", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2},
+           "communication_compression": {"type": "powersgd", "rank": 4}})",
+       "communication_compression.type: \"powersgd\" serves zero_optimization.stage 0 only"},
+      {"1-bit Adam with the optimizer offloaded", "check j.json", "j.json",
+       R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "OneBitAdam"},
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})",
+       "zero_optimization.offload_optimizer.device: offload cannot be combined with optimizer "
+       "OneBitAdam"},
       {"batch triangle", "check j.json --world-size 2", "j.json",
        R"({"train_batch_size": 33, "train_micro_batch_size_per_gpu": 17, "gradient_accumulation_steps": 2,
            "train": {"steps": 1}})",

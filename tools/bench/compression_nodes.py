@@ -7,13 +7,16 @@ freeze_step = --warmup. Per setting: rank 0's comms logger totals (the `comms_lo
 lines, exact bytes) differenced between the end of step --warmup and the last step, per step and
 by kind of collective, in NCCL's size convention and on the wire (x 2(n-1)/n for all_reduce,
 x (n-1)/n for all_gather / all_to_all / reduce_scatter: what a rank sends); the median step time
-from csv_monitor's tokens/s over the same steps. With --link-bits, every rank's Gloo sends are
-paced to that many bits/s (ZEROD_GLOO_RATE_LIMIT_BPS, comm/gloo/rate_limiter.h: a throttle of
-each rank's sends to every peer, inside a node as well as between nodes; receives are not
-limited and no latency is added; not a shaped interface).
+from csv_monitor's tokens/s over the same steps. With --link-bits, Gloo's sends are paced to
+that many bits/s (ZEROD_GLOO_RATE_LIMIT_BPS, comm/gloo/rate_limiter.h; receives are not limited,
+no latency is added; not a shaped interface): --link-scope node (the default) gives each process
+one link for its sends to the other processes' ranks, shared by its ranks, and leaves the sends
+between its own ranks unthrottled (a node's uplink); --link-scope rank paces every rank's sends
+to every peer, inside a node too (ZEROD_GLOO_RATE_LIMIT_SCOPE).
 
   python3 tools/bench/compression_nodes.py --zerod build/engine/zerod [--nnodes 2]
-      [--nproc-per-node 2] [--rank 4] [--warmup 2] [--steps 4] [--link-bits 0] [--dir DIR]
+      [--nproc-per-node 2] [--rank 4] [--warmup 2] [--steps 4] [--link-bits 0]
+      [--link-scope node|rank] [--dir DIR]
 
 Exits 1 when, after the freeze, OneBitAdam's bytes per step on the wire are not at least 16x
 smaller than AdamW's, or PowerSGD's (NCCL size convention) not at least 10x smaller.
@@ -126,6 +129,9 @@ def main():
     p.add_argument("--warmup", type=int, default=2, help="unmeasured steps; OneBitAdam's freeze_step")
     p.add_argument("--steps", type=int, default=4, help="measured steps")
     p.add_argument("--link-bits", type=float, default=0, help="each rank's send rate (0: none)")
+    p.add_argument("--link-scope", choices=["node", "rank"], default="node",
+                   help="what --link-bits limits: each process's sends to other processes, or "
+                        "every rank's sends")
     p.add_argument("--data", default="", help="token shards glob (default: the demo corpus)")
     p.add_argument("--dir", default="", help="work directory (default: a temporary one)")
     a = p.parse_args()
@@ -139,8 +145,10 @@ def main():
     a.data = os.path.abspath(os.path.join(d, a.data)) if not os.path.isabs(a.data) else a.data
     env = dict(os.environ)
     env.pop("ZEROD_GLOO_RATE_LIMIT_BPS", None)
+    env.pop("ZEROD_GLOO_RATE_LIMIT_SCOPE", None)
     if a.link_bits > 0:
         env["ZEROD_GLOO_RATE_LIMIT_BPS"] = f"{a.link_bits:g}"
+        env["ZEROD_GLOO_RATE_LIMIT_SCOPE"] = a.link_scope
     adam = '{"type": "AdamW", "params": {"lr": 1e-3}}'
     settings = [
         ("AdamW", adam, ""),
@@ -150,9 +158,14 @@ def main():
          ""),
     ]
     world = a.nnodes * a.nproc_per_node
+    throttle = "unthrottled"
+    if a.link_bits > 0 and a.link_scope == "node":
+        throttle = f"paced to {a.link_bits:g} bits/s per process (sends to other processes' ranks)"
+    elif a.link_bits > 0:
+        throttle = f"paced to {a.link_bits:g} bits/s per rank (every send)"
     print(f"{a.nnodes} processes x {a.nproc_per_node} ranks = world {world} on 127.0.0.1, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; Gloo sends "
-          f"{'paced to %g bits/s per rank' % a.link_bits if a.link_bits > 0 else 'unthrottled'}; "
+          f"{throttle}; "
           f"{a.warmup} warm-up + {a.steps} measured steps")
     results = [run_setting(a, d, *s, env) for s in settings]
     base = results[0]

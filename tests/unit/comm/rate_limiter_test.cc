@@ -72,5 +72,40 @@ TEST(RateLimiter, EnvironmentVariable) {
   EXPECT_EQ(gloo_backend::rate_limit_from_env(), 0.0);
 }
 
+// ZEROD_GLOO_RATE_LIMIT_SCOPE=node: one link per process, shared by its ranks' communicators,
+// pacing only the sends to other processes' ranks.
+TEST(RateLimiter, NodeScopePacesOnlyOtherProcessesRanksThroughOneSharedLink) {
+  RateLimiter node(8e6, 2, 2);  // this process: global ranks 2 and 3
+  EXPECT_TRUE(node.applies_to(0));
+  EXPECT_TRUE(node.applies_to(1));
+  EXPECT_FALSE(node.applies_to(2));
+  EXPECT_FALSE(node.applies_to(3));
+  EXPECT_TRUE(node.applies_to(4));
+  EXPECT_TRUE(RateLimiter(8e6).applies_to(0)) << "rank scope: every peer";
+
+  const auto a = gloo_backend::make_rate_limiter(1e9, true, 0, 2);
+  const auto b = gloo_backend::make_rate_limiter(1e9, true, 0, 2);
+  EXPECT_EQ(a.get(), b.get()) << "one link per process";
+  EXPECT_THROW(gloo_backend::make_rate_limiter(2e9, true, 0, 2), Error);
+  EXPECT_NE(gloo_backend::make_rate_limiter(1e9, false, 0, 2).get(),
+            gloo_backend::make_rate_limiter(1e9, false, 0, 2).get())
+      << "rank scope: a bucket per communicator";
+
+  ::unsetenv("ZEROD_GLOO_RATE_LIMIT_SCOPE");
+  EXPECT_FALSE(gloo_backend::rate_limit_per_node_from_env());
+  ::setenv("ZEROD_GLOO_RATE_LIMIT_SCOPE", "rank", 1);
+  EXPECT_FALSE(gloo_backend::rate_limit_per_node_from_env());
+  ::setenv("ZEROD_GLOO_RATE_LIMIT_SCOPE", "node", 1);
+  EXPECT_TRUE(gloo_backend::rate_limit_per_node_from_env());
+  ::setenv("ZEROD_GLOO_RATE_LIMIT_SCOPE", "switch", 1);
+  try {
+    gloo_backend::rate_limit_per_node_from_env();
+    ADD_FAILURE() << "'switch' accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("ZEROD_GLOO_RATE_LIMIT_SCOPE"), std::string::npos);
+  }
+  ::unsetenv("ZEROD_GLOO_RATE_LIMIT_SCOPE");
+}
+
 }  // namespace
 }  // namespace zerod
