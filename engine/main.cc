@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/config/elasticity.h"
+#include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 #include "engine/elastic_train.h"
 #include "engine/plan/pipeline_plan.h"
@@ -416,6 +417,11 @@ int run_check(const std::string& path, int world_size, bool config_only) {
     std::fprintf(stderr, "zerod: warning: %s: %s\n", path.c_str(), w.c_str());
   zerod::resolve_job(job.config, world_size);
   zerod::check_supported(job.config, /*running=*/false);
+  // A mixture-of-experts model's MoE blocks, experts and their parameters.
+  if (job.config.model.moe.num_experts > 0) {
+    std::fprintf(stderr, "zerod: %s\n",
+                 zerod::describe_moe(zerod::model_spec(job.config.model)).c_str());
+  }
   // A pipeline's stages and schedule (the job cannot run yet: check_supported refuses it then).
   if (job.config.parallelism.pipeline > 1)
     std::fputs(zerod::format_pipeline_plan(zerod::make_pipeline_plan(job.config)).c_str(), stderr);

@@ -19,7 +19,8 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
   const size_t BT = static_cast<size_t>(B) * T_, R = static_cast<size_t>(rows()), C = s.n_embd,
                NH = d.n_head, A = d.q_dim, F = d.ffn;
   // One allocation per buffer keeps each 64-byte aligned and visible in the memory report.
-  auto make_block = [&]() {
+  // A MoE block's MLP keeps its state in moe_ (fch and fch_gelu stay null).
+  auto make_block = [&](bool dense_mlp) {
     BlockActs a{};
     a.ln1 = act(R * C);
     a.ln1_mean = stat(R);
@@ -31,17 +32,20 @@ Gpt::Gpt(const ModelSpec& spec, Backend& backend, int B, int T, bool activation_
     a.ln2 = act(R * C);
     a.ln2_mean = stat(R);
     a.ln2_rstd = stat(R);
-    a.fch = act(BT * F);
-    a.fch_gelu = act(BT * F);
+    if (dense_mlp) {
+      a.fch = act(BT * F);
+      a.fch_gelu = act(BT * F);
+    }
     return a;
   };
-  if (checkpointing_) work_ = make_block();
+  if (checkpointing_) work_ = make_block(s.moe.moe_layers(s.n_layer) < s.n_layer);
   const LayerRange& st = layout_.stage();
   saved_.resize(static_cast<size_t>(slots));
   for (Saved& sv : saved_) {
     if (!checkpointing_) {
       sv.blocks.resize(static_cast<size_t>(s.n_layer));
-      for (int l = st.begin; l < st.end; ++l) sv.blocks[static_cast<size_t>(l)] = make_block();
+      for (int l = st.begin; l < st.end; ++l)
+        sv.blocks[static_cast<size_t>(l)] = make_block(!s.moe.is_moe_layer(l));
     }
     if (last_stage()) {
       sv.lnf = act(R * C);
@@ -83,12 +87,15 @@ int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int 
                 n = stage.end - stage.begin, A = d.q_dim, F = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (4 * A + 2 * F) * BT) * e + (4 * R + NH * BT) * 4;
-  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + (n + 1) * R * C * e +
-                           (last ? R * C * e + 2 * R * 4 : 0) +
+  // A MoE block saves no fch / fch_gelu (its MLP's state is MoeLayers').
+  const MoeLayers::ModelBytes moe =
+      MoeLayers::model_bytes(s, BT, stage, activation_checkpointing, esz, 2 * F * BT * e);
+  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
+                           (n + 1) * R * C * e + (last ? R * C * e + 2 * R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);
   const int64_t part = R < BT ? R * C : 0;  // (sequence parallelism)
-  const int64_t shared =
-      (activation_checkpointing ? block : 0) + (R * C + part + (2 * C + F + 3 * A) * BT) * e;
+  const int64_t shared = moe.shared + (activation_checkpointing ? block : 0) +
+                         (R * C + part + (2 * C + F + 3 * A) * BT) * e;
   return slots * per_slot + shared;
 }
 
@@ -165,24 +172,28 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   round(a.ln2, R * C);
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
-  if (be_.fuses_matmul_gelu()) {  // one op (no rounding to emulate: a real 16-bit backend)
-    timed(timer(), times_.matmul_fwd, [&] {
-      be_.matmul_gelu_forward(a.fch_gelu, a.fch, ln2, elem_at(w, o.fc_w, esz_),
-                              elem_at(w, o.fc_b, esz_), N, C, F);
-    });
+  if (s.moe.is_moe_layer(l)) {
+    moe_->forward(l, w, ln2, proj_tmp_, N);  // (the experts' MLP, model/moe_block.h)
   } else {
+    if (be_.fuses_matmul_gelu()) {  // one op (no rounding to emulate: a real 16-bit backend)
+      timed(timer(), times_.matmul_fwd, [&] {
+        be_.matmul_gelu_forward(a.fch_gelu, a.fch, ln2, elem_at(w, o.fc_w, esz_),
+                                elem_at(w, o.fc_b, esz_), N, C, F);
+      });
+    } else {
+      timed(timer(), times_.matmul_fwd, [&] {
+        be_.matmul_forward(a.fch, ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
+      });
+      round(a.fch, N * F);
+      timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
+      round(a.fch_gelu, N * F);
+    }
     timed(timer(), times_.matmul_fwd, [&] {
-      be_.matmul_forward(a.fch, ln2, elem_at(w, o.fc_w, esz_), elem_at(w, o.fc_b, esz_), N, C, F);
+      be_.matmul_forward(proj_tmp_, a.fch_gelu, elem_at(w, o.fcproj_w, esz_),
+                         elem_at(w, o.fcproj_b, esz_), N, F, C);
     });
-    round(a.fch, N * F);
-    timed(timer(), times_.gelu, [&] { be_.gelu_forward(a.fch_gelu, a.fch, N * F); });
-    round(a.fch_gelu, N * F);
+    round(proj_tmp_, N * C);
   }
-  timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(proj_tmp_, a.fch_gelu, elem_at(w, o.fcproj_w, esz_),
-                       elem_at(w, o.fcproj_b, esz_), N, F, C);
-  });
-  round(proj_tmp_, N * C);
   exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
   round(res_out, R * C);
@@ -201,27 +212,32 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   void* dln = sp_or(part_, d_c_);
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
-  if (be_.fuses_matmul_gelu() && !splitting_backward()) {  // (split: dweight deferred)
-    timed(timer(), times_.matmul_bwd, [&] {
-      be_.matmul_backward_dgelu(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_),
-                                dout, a.fch_gelu, elem_at(w, o.fcproj_w, esz_), a.fch, N, F, C);
-    });
+  if (s.moe.is_moe_layer(l)) {
+    moe_->backward(l, w, dw, a.ln2, dout, d_c_);
   } else {
+    if (be_.fuses_matmul_gelu() && !splitting_backward()) {  // (split: dweight deferred)
+      timed(timer(), times_.matmul_bwd, [&] {
+        be_.matmul_backward_dgelu(d_a_, elem_at(dw, o.fcproj_w, esz_),
+                                  elem_at(dw, o.fcproj_b, esz_), dout, a.fch_gelu,
+                                  elem_at(w, o.fcproj_w, esz_), a.fch, N, F, C);
+      });
+    } else {
+      timed(timer(), times_.matmul_bwd, [&] {
+        matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
+                        a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
+      });
+      round(d_a_, N * F);
+      timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
+      round(d_a_, N * F);
+    }
+    void* ln2 = sp_or(proj_tmp_, a.ln2);
+    exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
     timed(timer(), times_.matmul_bwd, [&] {
-      matmul_backward(d_a_, elem_at(dw, o.fcproj_w, esz_), elem_at(dw, o.fcproj_b, esz_), dout,
-                      a.fch_gelu, elem_at(w, o.fcproj_w, esz_), N, F, C, false);
+      matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, ln2,
+                      elem_at(w, o.fc_w, esz_), N, C, F, false);
     });
-    round(d_a_, N * F);
-    timed(timer(), times_.gelu, [&] { be_.gelu_backward(d_a_, a.fch, d_a_, N * F); });
-    round(d_a_, N * F);
+    round(d_c_, N * C);
   }
-  void* ln2 = sp_or(proj_tmp_, a.ln2);
-  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
-  timed(timer(), times_.matmul_bwd, [&] {
-    matmul_backward(d_c_, elem_at(dw, o.fc_w, esz_), elem_at(dw, o.fc_b, esz_), d_a_, ln2,
-                    elem_at(w, o.fc_w, esz_), N, C, F, false);
-  });
-  round(d_c_, N * C);
   exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
     be_.layernorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), elem_at(dw, o.ln2_b, esz_), dln,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -18,6 +19,8 @@ const char* model_arch_name(ModelArch a) {
       return "mistral";
     case ModelArch::kQwen2:
       return "qwen2";
+    case ModelArch::kMixtral:
+      return "mixtral";
   }
   return "?";
 }
@@ -35,17 +38,86 @@ const char* rope_scaling_name(RopeScaling::Type t) {
 }
 
 namespace {
+// One MLP of `width` channels: SwiGLU (gate, up, down; no biases with experts) or GPT-2's GELU
+// MLP (c_fc and c_proj with biases).
+int64_t mlp_parameters(const ModelSpec& s, int64_t width) {
+  const int64_t C = s.n_embd;
+  return s.llama_family() ? 3 * width * C : 2 * width * C + width + C;
+}
+}  // namespace
+
+int64_t moe_mlp_parameters(const ModelSpec& s) {
+  const MoeSpec& m = s.moe;
+  if (!m.enabled()) return 0;
+  const int64_t I = s.ffn(), Is = int64_t{m.shared_experts} * I;
+  return int64_t{m.num_experts} * s.n_embd + m.num_experts * mlp_parameters(s, I) +
+         (Is > 0 ? mlp_parameters(s, Is) : 0);
+}
+
+int64_t moe_expert_parameters(const ModelSpec& s) {
+  const MoeSpec& m = s.moe;
+  return int64_t{m.moe_layers(s.n_layer)} * m.num_experts * mlp_parameters(s, s.ffn());
+}
+
+std::string describe_moe(const ModelSpec& s) {
+  const MoeSpec& m = s.moe;
+  if (!m.enabled()) return "";
+  auto human = [](double x) {
+    const char* unit[] = {"", "K", "M", "B"};
+    int i = 0;
+    while (x >= 1000.0 && i < 3) {
+      x /= 1000.0;
+      ++i;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, i == 0 ? "%.0f%s" : "%.1f%s", x, unit[i]);
+    return std::string(buf);
+  };
+  std::string blocks;
+  int n = 0;
+  for (int l = 0; l < s.n_layer; ++l) {
+    if (!m.is_moe_layer(l)) continue;
+    blocks += (n++ > 0 ? "," : "") + std::to_string(l);
+  }
+  const int64_t expert = mlp_parameters(s, s.ffn()), total = s.num_parameters();
+  const int64_t experts = moe_expert_parameters(s);
+  const int64_t active = total - experts + int64_t{m.moe_layers(s.n_layer)} * m.top_k * expert;
+  std::string routing = "top-" + std::to_string(m.top_k) + (m.renormalize ? " renormalised" : "");
+  char cap[96];
+  std::snprintf(cap, sizeof cap, "capacity factor %g (eval %g, min %lld), dropping",
+                m.capacity_factor, m.eval_capacity_factor, static_cast<long long>(m.min_capacity));
+  char losses[128];
+  std::snprintf(
+      losses, sizeof losses, "aux loss %g x (%s), z-loss %g x", m.aux_loss_coef,
+      m.aux_loss == MoeAuxLoss::kHuggingFace ? "Hugging Face, all layers" : "DeepSpeed, per layer",
+      m.z_loss_coef);
+  return "mixture of experts: blocks " + blocks + " (" + std::to_string(n) + " of " +
+         std::to_string(s.n_layer) + "), " + std::to_string(m.num_experts) + " experts x " +
+         human(static_cast<double>(expert)) + " parameters + router" +
+         (m.shared_experts > 0 ? " + " + std::to_string(m.shared_experts) + " shared" : "") + ", " +
+         routing + ", " + (m.drop_tokens ? std::string(cap) : "dropless") + ", " + losses +
+         ": experts " + human(static_cast<double>(experts)) + " of " +
+         human(static_cast<double>(total)) + " parameters, " + human(static_cast<double>(active)) +
+         " active per token";
+}
+
+namespace {
 int64_t count_parameters(const ModelSpec& s, int64_t vocab_rows) {
   const int64_t C = s.n_embd, L = s.n_layer;
+  // A MoE block has, instead of its dense MLP, the router (E, C), E experts and the shared
+  // experts' MLP (moe_mlp_parameters).
+  const int64_t moe_layers = s.moe.moe_layers(s.n_layer);
   if (!s.llama_family()) {
-    const int64_t block =
-        2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-    return vocab_rows * C + static_cast<int64_t>(s.seq_len) * C + L * block + 2 * C;
+    const int64_t mlp = (4 * C * C + 4 * C) + (4 * C * C + C);
+    const int64_t block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + mlp;
+    return vocab_rows * C + static_cast<int64_t>(s.seq_len) * C + L * block + 2 * C +
+           moe_layers * (moe_mlp_parameters(s) - mlp);
   }
   const int64_t Q = s.q_dim(), QKV = s.qkv_dim(), I = s.ffn();
-  const int64_t block = C + QKV * C + (s.qkv_bias ? QKV : 0) + C * Q + (s.o_bias ? C : 0) + C +
-                        2 * I * C + (s.mlp_bias ? 2 * I : 0) + C * I + (s.mlp_bias ? C : 0);
-  return vocab_rows * C * (s.tied() ? 1 : 2) + L * block + C;
+  const int64_t mlp = 2 * I * C + (s.mlp_bias ? 2 * I : 0) + C * I + (s.mlp_bias ? C : 0);
+  const int64_t block = C + QKV * C + (s.qkv_bias ? QKV : 0) + C * Q + (s.o_bias ? C : 0) + C + mlp;
+  return vocab_rows * C * (s.tied() ? 1 : 2) + L * block + C +
+         moe_layers * (moe_mlp_parameters(s) - mlp);
 }
 }  // namespace
 
@@ -121,6 +193,65 @@ class UnitBuilder {
   bool packed_ = false;
   UnitLayout unit_;
 };
+// The MLP of a MoE block (ParamLayout::MoeBlockOffsets), its names under prefix p. Experts are
+// replicated under tensor parallelism (refused with experts by the configuration).
+ParamLayout::MoeBlockOffsets add_experts(UnitBuilder& u, const ModelSpec& s, const std::string& p) {
+  const int64_t C = s.n_embd, I = s.ffn(), E = s.moe.num_experts;
+  const int64_t Is = int64_t{s.moe.shared_experts} * I;
+  const InitKind normal = InitKind::kNormal;
+  ParamLayout::MoeBlockOffsets o;
+  if (s.llama_family()) {  // Mixtral: gate, experts.E.{w1, w3, w2}
+    o.gate_w = u.add(p + "gate.weight", {E, C}, normal);
+    u.begin_packed();
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + "experts." + std::to_string(e) + ".";
+      const int64_t off = u.add(x + "w1.weight", {I, C}, normal);
+      u.add(x + "w3.weight", {I, C}, normal);
+      if (e == 0) o.w13 = off;
+    }
+    u.end_packed();
+    u.begin_packed();
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t off = u.add(p + "experts." + std::to_string(e) + ".w2.weight", {C, I}, normal);
+      if (e == 0) o.w2 = off;
+    }
+    u.end_packed();
+    if (Is > 0) {
+      u.begin_packed();
+      o.shared_w13 = u.add(p + "shared_experts.gate_proj.weight", {Is, C}, normal);
+      u.add(p + "shared_experts.up_proj.weight", {Is, C}, normal);
+      u.end_packed();
+      o.shared_w2 = u.add(p + "shared_experts.down_proj.weight", {C, Is}, normal);
+    }
+    return o;
+  }
+  // GPT-2 (DeepSpeed-MoE's module names): gate.wg, experts.deepspeed_experts.E.{c_fc, c_proj},
+  // each expert initialised as GPT-2's MLP (c_proj scaled for the residual).
+  const InitKind resid = InitKind::kNormalResidual;
+  const std::string x = p + "experts.deepspeed_experts.";
+  o.gate_w = u.add(p + "gate.wg.weight", {E, C}, normal);
+  auto each = [&](const std::string& name, std::vector<int64_t> shape, InitKind init) {
+    u.begin_packed();
+    int64_t first = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t off = u.add(x + std::to_string(e) + "." + name, shape, init);
+      if (e == 0) first = off;
+    }
+    u.end_packed();
+    return first;
+  };
+  o.w13 = each("c_fc.weight", {I, C}, normal);
+  o.b13 = each("c_fc.bias", {I}, InitKind::kZeros);
+  o.w2 = each("c_proj.weight", {C, I}, resid);
+  o.b2 = each("c_proj.bias", {C}, InitKind::kZeros);
+  if (Is > 0) {
+    o.shared_w13 = u.add(p + "shared_experts.c_fc.weight", {Is, C}, normal);
+    o.shared_b13 = u.add(p + "shared_experts.c_fc.bias", {Is}, InitKind::kZeros);
+    o.shared_w2 = u.add(p + "shared_experts.c_proj.weight", {C, Is}, resid);
+    o.shared_b2 = u.add(p + "shared_experts.c_proj.bias", {C}, InitKind::kZeros);
+  }
+  return o;
+}
 }  // namespace
 
 ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard shard,
@@ -195,6 +326,7 @@ void ParamLayout::build_llama() {
     u.add("model.embed_tokens.weight", {Vp, C}, InitKind::kNormal, false, real, rows);
     units_.push_back(u.finish());
   }
+  bool have_dense = false;
   for (int l = 0; l < s.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     UnitBuilder u("layers." + std::to_string(l), align_, shard_);
@@ -217,6 +349,12 @@ void ParamLayout::build_llama() {
     o.o_b =
         s.o_bias ? u.add(p + "self_attn.o_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
     o.ln2_w = u.add(p + "post_attention_layernorm.weight", {C}, InitKind::kOnes);
+    if (s.moe.is_moe_layer(l)) {
+      moe_block_ = add_experts(u, s, p + "block_sparse_moe.");
+      if (!have_dense) llama_block_ = o;  // (the MLP offsets: the first dense block's, below)
+      units_.push_back(u.finish());
+      continue;
+    }
     u.begin_packed();
     o.gu_w = u.add(p + "mlp.gate_proj.weight", {I, C}, InitKind::kNormal, false, -1, rows);
     u.add(p + "mlp.up_proj.weight", {I, C}, InitKind::kNormal, false, -1, rows);
@@ -231,7 +369,8 @@ void ParamLayout::build_llama() {
     o.down_w = u.add(p + "mlp.down_proj.weight", {C, I}, InitKind::kNormal, false, -1, cols);
     o.down_b =
         s.mlp_bias ? u.add(p + "mlp.down_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
-    if (l == 0) llama_block_ = o;
+    if (!have_dense) llama_block_ = o;
+    have_dense = true;
     units_.push_back(u.finish());
   }
   {
@@ -252,6 +391,7 @@ void ParamLayout::build_gpt2() {
     wpe_offset_ = u.add("wpe.weight", {spec_.seq_len, C}, InitKind::kNormal, false, -1, rank0);
     units_.push_back(u.finish());
   }
+  bool have_dense = false;
   for (int l = 0; l < spec_.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     UnitBuilder u("h." + std::to_string(l), align_, shard_);
@@ -265,12 +405,19 @@ void ParamLayout::build_gpt2() {
     o.attproj_b = u.add(p + "attn.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
     o.ln2_w = u.add(p + "ln_2.weight", {C}, InitKind::kOnes);
     o.ln2_b = u.add(p + "ln_2.bias", {C}, InitKind::kZeros);
+    if (spec_.moe.is_moe_layer(l)) {
+      moe_block_ = add_experts(u, spec_, p + "mlp.deepspeed_moe.");
+      if (!have_dense) block_ = o;  // (the MLP offsets: the first dense block's, below)
+      units_.push_back(u.finish());
+      continue;
+    }
     o.fc_w = u.add(p + "mlp.c_fc.weight", {4 * C, C}, InitKind::kNormal, true, -1, rows);
     o.fc_b = u.add(p + "mlp.c_fc.bias", {4 * C}, InitKind::kZeros, false, -1, rows);
     o.fcproj_w =
         u.add(p + "mlp.c_proj.weight", {C, 4 * C}, InitKind::kNormalResidual, true, -1, cols);
     o.fcproj_b = u.add(p + "mlp.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
-    if (l == 0) block_ = o;
+    if (!have_dense) block_ = o;
+    have_dense = true;
     units_.push_back(u.finish());
   }
   {

@@ -122,6 +122,20 @@ class ParamLayout {
     int64_t ln1_w, qkv_w, qkv_b, o_w, o_b, ln2_w, gu_w, gu_b, down_w, down_b;
   };
   const LlamaBlockOffsets& llama_block() const { return llama_block_; }
+  // A MoE block (spec().moe.is_moe_layer(l)) has the dense block's offsets up to its second norm
+  // (block() / llama_block()) and, instead of the MLP, these (identical in every MoE block; -1
+  // where absent): the router gate_w (E, C); the experts' first matmuls w13 (E, H, C) with biases
+  // b13 (E, H) (Llama family: each expert's w1 (I, C) then w3 (I, C), H = 2I, no biases; GPT-2:
+  // c_fc, H = 4C) and their second w2 (E, C, I) with b2 (E, C); the shared experts' MLP of
+  // Is = shared_experts x I channels: shared_w13 (Hs, C), shared_b13, shared_w2 (C, Is),
+  // shared_b2. Names: Mixtral's (model.layers.N.block_sparse_moe.gate.weight,
+  // ...experts.E.w1.weight, shared_experts.gate_proj.weight) for the Llama family; DeepSpeed-MoE's
+  // (h.N.mlp.deepspeed_moe.gate.wg.weight, ...experts.deepspeed_experts.E.c_fc.weight) for GPT-2.
+  struct MoeBlockOffsets {
+    int64_t gate_w = -1, w13 = -1, b13 = -1, w2 = -1, b2 = -1, shared_w13 = -1, shared_b13 = -1,
+            shared_w2 = -1, shared_b2 = -1;
+  };
+  const MoeBlockOffsets& moe_block() const { return moe_block_; }
   // Llama family: the final unit holds model.norm.weight at 0 and, when the embedding is not
   // tied, lm_head.weight (Vp, C) at lm_head_offset() (-1 when tied: the head is embed_tokens).
   int64_t lm_head_offset() const { return lm_head_offset_; }
@@ -154,6 +168,7 @@ class ParamLayout {
 
   BlockOffsets block_{};
   LlamaBlockOffsets llama_block_{};
+  MoeBlockOffsets moe_block_{};
   int64_t lm_head_offset_ = -1;
   int64_t wpe_offset_ = 0;
   int64_t lnf_b_offset_ = 0;

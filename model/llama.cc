@@ -73,7 +73,8 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
   // norm and residual regions (N / T under sequence parallelism).
   const size_t N = static_cast<size_t>(B) * T_, R = static_cast<size_t>(rows()), C = s.n_embd,
                NH = d.n_head, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
-  auto make_block = [&]() {
+  // A MoE block's MLP keeps its state in moe_ (gu and act stay null).
+  auto make_block = [&](bool dense_mlp) {
     BlockActs a{};
     a.ln1 = act(R * C);
     a.ln1_rstd = stat(R);
@@ -83,17 +84,20 @@ Llama::Llama(const ModelSpec& spec, Backend& backend, int B, int T, bool activat
     a.res2 = act(R * C);
     a.ln2 = act(R * C);
     a.ln2_rstd = stat(R);
-    a.gu = act(N * 2 * I);
-    a.act = act(N * I);
+    if (dense_mlp) {
+      a.gu = act(N * 2 * I);
+      a.act = act(N * I);
+    }
     return a;
   };
-  if (checkpointing_) work_ = make_block();
+  if (checkpointing_) work_ = make_block(s.moe.moe_layers(s.n_layer) < s.n_layer);
   const LayerRange& st = layout_.stage();
   saved_.resize(static_cast<size_t>(slots));
   for (Saved& sv : saved_) {
     if (!checkpointing_) {
       sv.blocks.resize(static_cast<size_t>(s.n_layer));
-      for (int l = st.begin; l < st.end; ++l) sv.blocks[static_cast<size_t>(l)] = make_block();
+      for (int l = st.begin; l < st.end; ++l)
+        sv.blocks[static_cast<size_t>(l)] = make_block(!s.moe.is_moe_layer(l));
     }
     if (last_stage()) {
       sv.lnf = act(R * C);
@@ -154,11 +158,14 @@ int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, in
                 n = stage.end - stage.begin, Q = d.q_dim, QKV = d.qkv_dim, I = d.ffn;
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (QKV + Q + 3 * I) * N) * e + (2 * R + NH * N) * 4;
-  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + (n + 1) * R * C * e +
-                           (last ? R * C * e + R * 4 : 0) +
+  // A MoE block saves no gu / act (its MLP's state is MoeLayers').
+  const MoeLayers::ModelBytes moe =
+      MoeLayers::model_bytes(s, N, stage, activation_checkpointing, esz, 3 * I * N * e);
+  const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
+                           (n + 1) * R * C * e + (last ? R * C * e + R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);
   const int64_t part = R < N ? R * C : 0;  // (sequence parallelism)
-  const int64_t shared = (activation_checkpointing ? block : 0) +
+  const int64_t shared = moe.shared + (activation_checkpointing ? block : 0) +
                          (R * C + part + (2 * C + std::max(2 * I, QKV) + std::max(I, Q)) * N) * e;
   const int64_t tables = 2 * (int64_t{s.seq_len} + (context > 1 ? T : 0)) * (s.head_size() / 2) * 4;
   return slots * per_slot + shared + tables;
@@ -226,23 +233,27 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   round(a.ln2, R * C);
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
-  timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(a.gu, ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
-  });
-  round(a.gu, N * 2 * I);
-  timed(timer(), times_.gelu, [&] { be_.swiglu_forward(a.act, a.gu, N, I); });
-  round(a.act, N * I);
-  timed(timer(), times_.matmul_fwd, [&] {
-    be_.matmul_forward(proj_tmp_, a.act, elem_at(w, o.down_w, esz_), bias(o.down_b), N, I, C);
-  });
-  round(proj_tmp_, N * C);
+  if (s.moe.is_moe_layer(l)) {
+    moe_->forward(l, w, ln2, proj_tmp_, N);  // (the experts' MLP, model/moe_block.h)
+  } else {
+    timed(timer(), times_.matmul_fwd, [&] {
+      be_.matmul_forward(a.gu, ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
+    });
+    round(a.gu, N * 2 * I);
+    timed(timer(), times_.gelu, [&] { be_.swiglu_forward(a.act, a.gu, N, I); });
+    round(a.act, N * I);
+    timed(timer(), times_.matmul_fwd, [&] {
+      be_.matmul_forward(proj_tmp_, a.act, elem_at(w, o.down_w, esz_), bias(o.down_b), N, I, C);
+    });
+    round(proj_tmp_, N * C);
+  }
   exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
   round(res_out, R * C);
 }
 
 // dres_ holds d(block output) on entry and d(block input) on exit. dw: the unit's gradients (+=).
-void Llama::block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a) {
+void Llama::block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a) {
   const ModelSpec& s = spec();
   const int C = s.n_embd, Q = layout_.local().q_dim, QKV = layout_.local().qkv_dim,
             I = layout_.local().ffn;
@@ -255,22 +266,26 @@ void Llama::block_backward(const void* w, void* dw, const void* res_in, const Bl
   // and its input gradient (N rows, partial sums) is reduce-scattered into part_.
   void* dout = sp_or(proj_tmp_, dres_);
   void* dln = sp_or(part_, d_c_);
-  // MLP: res_out = res2 + down(swiglu(gu(ln2(res2))))
+  // MLP: res_out = res2 + down(swiglu(gu(ln2(res2)))), or the experts'
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
-  timed(timer(), times_.matmul_bwd, [&] {
-    matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
-                    elem_at(w, o.down_w, esz_), N, I, C, false);
-  });
-  round(d_b_, N * I);
-  timed(timer(), times_.gelu, [&] { be_.swiglu_backward(d_a_, d_b_, a.gu, N, I); });
-  round(d_a_, N * 2 * I);
-  void* ln2 = sp_or(proj_tmp_, a.ln2);
-  exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
-  timed(timer(), times_.matmul_bwd, [&] {
-    matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, ln2,
-                    elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
-  });
-  round(d_c_, N * C);
+  if (s.moe.is_moe_layer(l)) {
+    moe_->backward(l, w, dw, a.ln2, dout, d_c_);
+  } else {
+    timed(timer(), times_.matmul_bwd, [&] {
+      matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
+                      elem_at(w, o.down_w, esz_), N, I, C, false);
+    });
+    round(d_b_, N * I);
+    timed(timer(), times_.gelu, [&] { be_.swiglu_backward(d_a_, d_b_, a.gu, N, I); });
+    round(d_a_, N * 2 * I);
+    void* ln2 = sp_or(proj_tmp_, a.ln2);
+    exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
+    timed(timer(), times_.matmul_bwd, [&] {
+      matmul_backward(d_c_, elem_at(dw, o.gu_w, esz_), dbias(o.gu_b), d_a_, ln2,
+                      elem_at(w, o.gu_w, esz_), N, C, 2 * I, false);
+    });
+    round(d_c_, N * C);
+  }
   exchange_backward(ExchangePoint::kMlpIn, dln, d_c_, C);
   timed(timer(), times_.layernorm, [&] {
     be_.rmsnorm_backward(dres_, elem_at(dw, o.ln2_w, esz_), dln, a.res2, elem_at(w, o.ln2_w, esz_),
@@ -430,7 +445,7 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
     void* dw = grad_buffer(grads, u);
-    block_backward(w, dw, res_in, acts_for(l));
+    block_backward(l, w, dw, res_in, acts_for(l));
     params.release(u);
     unit_done(grads, u, dw);
   }

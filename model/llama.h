@@ -57,7 +57,7 @@ class Llama final : public ModelBase {
     void* res2;       // (R,C) residual after attention
     void* ln2;        // (R,C)
     float* ln2_rstd;  // (R)
-    void* gu;         // (N,2I) gate | up
+    void* gu;         // (N,2I) gate | up (null in a MoE block: model/moe_block.h)
     void* act;        // (N,I) silu(gate) * up
   };
 
@@ -68,7 +68,7 @@ class Llama final : public ModelBase {
   void embed(const int32_t* tokens, ParamSource& params);  // tokens -> res_[0]
   void forward_blocks(ParamSource& params);                // res_[begin] -> res_[end]
   void block_forward(int l, const void* w, const void* res_in, BlockActs& a, void* res_out);
-  void block_backward(const void* w, void* dw, const void* res_in, const BlockActs& a);
+  void block_backward(int l, const void* w, void* dw, const void* res_in, const BlockActs& a);
   // (Embedding,) blocks, final norm and logits (the last stage or the whole model). Leaves the
   // final unit acquired (returned) and, when the head is tied, the embedding unit (*emb_unit, else
   // null); the caller releases them.

@@ -25,7 +25,8 @@ namespace zerod {
 // embedding too.
 struct OpTimes {
   double encoder = 0, layernorm = 0, matmul_fwd = 0, matmul_bwd = 0, attention_fwd = 0,
-         attention_bwd = 0, gelu = 0, residual = 0, classifier = 0, rounding = 0;
+         attention_bwd = 0, gelu = 0, residual = 0, classifier = 0, rounding = 0,
+         moe = 0;  // the MoE router, permutation and combine (model/moe_block.h)
   // Phases of forward_backward: forward (through the loss) and backward, each without the
   // time spent inside the ParamSource/GradSink (ZeRO gathers and reductions), which is zero_wait.
   double forward = 0, backward = 0, zero_wait = 0;
@@ -124,6 +125,12 @@ class Model {
   // sum of the gradients equals stage_backward's up to the order of floating-point additions.
   virtual void stage_backward_input(int slot, ParamSource& params, GradSink& grads) = 0;
   virtual void stage_backward_weight(int slot, GradSink& grads) = 0;
+
+  // Mixture of experts: the routing and router losses of the last forward or forward_backward
+  // (of stage_forward's slot on a pipeline stage); empty for a dense model. The losses it
+  // reports were added to the objective (with their coefficients) of that forward_backward;
+  // the returned loss is the cross-entropy alone.
+  virtual MoeStepStats moe_stats() const = 0;
 
   virtual void set_timing(bool on) = 0;
   virtual const OpTimes& times() const = 0;

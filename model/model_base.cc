@@ -71,6 +71,20 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
   targets_ = slots_[0].targets;
   loss_stats_ = slots_[0].loss_stats;
   res_ = slots_[0].res;
+  if (s.moe.enabled()) {
+    ZD_CHECK_INPUT(!tensor_parallel() && !context_parallel(),
+                   "mixture-of-experts layers are not supported with tensor or context "
+                   "parallelism (tensor {}, context {})",
+                   shard.size, context.size);
+    MoeHost host;
+    host.act = [this](size_t n) { return act(n); };
+    host.stat = [this](size_t n) { return stat(n); };
+    host.round = [this](void* x, int64_t n) { round(x, n); };
+    host.timer = [this] { return timer(); };
+    host.times = &times_;
+    moe_ = std::make_unique<MoeLayers>(layout_, be_, static_cast<int64_t>(N), checkpointing_, slots,
+                                       std::move(host));
+  }
 }
 
 void ModelBase::select_slot(int k) {
@@ -84,6 +98,7 @@ void ModelBase::select_slot(int k) {
   loss_stats_ = sl.loss_stats;
   res_ = sl.res;
   slot_ = k;
+  if (moe_) moe_->select_slot(k);
   select_saved(k);
 }
 
@@ -112,6 +127,7 @@ float ModelBase::stage_forward(int slot, const int32_t* inputs, const int32_t* t
   ZD_CHECK(!context_parallel(), "stage_forward under context parallelism");
   select_slot(slot);
   upload(inputs, targets);
+  if (moe_) moe_->begin_forward(true, loss_weight);
   const float dloss = last_stage() ? loss_gradient(targets, loss_weight) : 0.0f;
   stage_forward_impl(params, dloss, /*hold=*/false);
   return last_stage() ? mean_loss(targets) : 0.0f;
@@ -437,6 +453,7 @@ void ModelBase::generate_step(const int32_t* tokens, int n, int pos0, ParamSourc
   cache_pos0_ = pos0;
   try {
     be_.copy(tokens_, tokens, static_cast<size_t>(B_) * n * sizeof(int32_t));
+    if (moe_) moe_->begin_forward(false, 0.0f);
     run_to_logits(params);
   } catch (...) {
     T_ = saved_T;
@@ -461,6 +478,7 @@ float ModelBase::forward(const int32_t* inputs, const int32_t* targets, ParamSou
   const int64_t N = int64_t{B_} * T_;
   take_rows(inputs, targets);
   upload(inputs, targets);
+  if (moe_) moe_->begin_forward(false, 0.0f);
   run_to_logits(params);
   if (!tensor_parallel()) {
     timed(timer(), times_.classifier,
@@ -495,6 +513,7 @@ float ModelBase::forward_backward(const int32_t* inputs, const int32_t* targets,
   ZD_CHECK(layout_.whole_model(), "forward_backward() on a pipeline stage: use the stage API");
   select_slot(0);
   take_rows(inputs, targets);
+  if (moe_) moe_->begin_forward(true, loss_weight);
   if (!timing_) return forward_backward_impl(inputs, targets, params, grads, loss_weight);
   double seam = 0;
   TimedParams timed_params(params, seam);

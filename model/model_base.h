@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "kernels/backend.h"
 #include "model/model.h"
+#include "model/moe_block.h"
 
 namespace zerod {
 
@@ -44,6 +45,8 @@ class ModelBase : public Model {
   const void* stage_input_grad() final;
   void stage_backward_input(int slot, ParamSource& params, GradSink& grads) final;
   void stage_backward_weight(int slot, GradSink& grads) final;
+
+  MoeStepStats moe_stats() const final { return moe_ ? moe_->stats() : MoeStepStats{}; }
 
   void set_timing(bool on) final { timing_ = on; }
   const OpTimes& times() const final { return times_; }
@@ -197,6 +200,8 @@ class ModelBase : public Model {
 
   bool timing_ = false;
   OpTimes times_;
+  // The MoE blocks' MLPs (spec().moe enabled; null for a dense model), for B x T rows.
+  std::unique_ptr<MoeLayers> moe_;
 
  private:
   // Context parallelism: this rank's rows of (B, seq_) host inputs and targets (B, T_).

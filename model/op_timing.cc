@@ -16,7 +16,7 @@ OpTimes& OpTimes::operator+=(const OpTimes& o) {
 
 double OpTimes::total() const {
   return encoder + layernorm + matmul_fwd + matmul_bwd + attention_fwd + attention_bwd + gelu +
-         residual + classifier + rounding;
+         residual + classifier + rounding + moe;
 }
 
 const void* TimedParams::acquire(int u) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/moe_spec.h"
+
 namespace zerod {
 
 enum class ModelArch : uint8_t {
@@ -13,8 +15,10 @@ enum class ModelArch : uint8_t {
   kLlama,    // RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases (by default)
   kMistral,  // Llama + sliding-window attention
   kQwen2,    // Llama + q/k/v biases (+ optional sliding window)
+  kMixtral,  // Llama whose MLPs are sparse experts (moe: SwiGLU experts w1, w3, w2)
 };
-const char* model_arch_name(ModelArch a);  // "gpt2", "llama", "mistral", "qwen2"
+// "gpt2", "llama", "mistral", "qwen2", "mixtral"
+const char* model_arch_name(ModelArch a);
 
 // Rotary-embedding frequency scaling (Hugging Face `rope_scaling` / `rope_parameters`).
 struct RopeScaling {
@@ -52,6 +56,10 @@ struct ModelSpec {
   bool mlp_bias = false;            // biases on gate/up/down (Llama's mlp_bias)
   int sliding_window = 0;           // 0: full causal; W: attend to the last W positions
 
+  // Mixture of experts (Mixtral, or a moe section on GPT-2 / Llama): which blocks' MLPs are
+  // experts of ffn() channels each (model/moe_spec.h); none by default.
+  MoeSpec moe{};
+
   bool llama_family() const { return arch != ModelArch::kGpt2; }
   int kv_heads() const { return llama_family() && n_kv_head > 0 ? n_kv_head : n_head; }
   int head_size() const { return llama_family() && head_dim > 0 ? head_dim : n_embd / n_head; }
@@ -74,5 +82,16 @@ struct ModelSpec {
   // The CPU benchmark shape gives 98.2 MFLOP/token.
   double flops_per_token(int T) const;
 };
+
+// Mixture of experts (0 for a dense spec): the parameters of one MoE block's MLP (router, every
+// expert, the shared experts), and the routed experts' parameters in the whole model.
+int64_t moe_mlp_parameters(const ModelSpec& s);
+int64_t moe_expert_parameters(const ModelSpec& s);
+// One line on a MoE spec's experts for `zerod check` and the start of a job: its MoE blocks,
+// experts, routing and parameters ("" for a dense spec), e.g. "mixture of experts: blocks
+// 0,1,...,31 (32 of 32), 8 experts x 176.2M parameters + router, top-2 renormalised, dropless, aux
+// loss 0.02 x (Hugging Face, all layers): experts 45.1B of 46.7B parameters, 12.9B active per
+// token".
+std::string describe_moe(const ModelSpec& s);
 
 }  // namespace zerod

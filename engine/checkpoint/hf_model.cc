@@ -408,9 +408,14 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
     }
     return j;
   }
-  const char* arch = s.arch == ModelArch::kMistral ? "MistralForCausalLM"
-                     : s.arch == ModelArch::kQwen2 ? "Qwen2ForCausalLM"
-                                                   : "LlamaForCausalLM";
+  ZD_CHECK_INPUT(!s.moe.enabled() || s.arch == ModelArch::kMixtral,
+                 "a {} model with a moe section has no Hugging Face architecture to export to "
+                 "(only type \"mixtral\" exports, as MixtralForCausalLM)",
+                 model_arch_name(s.arch));
+  const char* arch = s.arch == ModelArch::kMistral   ? "MistralForCausalLM"
+                     : s.arch == ModelArch::kQwen2   ? "Qwen2ForCausalLM"
+                     : s.arch == ModelArch::kMixtral ? "MixtralForCausalLM"
+                                                     : "LlamaForCausalLM";
   nlohmann::ordered_json j = {{"architectures", {arch}},
                               {"model_type", model_arch_name(s.arch)},
                               {"hidden_size", s.n_embd},
@@ -448,6 +453,14 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
                                                : nlohmann::ordered_json(nullptr);
   }
   if (s.arch == ModelArch::kQwen2) j["use_sliding_window"] = false;
+  if (s.arch == ModelArch::kMixtral) {
+    j["sliding_window"] = nullptr;
+    j["num_local_experts"] = s.moe.num_experts;
+    j["num_experts_per_tok"] = s.moe.top_k;
+    j["router_aux_loss_coef"] = s.moe.aux_loss_coef;
+    j["output_router_logits"] = s.moe.aux_loss_coef > 0;
+    j["router_jitter_noise"] = 0.0;
+  }
   j["use_cache"] = true;
   j["torch_dtype"] = torch_dtype;
   return j;

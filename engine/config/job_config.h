@@ -240,8 +240,27 @@ struct CommsLoggerConfig {
 // Face config.json key names (hidden_size, num_hidden_layers, ...), stored here in the same
 // fields. With init_from a Hugging Face directory, its config.json fills every key the job does
 // not give.
+// Mixture of experts (model/moe_spec.h): Mixtral's keys (model.type "mixtral": num_local_experts,
+// num_experts_per_tok, router_aux_loss_coef, output_router_logits) or a "moe" section on GPT-2
+// or the Llama family (DeepSpeed-MoE's names and defaults). engine/config/moe_section.cc.
+struct MoeConfig {
+  int num_experts = 0;  // 0: dense (num_local_experts for mixtral)
+  int top_k = 1;        // num_experts_per_tok for mixtral
+  double capacity_factor = 1.0;
+  double eval_capacity_factor = 1.0;
+  int64_t min_capacity = 4;
+  bool drop_tokens = true;      // mixtral: false (dropless)
+  double aux_loss_coef = 0.01;  // mixtral: router_aux_loss_coef (0.001), if output_router_logits
+  double router_z_loss_coef = 0.0;
+  int moe_layer_frequency = 1;
+  int shared_experts = 0;
+  bool output_router_logits = false;  // mixtral: whether the aux loss joins the objective
+
+  bool operator==(const MoeConfig&) const = default;
+};
+
 struct ModelConfig {
-  std::string type = "gpt2";  // gpt2 | llama | mistral | qwen2
+  std::string type = "gpt2";  // gpt2 | llama | mistral | qwen2 | mixtral
   int n_layer = 12;           // num_hidden_layers
   int n_head = 12;            // num_attention_heads
   int n_embd = 768;           // hidden_size
@@ -267,6 +286,7 @@ struct ModelConfig {
   bool attention_bias = false;  // llama: q/k/v and o biases (qwen2 always has q/k/v biases)
   bool mlp_bias = false;
   int sliding_window = 0;  // mistral, qwen2 with use_sliding_window; 0: none
+  MoeConfig moe;           // num_experts 0: dense
 
   bool llama_family() const { return type != "gpt2"; }
   bool operator==(const ModelConfig&) const = default;
@@ -329,6 +349,7 @@ struct ParallelismConfig {
   std::string context_impl = "ulysses";  // ulysses | ring
   // Pipeline parallelism (parallel/pipeline/): P stages of V chunks each, the micro-batches of a
   // step (gradient_accumulation_steps) run in the named schedule's order.
+  int expert = 1;  // expert parallelism (issue 23 item 3): refused above 1 so far
   int pipeline = 1;
   std::string pipeline_schedule = "1f1b";      // gpipe | 1f1b | interleaved_1f1b | zero_bubble
   int virtual_stages = 1;                      // V chunks per rank (interleaved_1f1b)

@@ -1,5 +1,5 @@
-// The "model" section. GPT-2 keeps zerod's keys; the Llama family (llama, mistral, qwen2) reads
-// Hugging Face config.json key names, so a config.json pasted into the section works. With
+// The "model" section. GPT-2 keeps zerod's keys; the Llama family (llama, mistral, qwen2, mixtral)
+// reads Hugging Face config.json key names, so a config.json pasted into the section works. With
 // init_from naming a Hugging Face directory, its config.json is read first (errors name the
 // file) and the job's keys override it; a directory of weights without a config.json takes its
 // shape from the job alone.
@@ -17,7 +17,7 @@ namespace zerod::config {
 
 namespace {
 
-const std::vector<std::string> kTypes = {"gpt2", "llama", "mistral", "qwen2"};
+const std::vector<std::string> kTypes = {"gpt2", "llama", "mistral", "qwen2", "mixtral"};
 
 // config.json keys that do not change what is trained (tokenizer ids, bookkeeping, inference
 // caches, dtype of the stored weights): accepted and ignored.
@@ -128,6 +128,7 @@ void read_llama_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
     std::optional<int64_t> w;
     if (r.read_opt_int("sliding_window", w, at_least(1))) m.sliding_window = w ? int(*w) : 0;
   }
+  if (m.type == "mixtral") read_mixtral_keys(r, m);
   if (m.type == "qwen2") {
     // Qwen2 applies sliding_window only with use_sliding_window (and then per layer from
     // max_window_layers on), which zerod does not implement: without it the window is unused.
@@ -256,7 +257,7 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     } else {
       p.error(hf_file + ": model_type",
               fmt::format("\"{}\" is not a supported architecture (supported: gpt2, llama, "
-                          "mistral, qwen2)",
+                          "mistral, qwen2, mixtral)",
                           hf_type));
       return;
     }
@@ -272,6 +273,7 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     m.vocab_size = 32000;
     m.rms_norm_eps = 1e-6;
     if (m.type == "mistral") m.sliding_window = 4096;
+    if (m.type == "mixtral") set_mixtral_defaults(m);
   }
   if (hf) {
     ObjectReader hr(*hf, hf_file, p);
@@ -294,6 +296,7 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
   } else {
     read_gpt2_keys(r, m, false);
   }
+  read_moe_section(r, m);
   r.finish();
 }
 

@@ -7,11 +7,42 @@
 
 namespace zerod {
 
+// Mixtral: dropless, renormalised top-k, Hugging Face's all-layer aux loss (in the objective
+// only with output_router_logits), no z-loss. A moe section: DeepSpeed-MoE's gating (top-1 not
+// renormalised, top-2 by choice rank, top-k by probability; each layer's own l_aux).
+inline MoeSpec moe_spec(const ModelConfig& m) {
+  const MoeConfig& e = m.moe;
+  MoeSpec o;
+  if (e.num_experts == 0) return o;
+  o.num_experts = e.num_experts;
+  o.top_k = e.top_k;
+  if (m.type == "mixtral") {
+    o.renormalize = true;
+    o.drop_tokens = false;
+    o.aux_loss = MoeAuxLoss::kHuggingFace;
+    o.aux_loss_coef = e.output_router_logits ? e.aux_loss_coef : 0.0;
+    return o;
+  }
+  o.layer_frequency = e.moe_layer_frequency;
+  o.renormalize = e.top_k >= 2;
+  o.drop_tokens = e.drop_tokens;
+  o.capacity_factor = e.capacity_factor;
+  o.eval_capacity_factor = e.eval_capacity_factor;
+  o.min_capacity = e.min_capacity;
+  o.drop_policy = e.top_k <= 2 ? MoeDropPolicy::kChoiceRank : MoeDropPolicy::kProbs;
+  o.aux_loss = MoeAuxLoss::kDeepSpeed;
+  o.aux_loss_coef = e.aux_loss_coef;
+  o.z_loss_coef = e.router_z_loss_coef;
+  o.shared_experts = e.shared_experts;
+  return o;
+}
+
 inline ModelSpec model_spec(const ModelConfig& m) {
   ModelSpec s;
   s.arch = m.type == "llama"     ? ModelArch::kLlama
            : m.type == "mistral" ? ModelArch::kMistral
            : m.type == "qwen2"   ? ModelArch::kQwen2
+           : m.type == "mixtral" ? ModelArch::kMixtral
                                  : ModelArch::kGpt2;
   s.n_layer = m.n_layer;
   s.n_head = m.n_head;
@@ -20,6 +51,7 @@ inline ModelSpec model_spec(const ModelConfig& m) {
   s.padded_vocab_size = m.padded_vocab_size;
   s.seq_len = m.seq_len;
   s.init_std = m.init_std;
+  s.moe = moe_spec(m);
   if (!s.llama_family()) return s;
   s.n_kv_head = m.n_kv_head;
   s.head_dim = m.head_dim;

@@ -89,6 +89,7 @@ void read_parallelism(ObjectReader& top, JobConfig& cfg) {
     size_t idx = 0;
     const std::vector<std::string> impls = {"ulysses", "ring"};
     if (r.read_choice("context_impl", idx, impls, false)) p.context_impl = impls[idx];
+    r.read_int("expert", p.expert, int_between(1, 1 << 16));
     read_pipeline(r, p);
     r.finish();
   }

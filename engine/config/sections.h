@@ -40,6 +40,12 @@ void read_model(ObjectReader& top, JobConfig& cfg);
 // load_hf_config, an init_from directory's config.json fills the keys the object does not give.
 void read_model_object(const Json& obj, const std::string& path, ModelConfig& m, Problems& p,
                        bool load_hf_config);
+// Mixture of experts (moe_section.cc): MixtralConfig's defaults and keys (model.type "mixtral"),
+// the model's "moe" section (GPT-2 and the Llama family), and their rules against the job.
+void set_mixtral_defaults(ModelConfig& m);
+void read_mixtral_keys(ObjectReader& r, ModelConfig& m);
+void read_moe_section(ObjectReader& model, ModelConfig& m);
+void validate_moe(const JobConfig& cfg, Problems& problems);
 void read_data(ObjectReader& top, JobConfig& cfg);
 void read_train(ObjectReader& top, JobConfig& cfg);
 // "resolved": derived values as job_to_json prints them (zerod_sections.cc). Call after

@@ -239,17 +239,32 @@ Json data_json(const DataConfig& d) {
   return out;
 }
 
+Json moe_json(const MoeConfig& e) {
+  return {{"num_experts", e.num_experts},
+          {"top_k", e.top_k},
+          {"capacity_factor", e.capacity_factor},
+          {"eval_capacity_factor", e.eval_capacity_factor},
+          {"min_capacity", e.min_capacity},
+          {"drop_tokens", e.drop_tokens},
+          {"aux_loss_coef", e.aux_loss_coef},
+          {"router_z_loss_coef", e.router_z_loss_coef},
+          {"moe_layer_frequency", e.moe_layer_frequency},
+          {"shared_experts", e.shared_experts}};
+}
+
 Json model_json(const ModelConfig& m) {
   if (!m.llama_family()) {
-    return {{"type", m.type},
-            {"n_layer", m.n_layer},
-            {"n_head", m.n_head},
-            {"n_embd", m.n_embd},
-            {"vocab_size", m.vocab_size},
-            {"seq_len", m.seq_len},
-            {"init_from", optional_json(m.init_from)},
-            {"activation_checkpointing", m.activation_checkpointing},
-            {"init_std", m.init_std}};
+    Json g = {{"type", m.type},
+              {"n_layer", m.n_layer},
+              {"n_head", m.n_head},
+              {"n_embd", m.n_embd},
+              {"vocab_size", m.vocab_size},
+              {"seq_len", m.seq_len},
+              {"init_from", optional_json(m.init_from)},
+              {"activation_checkpointing", m.activation_checkpointing},
+              {"init_std", m.init_std}};
+    if (m.moe.num_experts > 0) g["moe"] = moe_json(m.moe);
+    return g;
   }
   Json rope = nullptr;
   if (m.rope_type == "linear") {
@@ -280,6 +295,14 @@ Json model_json(const ModelConfig& m) {
   }
   if (m.type == "mistral") {
     j["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
+  }
+  if (m.type == "mixtral") {
+    j["num_local_experts"] = m.moe.num_experts;
+    j["num_experts_per_tok"] = m.moe.top_k;
+    j["router_aux_loss_coef"] = m.moe.aux_loss_coef;
+    j["output_router_logits"] = m.moe.output_router_logits;
+  } else if (m.moe.num_experts > 0) {
+    j["moe"] = moe_json(m.moe);
   }
   j["seq_len"] = m.seq_len;
   j["init_from"] = optional_json(m.init_from);
@@ -368,6 +391,7 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
         {"sequence_parallel", cfg.parallelism.sequence_parallel},
         {"context", cfg.parallelism.context},
         {"context_impl", cfg.parallelism.context_impl},
+        {"expert", cfg.parallelism.expert},
         {"pipeline", cfg.parallelism.pipeline},
         {"pipeline_schedule", cfg.parallelism.pipeline_schedule},
         {"virtual_stages", cfg.parallelism.virtual_stages},

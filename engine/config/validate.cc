@@ -215,6 +215,7 @@ void validate_job(const JobConfig& cfg, Problems& problems) {
   validate_zero(cfg, problems);
   validate_muon(cfg, problems);
   validate_zerod_sections(cfg, problems);
+  validate_moe(cfg, problems);
   validate_onebit(cfg, problems);
   validate_communication_compression(cfg, problems);
 }

@@ -334,6 +334,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           model_arch_name(spec.arch), spec.n_layer, spec.n_head, spec.kv_heads(), spec.n_embd,
           spec.ffn(), spec.vocab_size, spec.vp(), spec.seq_len,
           human_count(static_cast<double>(spec.num_parameters())));
+      if (spec.moe.enabled()) spdlog::info("{}", describe_moe(spec));
       spdlog::info(
           "batch: {} sequences/step = micro-batch {} x accumulation {} x data-parallel {}{}; {} "
           "tokens/step; {}; ZeRO stage {}{}",

@@ -8,7 +8,9 @@
 // does), the weights through import_hf_model. FILE holds B*(T+1) int32 tokens: inputs are each
 // row's first T, targets its last T. The probe runs forward (logits) and then forward_backward
 // with loss weight 1 and writes OUT with "loss" (1), "logits" (B,T,V) and "grad.<HF name>" for
-// every parameter in Hugging Face's shape and orientation.
+// every parameter in Hugging Face's shape and orientation; a MoE model also "aux_loss" (1) and
+// "z_loss" (1), the router losses of that forward_backward (whose gradient includes them with
+// the model's coefficients).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -91,14 +93,25 @@ int run(int argc, char** argv) {
     logits.insert(logits.end(), logits_p.begin() + r * Vp, logits_p.begin() + r * Vp + V);
   const float loss = model->forward_backward(inputs.data(), targets.data(), states, states, 1.0f);
 
+  // Mixture of experts: the router's load-balancing and z losses of that forward_backward.
+  const MoeStepStats moe = model->moe_stats();
+  const float aux_loss = static_cast<float>(moe.aux_loss), z_loss = static_cast<float>(moe.z_loss);
   std::vector<SafetensorsWriter::Entry> entries = {{"loss", StDType::kF32, {1}},
                                                    {"logits", StDType::kF32, {B, T, V}}};
+  if (spec.moe.enabled()) {
+    entries.push_back({"aux_loss", StDType::kF32, {1}});
+    entries.push_back({"z_loss", StDType::kF32, {1}});
+  }
   for (int u = 0; u < layout.num_units(); ++u)
     for (const TensorInfo& t : layout.unit(u).tensors)
       entries.push_back({"grad." + t.name, StDType::kF32, hf_shape(t)});
   SafetensorsWriter w(out, entries);
   w.write("loss", &loss, sizeof(float));
   w.write("logits", logits.data(), logits.size() * sizeof(float));
+  if (spec.moe.enabled()) {
+    w.write("aux_loss", &aux_loss, sizeof(float));
+    w.write("z_loss", &z_loss, sizeof(float));
+  }
   for (int u = 0; u < layout.num_units(); ++u) {
     std::vector<float> g(states.grads[u].size());
     backend->cast_from_compute(g.data(), states.grads[u].data(), static_cast<int64_t>(g.size()));

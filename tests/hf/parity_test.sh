@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Parity with Hugging Face transformers: makes (once) a venv over Debian's python3-torch with
-# transformers from PyPI, then runs tests/hf/parity.py (forward and gradients, zerod_hf_probe)
+# transformers from PyPI, then runs tests/hf/parity.py (forward and gradients, zerod_hf_probe),
+# tests/hf/moe_parity.py (Mixtral: forward, gradients, aux loss, 20 training steps, export)
 # tests/hf/train_parity.py (20 steps of `zerod train` against a PyTorch loop; eval, export and
 # from_pretrained of its checkpoint), tests/hf/generate_parity.py (`zerod generate` against
 # transformers' generate) and tests/hf/tokenizer_roundtrip.py (a job's data.tokenizer from
@@ -26,6 +27,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 "$venv/bin/python" "$here/parity.py" "$build/tests/zerod_hf_probe" "$work"
+"$venv/bin/python" "$here/moe_parity.py" "$build/tests/zerod_hf_probe" "$build/engine/zerod" \
+  "$build/tools/zeroctl/zeroctl" "$work/moe"
 "$venv/bin/python" "$here/train_parity.py" "$build/engine/zerod" "$build/tools/zeroctl/zeroctl" \
   "$work/train"
 "$venv/bin/python" "$here/generate_parity.py" "$build/engine/zerod" "$work/generate"

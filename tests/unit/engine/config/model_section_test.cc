@@ -195,7 +195,7 @@ TEST_F(HfDir, ProblemsInTheDirectoryNameTheFile) {
   write_config(c);
   EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
                        file + ": model_type: \"gemma2\" is not a supported architecture "
-                              "(supported: gpt2, llama, mistral, qwen2)"));
+                              "(supported: gpt2, llama, mistral, qwen2, mixtral)"));
   std::filesystem::remove(dir_ / "config.json");
   EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"init_from", dir()}}}})),
                        "model.init_from: " + dir() +

@@ -585,7 +585,7 @@ TEST(ConfigSections, ModelDataTrain) {
                        "model.vocab_size: 70000 is out of range (allowed: 1 to 65536)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"model", {{"type", "gemma"}}}})),
                        "model.type: \"gemma\" is not allowed (allowed: gpt2, llama, mistral, "
-                       "qwen2)"));
+                       "qwen2, mixtral)"));
   EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"val_fraction", 1.0}}}})),
                        "data.val_fraction: 1.0 is out of range (allowed: [0, 1))"));
   EXPECT_TRUE(contains(problems_of(job_with({{"data", {{"val", "v.bin"}, {"val_fraction", 0.1}}}})),

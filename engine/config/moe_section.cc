@@ -1,0 +1,126 @@
+// Mixture of experts in the model section: Mixtral's Hugging Face keys (model.type "mixtral")
+// and the "moe" section that turns the MLP of a GPT-2 or Llama-family model into experts
+// (DeepSpeed-MoE's names: num_experts, top_k, capacity_factor, eval_capacity_factor,
+// min_capacity, drop_tokens; aux_loss_coef, router_z_loss_coef, moe_layer_frequency,
+// shared_experts). Their rules against the rest of the job: what zerod runs MoE layers with.
+#include <fmt/format.h>
+
+#include "engine/config/config_error.h"
+#include "engine/config/parse.h"
+#include "engine/config/sections.h"
+
+namespace zerod::config {
+
+void set_mixtral_defaults(ModelConfig& m) {
+  // MixtralConfig's defaults where they differ from the Llama family's.
+  m.rms_norm_eps = 1e-5;
+  m.rope_theta = 1e6;
+  MoeConfig& e = m.moe;
+  e.num_experts = 8;
+  e.top_k = 2;
+  e.drop_tokens = false;
+  e.aux_loss_coef = 0.001;
+  e.output_router_logits = false;
+}
+
+void read_mixtral_keys(ObjectReader& r, ModelConfig& m) {
+  MoeConfig& e = m.moe;
+  r.read_int("num_local_experts", e.num_experts, int_between(1, 1 << 16));
+  r.read_int("num_experts_per_tok", e.top_k, int_between(1, 1 << 16));
+  r.read_real("router_aux_loss_coef", e.aux_loss_coef, real_at_least(0.0));
+  r.read_bool("output_router_logits", e.output_router_logits);
+  // Mixtral's sliding_window (null by default): zerod's Mixtral attends causally over the whole
+  // sequence.
+  if (const Json* w = r.find("sliding_window"); w != nullptr && !w->is_null()) {
+    r.problems().error(r.path_of("sliding_window"),
+                       fmt::format("{} is not supported for type \"mixtral\" (only null: full "
+                                   "causal attention)",
+                                   show(*w)));
+  }
+  if (const Json* j = r.find("router_jitter_noise");
+      j != nullptr && !(j->is_number() && j->get<double>() == 0.0)) {
+    r.problems().error(r.path_of("router_jitter_noise"),
+                       fmt::format("{} is not supported (allowed: 0.0; zerod's router is "
+                                   "deterministic)",
+                                   show(*j)));
+  }
+}
+
+void read_moe_section(ObjectReader& model, ModelConfig& m) {
+  const Json* obj = model.read_object("moe");
+  if (obj == nullptr) return;
+  const std::string path = model.path_of("moe");
+  if (m.type == "mixtral") {
+    model.problems().error(path,
+                           "a moe section cannot be combined with type \"mixtral\", whose experts "
+                           "are its own keys (num_local_experts, num_experts_per_tok, "
+                           "router_aux_loss_coef, output_router_logits)");
+    return;
+  }
+  ObjectReader r(*obj, path, model.problems());
+  MoeConfig& e = m.moe;
+  if (!r.has("num_experts"))
+    r.problems().error(r.path_of("num_experts"), "required in a moe section");
+  r.read_int("num_experts", e.num_experts, int_between(1, 1 << 16));
+  r.read_int("top_k", e.top_k, int_between(1, 1 << 16));
+  r.read_real("capacity_factor", e.capacity_factor, real_above(0.0));
+  r.read_real("eval_capacity_factor", e.eval_capacity_factor, real_above(0.0));
+  r.read_int("min_capacity", e.min_capacity, int_between(0, int64_t{1} << 40));
+  r.read_bool("drop_tokens", e.drop_tokens);
+  r.read_real("aux_loss_coef", e.aux_loss_coef, real_at_least(0.0));
+  r.read_real("router_z_loss_coef", e.router_z_loss_coef, real_at_least(0.0));
+  r.read_int("moe_layer_frequency", e.moe_layer_frequency, int_between(1, 1 << 20));
+  r.read_int("shared_experts", e.shared_experts, int_between(0, 1 << 10));
+  r.finish();
+}
+
+void validate_moe(const JobConfig& cfg, Problems& p) {
+  const ModelConfig& m = cfg.model;
+  const MoeConfig& e = m.moe;
+  const ParallelismConfig& par = cfg.parallelism;
+  if (par.expert > 1) {
+    p.error("parallelism.expert",
+            fmt::format("{}: expert parallelism is not implemented yet (every rank holds every "
+                        "expert; use 1)",
+                        par.expert));
+  }
+  if (e.num_experts == 0) return;
+  const bool mixtral = m.type == "mixtral";
+  const std::string experts_key = mixtral ? "model.num_local_experts" : "model.moe.num_experts";
+  const std::string top_k_key = mixtral ? "model.num_experts_per_tok" : "model.moe.top_k";
+  if (e.top_k > e.num_experts) {
+    p.error(top_k_key, fmt::format("{} is more than the {} experts ({})", e.top_k, e.num_experts,
+                                   experts_key));
+  }
+  const char* layers_key = m.llama_family() ? "model.num_hidden_layers" : "model.n_layer";
+  if (e.moe_layer_frequency > m.n_layer) {
+    p.error("model.moe.moe_layer_frequency",
+            fmt::format("{} is more than the {} layers ({}): block 0 would be the only MoE block; "
+                        "use at most {}",
+                        e.moe_layer_frequency, m.n_layer, layers_key, m.n_layer));
+  }
+  if (m.mlp_bias) {
+    p.error("model.mlp_bias",
+            "true is not supported with experts (Mixtral's experts have no biases)");
+  }
+  const std::string what = mixtral ? "type \"mixtral\"" : "a model.moe section";
+  if (par.tensor > 1 || par.context > 1 || par.pipeline > 1) {
+    p.error("parallelism",
+            fmt::format("{} ({}) cannot be combined with {}: the experts run on one rank of "
+                        "each data-parallel replica (expert, tensor, context and pipeline "
+                        "parallelism for MoE layers are not implemented yet)",
+                        model_ranks_text(par),
+                        par.tensor > 1    ? "tensor"
+                        : par.context > 1 ? "context"
+                                          : "pipeline",
+                        what));
+  }
+  if (cfg.train.device == TrainDevice::kCuda) {
+    p.error("train.device",
+            fmt::format("\"cuda\" cannot run {}: the CUDA backend has no mixture-of-experts "
+                        "kernels yet (router, permutation, grouped matmul); use \"cpu\"",
+                        what));
+  }
+}
+
+}  // namespace zerod::config

@@ -1,0 +1,323 @@
+#include "model/moe_block.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/op_timing.h"
+
+namespace zerod {
+
+namespace {
+// The widths of a spec's experts: I (the activation), H (the first matmul's output: gate | up
+// for SwiGLU) and the shared experts' Is, Hs.
+struct ExpertDims {
+  int64_t E, k, C, I, H, Is, Hs;
+};
+ExpertDims expert_dims(const ModelSpec& s) {
+  ExpertDims d{};
+  d.E = s.moe.num_experts;
+  d.k = s.moe.top_k;
+  d.C = s.n_embd;
+  d.I = s.ffn();
+  const int64_t mult = s.llama_family() ? 2 : 1;
+  d.H = mult * d.I;
+  d.Is = int64_t{s.moe.shared_experts} * d.I;
+  d.Hs = mult * d.Is;
+  return d;
+}
+}  // namespace
+
+int64_t MoeLayers::saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
+                               bool activation_checkpointing, size_t esz) {
+  if (activation_checkpointing || n_moe == 0) return 0;
+  const ExpertDims d = expert_dims(s);
+  const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
+  // logits, xp, h, a, yp, sh, sa (compute dtype); probs, lse, expert, weight, slot_row,
+  // row_token (4 bytes).
+  const int64_t layer = (N * d.E + R * (2 * d.C + d.H + d.I) + N * (d.Hs + d.Is)) * e +
+                        (N * d.E + N + 3 * N * d.k + R) * 4;
+  return n_moe * layer;
+}
+
+int64_t MoeLayers::shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
+                                size_t esz) {
+  const ExpertDims d = expert_dims(s);
+  const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
+  const int64_t work = activation_checkpointing ? saved_bytes(s, N, 1, false, esz) : 0;
+  // dlogits (N,E), dyp (R,C), dh, da; dweight (N,k) fp32.
+  return work +
+         (N * d.E + R * d.C + std::max(R * d.H, N * d.Hs) + std::max(R * d.I, N * d.Is)) * e +
+         N * d.k * 4;
+}
+
+MoeLayers::ModelBytes MoeLayers::model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
+                                             bool activation_checkpointing, size_t esz,
+                                             int64_t dense_mlp) {
+  ModelBytes b;
+  if (!s.moe.enabled()) return b;
+  int n_moe = 0;
+  for (int l = stage.begin; l < stage.end; ++l) n_moe += s.moe.is_moe_layer(l) ? 1 : 0;
+  const bool any_dense = s.moe.moe_layers(s.n_layer) < s.n_layer;
+  b.per_slot = saved_bytes(s, N, n_moe, activation_checkpointing, esz) -
+               (activation_checkpointing ? 0 : n_moe * dense_mlp);
+  b.shared = shared_bytes(s, N, activation_checkpointing, esz) -
+             (activation_checkpointing && !any_dense ? dense_mlp : 0);
+  return b;
+}
+
+MoeLayers::MoeLayers(const ParamLayout& layout, Backend& be, int64_t N,
+                     bool activation_checkpointing, int slots, MoeHost host)
+    : layout_(layout),
+      be_(be),
+      host_(std::move(host)),
+      esz_(be.compute_elem_size()),
+      N_(N),
+      checkpointing_(activation_checkpointing) {
+  const ModelSpec& s = layout_.spec();
+  ZD_CHECK(s.moe.enabled(), "MoE layers for a dense model");
+  const ExpertDims d = expert_dims(s);
+  slots_.resize(static_cast<size_t>(slots));
+  const LayerRange& st = layout_.stage();
+  for (Slot& sl : slots_) {
+    sl.layers.resize(static_cast<size_t>(s.n_layer));
+    if (!checkpointing_) {
+      for (int l = st.begin; l < st.end; ++l)
+        if (s.moe.is_moe_layer(l)) sl.layers[static_cast<size_t>(l)] = make_acts();
+    }
+  }
+  if (checkpointing_) work_ = make_acts();
+  const size_t n = static_cast<size_t>(N), R = n * static_cast<size_t>(d.k);
+  dlogits_ = host_.act(n * d.E);
+  dyp_ = host_.act(R * d.C);
+  dh_ = host_.act(std::max(R * d.H, n * d.Hs));
+  da_ = host_.act(std::max(R * d.I, n * d.Is));
+  dweight_ = host_.stat(n * d.k);
+}
+
+MoeLayers::Acts MoeLayers::make_acts() {
+  const ExpertDims d = expert_dims(layout_.spec());
+  const size_t n = static_cast<size_t>(N_), R = n * static_cast<size_t>(d.k);
+  auto ints = [&](size_t elems) { return reinterpret_cast<int32_t*>(host_.stat(elems)); };
+  Acts a;
+  a.logits = host_.act(n * d.E);
+  a.probs = host_.stat(n * d.E);
+  a.lse = host_.stat(n);
+  a.expert = ints(n * d.k);
+  a.weight = host_.stat(n * d.k);
+  a.slot_row = ints(n * d.k);
+  a.row_token = ints(R);
+  a.xp = host_.act(R * d.C);
+  a.h = host_.act(R * d.H);
+  a.a = host_.act(R * d.I);
+  a.yp = host_.act(R * d.C);
+  if (d.Is > 0) {
+    a.sh = host_.act(n * d.Hs);
+    a.sa = host_.act(n * d.Is);
+  }
+  a.offsets.assign(static_cast<size_t>(d.E) + 1, 0);
+  a.counts.assign(static_cast<size_t>(d.E), 0);
+  a.kept.assign(static_cast<size_t>(d.E), 0);
+  return a;
+}
+
+MoeLayers::Acts& MoeLayers::acts_for(int l) {
+  if (checkpointing_) return work_;
+  Acts& a = slots_.at(static_cast<size_t>(slot_)).layers.at(static_cast<size_t>(l));
+  ZD_CHECK(a.logits != nullptr, "layer {} is not a MoE layer of this model", l);
+  return a;
+}
+
+void MoeLayers::begin_forward(bool training, float loss_weight) {
+  Slot& sl = slots_.at(static_cast<size_t>(slot_));
+  sl.training = training;
+  sl.loss_weight = loss_weight;
+  const size_t E = static_cast<size_t>(layout_.spec().moe.num_experts);
+  sl.total_counts.assign(E, 0);
+  sl.total_prob_sum.assign(E, 0.0);
+  sl.total_tokens = 0;
+  sl.z_sum = sl.aux_sum = 0;
+  sl.order.clear();
+  sl.kept.clear();
+  sl.dropped.clear();
+}
+
+void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n) {
+  const ModelSpec& s = layout_.spec();
+  const ExpertDims d = expert_dims(s);
+  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C),
+            I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  ZD_CHECK(n <= N_, "{} rows into MoE layers sized for {}", n, N_);
+  const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
+  Slot& sl = slots_.at(static_cast<size_t>(slot_));
+  const MoeRouterOptions opt = s.moe.router(sl.training);
+  const bool recompute = std::find(sl.order.begin(), sl.order.end(), l) != sl.order.end();
+  Acts& a = acts_for(l);
+  a.n = n;
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  auto at = [&](int64_t off) -> const void* { return off >= 0 ? elem_at(w, off, esz_) : nullptr; };
+  timed(tm, t.matmul_fwd, [&] { be_.matmul_forward(a.logits, x, at(o.gate_w), nullptr, n, C, E); });
+  host_.round(a.logits, n * E);
+  timed(tm, t.moe, [&] {
+    a.stats = be_.moe_router_forward(a.probs, a.lse, a.expert, a.weight, a.counts.data(),
+                                     a.kept.data(), a.logits, n, opt);
+  });
+  int64_t R = 0;
+  timed(tm, t.moe, [&] {
+    R = be_.moe_permute_plan(a.offsets.data(), a.row_token, a.slot_row, a.expert, n, k, E);
+    be_.moe_permute_forward(a.xp, x, a.row_token, R, C);
+  });
+  timed(tm, t.matmul_fwd, [&] {
+    be_.grouped_matmul_forward(a.h, a.xp, at(o.w13), at(o.b13), a.offsets.data(), E, C, H);
+  });
+  host_.round(a.h, R * H);
+  timed(tm, t.gelu, [&] {
+    if (swiglu()) {
+      be_.swiglu_forward(a.a, a.h, R, I);
+    } else {
+      be_.gelu_forward(a.a, a.h, R * I);
+    }
+  });
+  host_.round(a.a, R * I);
+  timed(tm, t.matmul_fwd, [&] {
+    be_.grouped_matmul_forward(a.yp, a.a, at(o.w2), at(o.b2), a.offsets.data(), E, I, C);
+  });
+  host_.round(a.yp, R * C);
+  timed(tm, t.moe, [&] { be_.moe_unpermute_forward(y, a.yp, a.weight, a.slot_row, n, k, C); });
+  host_.round(y, n * C);
+  if (d.Is > 0) {  // shared experts: y += down(act(up(x))), every token
+    const int Is = static_cast<int>(d.Is), Hs = static_cast<int>(d.Hs);
+    timed(tm, t.matmul_fwd,
+          [&] { be_.matmul_forward(a.sh, x, at(o.shared_w13), at(o.shared_b13), n, C, Hs); });
+    host_.round(a.sh, n * Hs);
+    timed(tm, t.gelu, [&] {
+      if (swiglu()) {
+        be_.swiglu_forward(a.sa, a.sh, n, Is);
+      } else {
+        be_.gelu_forward(a.sa, a.sh, n * Is);
+      }
+    });
+    host_.round(a.sa, n * Is);
+    // The shared output into dyp_ (free in forward), then added to y.
+    timed(tm, t.matmul_fwd,
+          [&] { be_.matmul_forward(dyp_, a.sa, at(o.shared_w2), at(o.shared_b2), n, Is, C); });
+    host_.round(dyp_, n * C);
+    timed(tm, t.residual, [&] { be_.residual_forward(y, y, dyp_, n * C); });
+    host_.round(y, n * C);
+  }
+  if (recompute) return;
+  // The probabilities' column sums for Hugging Face's all-layer aux loss (its value only: the
+  // backward needs the counts alone).
+  std::vector<float> probs(static_cast<size_t>(n * E));
+  be_.copy(probs.data(), a.probs, probs.size() * sizeof(float));
+  for (int64_t r = 0; r < n; ++r)
+    for (int e = 0; e < E; ++e)
+      sl.total_prob_sum[static_cast<size_t>(e)] += probs[static_cast<size_t>(r * E + e)];
+  for (int e = 0; e < E; ++e) sl.total_counts[static_cast<size_t>(e)] += a.counts[e];
+  sl.total_tokens += n;
+  sl.z_sum += a.stats.z_loss;
+  sl.aux_sum += a.stats.aux_loss;
+  sl.order.push_back(l);
+  sl.kept.push_back(a.kept);
+  sl.dropped.push_back(a.stats.dropped);
+  sl.tokens = n;
+}
+
+void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx) {
+  const ModelSpec& s = layout_.spec();
+  const ExpertDims d = expert_dims(s);
+  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C),
+            I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
+  const Slot& sl = slots_.at(static_cast<size_t>(slot_));
+  const MoeRouterOptions opt = s.moe.router(sl.training);
+  const float loss_weight = sl.loss_weight;
+  const Acts& a = acts_for(l);
+  const int64_t n = a.n, R = a.offsets.back();
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  auto at = [&](int64_t off) -> const void* { return off >= 0 ? elem_at(w, off, esz_) : nullptr; };
+  auto dat = [&](int64_t off) -> void* { return off >= 0 ? elem_at(dw, off, esz_) : nullptr; };
+  timed(tm, t.moe, [&] {
+    be_.moe_unpermute_backward(dyp_, dweight_, dy, a.yp, a.weight, a.slot_row, n, k, C);
+  });
+  host_.round(dyp_, R * C);
+  timed(tm, t.matmul_bwd, [&] {
+    be_.grouped_matmul_backward(da_, dat(o.w2), dat(o.b2), dyp_, a.a, at(o.w2), a.offsets.data(), E,
+                                I, C, false);
+  });
+  host_.round(da_, R * I);
+  timed(tm, t.gelu, [&] {
+    if (swiglu()) {
+      be_.swiglu_backward(dh_, da_, a.h, R, I);
+    } else {
+      be_.gelu_backward(dh_, a.h, da_, R * I);
+    }
+  });
+  host_.round(dh_, R * H);
+  timed(tm, t.matmul_bwd, [&] {  // dxp into dyp_ (read above)
+    be_.grouped_matmul_backward(dyp_, dat(o.w13), dat(o.b13), dh_, a.xp, at(o.w13),
+                                a.offsets.data(), E, C, H, false);
+  });
+  host_.round(dyp_, R * C);
+  be_.memset_zero(dx, static_cast<size_t>(n * C) * esz_);
+  timed(tm, t.moe, [&] { be_.moe_permute_backward(dx, dyp_, a.slot_row, n, k, C); });
+  if (d.Is > 0) {
+    const int Is = static_cast<int>(d.Is), Hs = static_cast<int>(d.Hs);
+    timed(tm, t.matmul_bwd, [&] {
+      be_.matmul_backward(da_, dat(o.shared_w2), dat(o.shared_b2), dy, a.sa, at(o.shared_w2), n, Is,
+                          C, false);
+    });
+    host_.round(da_, n * Is);
+    timed(tm, t.gelu, [&] {
+      if (swiglu()) {
+        be_.swiglu_backward(dh_, da_, a.sh, n, Is);
+      } else {
+        be_.gelu_backward(dh_, a.sh, da_, n * Is);
+      }
+    });
+    host_.round(dh_, n * Hs);
+    timed(tm, t.matmul_bwd, [&] {
+      be_.matmul_backward(dx, dat(o.shared_w13), dat(o.shared_b13), dh_, x, at(o.shared_w13), n, C,
+                          Hs, true);
+    });
+  }
+  // The router: the combine weights' gradient plus the aux and z losses.
+  MoeRouterLossGrad lg;
+  lg.aux_coef = static_cast<float>(s.moe.aux_loss_coef) * loss_weight;
+  lg.z_coef = static_cast<float>(s.moe.z_loss_coef) * loss_weight;
+  const bool all_layers = s.moe.aux_loss == MoeAuxLoss::kHuggingFace;
+  lg.aux_counts = all_layers ? sl.total_counts.data() : a.counts.data();
+  lg.aux_tokens = all_layers ? sl.total_tokens : n;
+  timed(tm, t.moe,
+        [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
+  host_.round(dlogits_, n * E);
+  timed(tm, t.matmul_bwd, [&] {
+    be_.matmul_backward(dx, dat(o.gate_w), nullptr, dlogits_, x, at(o.gate_w), n, C, E, true);
+  });
+  host_.round(dx, n * C);
+}
+
+MoeStepStats MoeLayers::stats() const {
+  const ModelSpec& s = layout_.spec();
+  const Slot& sl = slots_.at(static_cast<size_t>(slot_));
+  MoeStepStats st;
+  st.layers = sl.order;
+  st.tokens = static_cast<int>(sl.tokens);
+  st.kept = sl.kept;
+  st.dropped = sl.dropped;
+  const double E = s.moe.num_experts, T = static_cast<double>(sl.total_tokens);
+  if (s.moe.aux_loss == MoeAuxLoss::kHuggingFace) {
+    double sum = 0;
+    for (size_t e = 0; e < sl.total_counts.size(); ++e)
+      sum += (static_cast<double>(sl.total_counts[e]) / T) * (sl.total_prob_sum[e] / T);
+    st.aux_loss = T > 0 ? E * sum : 0.0;
+  } else {
+    st.aux_loss = sl.aux_sum;
+  }
+  st.z_loss = sl.z_sum;
+  st.objective = s.moe.aux_loss_coef * st.aux_loss + s.moe.z_loss_coef * st.z_loss;
+  return st;
+}
+
+}  // namespace zerod

@@ -1,0 +1,140 @@
+// The sparse MLP of a mixture-of-experts block (ModelSpec::moe), as the Gpt and Llama models run
+// it in place of their dense MLP on the normed residual x (N,C):
+//
+//   logits (N,E) = x Wg^T                          the router (gate), no bias
+//   probs, expert (N,k), weight (N,k)              softmax top-k (renormalised for Mixtral),
+//                                                  capacity and dropping or dropless
+//   xp (R,C) = x rows in expert order              R = kept assignments <= N k
+//   h (R,H) = grouped matmul of each expert's      SwiGLU: w1 | w3 (H = 2I); GELU: c_fc (H = 4C)
+//   act (R,I) = swiglu(h) or gelu(h)
+//   yp (R,C) = grouped matmul of each expert's     w2 / c_proj
+//   y (N,C) = sum over a token's kept slots of weight x its expert rows
+//   (+ shared experts: one dense MLP of shared_experts x I on every token, added to y)
+//
+// and the backward of all of it, with the router's load-balancing and z losses added to the
+// objective (their coefficients times the micro-batch's loss weight). Hugging Face's Mixtral
+// computes one aux loss over every layer's router logits: each layer's backward then uses the
+// assignment counts summed over the layers of the micro-batch's forward (so the forward of every
+// layer precedes the backward of any, as in forward_backward); DeepSpeed's adds the layers' own.
+//
+// Activations: per slot and MoE layer the router's and the permuted rows' (or, with activation
+// checkpointing, one set recomputed per layer in backward); shared: the backward's work buffers.
+// saved_bytes / shared_bytes give them for the models' activation estimates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "model/layout.h"
+#include "model/model.h"
+
+namespace zerod {
+
+// How the owning model allocates, rounds and times (its ModelBase services).
+struct MoeHost {
+  std::function<void*(size_t elems)> act;    // compute-dtype activations
+  std::function<float*(size_t elems)> stat;  // 4-byte elements (fp32 statistics, int32 indices)
+  std::function<void(void* x, int64_t n)> round;
+  std::function<Backend*()> timer;  // null when not timing
+  OpTimes* times = nullptr;
+};
+
+class MoeLayers {
+ public:
+  // For a model of `layout` over micro-batches of N rows, with `slots` micro-batches held.
+  MoeLayers(const ParamLayout& layout, Backend& be, int64_t N, bool activation_checkpointing,
+            int slots, MoeHost host);
+
+  // Activation bytes (MemCategory::kActivations): per slot (its MoE layers' saved state, none
+  // when checkpointing) and shared (recompute and backward buffers), for N rows and n_moe MoE
+  // layers held.
+  static int64_t saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
+                             bool activation_checkpointing, size_t esz);
+  static int64_t shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
+                              size_t esz);
+  // What a model's activation estimate changes with experts, for a stage's blocks of which the
+  // MoE ones save no dense MLP state (dense_mlp bytes per block): per slot (the MoE layers'
+  // state, less their dense MLP state unless checkpointing) and shared (the MoE work buffers,
+  // less the recompute block's dense MLP state when no block is dense). {0, 0} when dense.
+  struct ModelBytes {
+    int64_t per_slot = 0, shared = 0;
+  };
+  static ModelBytes model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
+                                bool activation_checkpointing, size_t esz, int64_t dense_mlp);
+
+  void select_slot(int k) { slot_ = k; }
+  // Starts the forward of a micro-batch in the current slot (resets its router totals);
+  // training: the training capacity factor, else the evaluation one; loss_weight: the factor of
+  // the slot's loss gradient (the aux and z losses' gradients are scaled by it). A forward of a
+  // layer that already ran since is a recompute (activation checkpointing), which neither counts
+  // nor changes the totals.
+  void begin_forward(bool training, float loss_weight);
+
+  // y (N,C) = the MoE MLP of block l (unit weights w) on x (N,C); n <= the constructor's N rows.
+  void forward(int l, const void* w, const void* x, void* y, int64_t n);
+  // dx (N,C) = the gradient of x from dy (N,C) (overwritten); the block unit's gradients dw +=.
+  void backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx);
+
+  // The current slot's routing and losses (after its forward; aux and z losses complete once
+  // every MoE layer ran).
+  MoeStepStats stats() const;
+
+ private:
+  struct Acts {  // one MoE layer's forward state (rows: N tokens, Rmax = N k permuted rows)
+    void* logits = nullptr;        // (N,E)
+    float* probs = nullptr;        // (N,E)
+    float* lse = nullptr;          // (N)
+    int32_t* expert = nullptr;     // (N,k)
+    float* weight = nullptr;       // (N,k)
+    int32_t* slot_row = nullptr;   // (N,k)
+    int32_t* row_token = nullptr;  // (Rmax)
+    void* xp = nullptr;            // (Rmax,C)
+    void* h = nullptr;             // (Rmax,H)
+    void* a = nullptr;             // (Rmax,I)
+    void* yp = nullptr;            // (Rmax,C)
+    void* sh = nullptr;            // shared experts: (N,Hs)
+    void* sa = nullptr;            // (N,Is)
+    std::vector<int64_t> offsets;  // (E+1) host
+    std::vector<int64_t> counts;   // (E) the aux loss's counts
+    std::vector<int64_t> kept;     // (E)
+    MoeRouterStats stats;
+    int64_t n = 0;  // rows of the forward
+  };
+  struct Slot {
+    std::vector<Acts> layers;            // per model layer (empty for dense and unheld ones)
+    std::vector<int64_t> total_counts;   // (E) summed over the MoE layers of the forward
+    std::vector<double> total_prob_sum;  // (E)
+    int64_t total_tokens = 0;
+    double z_sum = 0, aux_sum = 0;           // sum of the layers' z and own aux losses
+    std::vector<int> order;                  // MoE layers in forward order
+    std::vector<std::vector<int64_t>> kept;  // per layer in `order`: rows per expert
+    std::vector<int64_t> dropped;            // per layer in `order`
+    int64_t tokens = 0;
+    bool training = true;
+    float loss_weight = 0;
+  };
+  Acts make_acts();
+  Acts& acts_for(int l);
+  bool swiglu() const { return layout_.spec().llama_family(); }
+
+  const ParamLayout& layout_;
+  Backend& be_;
+  MoeHost host_;
+  size_t esz_;
+  int64_t N_;
+  bool checkpointing_;
+  std::vector<Slot> slots_;
+  int slot_ = 0;
+  Acts work_;  // checkpointing: the layer being run
+  // Backward work (shared): dlogits (N,E), dweight (N,k) fp32, and (Rmax or N rows) dyp / dxp
+  // (.,C), dh (.,H), da (.,I).
+  void* dlogits_ = nullptr;
+  float* dweight_ = nullptr;
+  void* dyp_ = nullptr;
+  void* dh_ = nullptr;
+  void* da_ = nullptr;
+};
+
+}  // namespace zerod
