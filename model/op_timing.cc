@@ -8,8 +8,8 @@ OpTimes& OpTimes::operator+=(const OpTimes& o) {
   for (double OpTimes::*f :
        {&OpTimes::encoder, &OpTimes::layernorm, &OpTimes::matmul_fwd, &OpTimes::matmul_bwd,
         &OpTimes::attention_fwd, &OpTimes::attention_bwd, &OpTimes::gelu, &OpTimes::residual,
-        &OpTimes::classifier, &OpTimes::rounding, &OpTimes::forward, &OpTimes::backward,
-        &OpTimes::zero_wait})
+        &OpTimes::classifier, &OpTimes::rounding, &OpTimes::moe, &OpTimes::forward,
+        &OpTimes::backward, &OpTimes::zero_wait})
     this->*f += o.*f;
   return *this;
 }

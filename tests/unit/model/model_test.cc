@@ -305,5 +305,20 @@ TEST(Gpt, TimingSplitsForwardBackwardAndTimeInsideTheSeams) {
   EXPECT_GE(t.forward + t.backward + t.zero_wait, 0.9 * wall);
 }
 
+// Summing the times of several models (an interleaved pipeline rank's chunks) adds every field.
+TEST(OpTimes, SumAddsEveryField) {
+  OpTimes a, b;
+  double* fa = &a.encoder;  // (the struct is doubles only)
+  double* fb = &b.encoder;
+  const size_t n = sizeof(OpTimes) / sizeof(double);
+  for (size_t i = 0; i < n; ++i) {
+    fa[i] = static_cast<double>(i + 1);
+    fb[i] = 100.0 * static_cast<double>(i + 1);
+  }
+  a += b;
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_EQ(fa[i], 101.0 * static_cast<double>(i + 1)) << "field " << i;
+}
+
 }  // namespace
 }  // namespace zerod
