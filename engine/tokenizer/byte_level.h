@@ -3,6 +3,7 @@
 // vocabularies are text.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 

@@ -136,6 +136,7 @@ say "configure $build (Release, no gRPC, CUDA arch ${arch}, deps $deps)"
 set -o pipefail
 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DZEROD_GRPC=OFF -DZEROD_NATIVE=ON -DZEROD_TESTS=ON \
+  -DZEROD_ONEDNN=OFF -DZEROD_PCRE2=OFF -DZEROD_SENTENCEPIECE=OFF -DCMAKE_DISABLE_FIND_PACKAGE_prometheus-cpp=ON \
   -DCMAKE_PREFIX_PATH="${CMAKE_PREFIX_PATH//:/;}" \
   -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
   -DCMAKE_BUILD_RPATH="${libdirs//:/;}" \
@@ -161,6 +162,7 @@ else
   while read -r t; do targets+=("$t"); done < <(grep -E '^zerod_test_[A-Za-z0-9_]*(cuda|nccl|gpu)[A-Za-z0-9_]*$' <<<"$all_targets" || true)
   has zerod_gpu_bench && targets+=(zerod_gpu_bench)
   has zerod_attention_bench && targets+=(zerod_attention_bench)
+  has zerod_cupti_trace && targets+=(zerod_cupti_trace)
 fi
 [[ -z "$nvcc" ]] || has zerod_test_kernels_cuda || die "target zerod_test_kernels_cuda missing although CUDA is on"
 say "build with ninja -j$jobs: ${targets[*]}"

@@ -20,6 +20,22 @@ for t in zerod zerod_gpu_bench zerod_attention_bench zerod_test_kernels_cuda zer
 done
 gomp="$(ldd "$stage/zerod_test_train_cuda" | awk '/libgomp/{print $3}')"
 [[ -z "$gomp" ]] || cp -L "$gomp" "$stage/lib/"
+# The CUPTI timeline library (session.sh's trace phase) and the libcupti it was linked with.
+tr="$(find "$b" -name libzerod_cupti_trace.so -type f | head -1)"
+if [[ -n "$tr" ]]; then
+  strip -o "$stage/lib/libzerod_cupti_trace.so" "$tr"
+  cupti="$(ldd "$tr" | awk '/libcupti/{print $3}')"
+  [[ -z "$cupti" ]] || cp -L "$cupti" "$stage/lib/"
+fi
+# Every library the programs need must be on the GPU node: the carried deps, the CUDA toolkit and
+# NCCL, the C/C++/OpenMP runtimes (a library found only on this machine, such as oneDNN, made a
+# device call's binaries unusable once).
+missing="$(for f in "$stage"/zerod_*; do ldd "$f"; done | awk '$2 == "=>" {print $1, $3}' |
+  grep -vE "tools/device/deps|$stage/lib|^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libgomp|libcublasLt|libcublas|libcudart|libnccl|libpcre2-8)\.so" |
+  sort -u || true)"
+if [[ -n "$missing" ]]; then
+  echo "prebuild: the GPU programs need libraries the device node lacks:"; echo "$missing"; exit 1
+fi
 mkdir -p tools/device/prebuilt
 tar -C "$stage" -cJf tools/device/prebuilt/bin.tar.xz .
 rm -rf "$stage"

@@ -17,6 +17,8 @@
 #   attn      the same with ZEROD_ATTENTION=$ATTN_IMPL (wmma: the previous kernels; mma64), for the ratio
 #   abench    zerod_attention_bench: the mma attention kernels' variants, timed, outputs compared
 #   variants  zerod_gpu_bench under each environment setting of BENCH_ENVS (see the phase)
+#   trace     the CUPTI timeline of a few steps (cupti_trace.cc injected): the GPU's idle gaps
+#             and what the host did meanwhile (trace_gaps.py); trace_gaps.json, trace.tsv.xz
 #   profile   ncu's GPU time of every kernel of one training step, summed per kernel
 #             (tools/device/ncu_summary.py)
 #   kprof     ncu's sections (speed of light, occupancy, stalls, memory) of the attention kernels
@@ -38,7 +40,7 @@ out="${OUT:-/tmp/zerod-session}"
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 
-phases="env,tests,bench,attn,abench,variants,profile,kprof,torch,sanitize,memory"
+phases="env,tests,bench,attn,abench,variants,trace,profile,kprof,torch,sanitize,memory"
 batch=""
 deadline=100000  # seconds from the start: later phases are cut short or skipped
 while (($#)); do
@@ -227,6 +229,26 @@ EOF
     env ${entry//+/ } timeout -k 5 "$(lim 60)" "$bin/zerod_gpu_bench" --steps 20 --warmup 5 \
       --batch "$pb" | grep '^{' | python3 -c 'import json,sys; d=json.load(sys.stdin); print("step_ms_median", round(d["step_ms_median"],2), "tokens_per_s", round(d["tokens_per_s"]), "mfu", round(d["mfu"],4))'
   done
+fi
+
+if want trace; then
+  # The timeline of a few training steps from CUPTI (libzerod_cupti_trace.so, injected): where
+  # the GPU sits idle inside a step and what the host did meanwhile (tools/device/trace_gaps.py).
+  # TRACE_ENV: a VAR=value+VAR=value setting to trace under (as in BENCH_ENVS).
+  lib="$(ls "$bin"/lib/libzerod_cupti_trace.so "$bin"/libzerod_cupti_trace.so 2>/dev/null | head -1)"
+  if [[ -n "$lib" ]]; then
+    say "trace: CUPTI timeline of zerod_gpu_bench at micro-batch $pb ${TRACE_ENV:+with ${TRACE_ENV//+/ }}"
+    env ${TRACE_ENV:+${TRACE_ENV//+/ }} CUDA_INJECTION64_PATH="$lib" ZEROD_TRACE_FILE="$work/trace.tsv" \
+      timeout -k 5 "$(lim 90)" "$bin/zerod_gpu_bench" --steps 6 --warmup 3 --batch "$pb" | grep '^{' |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); print("traced: step_ms_median", round(d["step_ms_median"],2))'
+    echo "session: trace $(wc -l <"$work/trace.tsv" 2>/dev/null) records, $(tail -1 "$work/trace.tsv" 2>/dev/null)"
+    timeout -k 5 "$(lim 60)" python3 tools/device/trace_gaps.py "$work/trace.tsv" --skip 3 --top 25 \
+      --json "$out/trace_gaps.json"
+    echo "session: trace_gaps exit $?"
+    xz -T4 -3 -c "$work/trace.tsv" >"$out/trace.tsv.xz" 2>/dev/null || true
+  else
+    echo "session: no libzerod_cupti_trace.so among the programs"
+  fi
 fi
 
 if want torch; then
