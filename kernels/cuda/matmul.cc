@@ -6,9 +6,14 @@
 //            (after a GELU: the DGELU epilogue, times gelu'(aux = pre as (C,N)))
 //   dweight: dW as (C,OC)  += inp as (C,N) x op_T(dout as (OC,N))     [beta 1]
 // Descriptors are built per call (cheap); the heuristic's choice is cached per shape, operation,
-// pointer alignment and epilogue (Matmul::algos_). For bf16/fp16, split-K partial sums may only be
+// pointer alignment and epilogue (Matmul::algos_); with ZEROD_CUBLASLT_TUNE=K the fastest of its
+// first K choices, timed on the first call (measured on an H100: 0.4-0.8 ms of a 64-65 ms GPT-2
+// 124M step, docs/gpu.md). For bf16/fp16, split-K partial sums may only be
 // reduced in fp32 (never in the 16-bit output type): the accumulation stays fp32 end to end.
 #include "kernels/cuda/matmul.h"
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/bias.h"
@@ -80,8 +85,24 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
 
 }  // namespace
 
+int parse_cublaslt_tune(const char* value) {
+  if (value == nullptr || *value == '\0') return 1;
+  char* end = nullptr;
+  const long k = std::strtol(value, &end, 10);
+  if (end == value || *end != '\0' || k < 1 || k > 32) {
+    throw InputError(fmt::format(
+        "ZEROD_CUBLASLT_TUNE='{}': expected how many of cuBLASLt's algorithms to time per matmul "
+        "shape, 1 to 32 (1: the heuristic's first choice, untimed)",
+        value));
+  }
+  return static_cast<int>(k);
+}
+
 Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
-    : dt_(dt), stream_(stream), workspace_bytes_(workspace_bytes) {
+    : dt_(dt),
+      stream_(stream),
+      workspace_bytes_(workspace_bytes),
+      tune_(parse_cublaslt_tune(std::getenv("ZEROD_CUBLASLT_TUNE"))) {
   check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
   if (workspace_bytes_ > 0) {
     const cudaError_t status = cudaMalloc(&workspace_, workspace_bytes_);
@@ -95,6 +116,60 @@ Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
 Matmul::~Matmul() {
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) cublasLtDestroy(handle_);
+}
+
+template <class Run>
+int Matmul::fastest(const cublasLtMatmulHeuristicResult_t* results, int found, void* D,
+                    size_t d_bytes, float beta, const Run& run, const AlgoKey& key) {
+  // D as it was, when the product adds to it (each timed run adds once more).
+  void* saved = nullptr;
+  if (beta != 0.0f) {
+    check(cudaMalloc(&saved, d_bytes), "matmul tuning: cudaMalloc");
+    check(cudaMemcpyAsync(saved, D, d_bytes, cudaMemcpyDeviceToDevice, stream_),
+          "matmul tuning: save D");
+  }
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  check(cudaEventCreate(&t0), "matmul tuning: cudaEventCreate");
+  check(cudaEventCreate(&t1), "matmul tuning: cudaEventCreate");
+  std::vector<float> best_ms(static_cast<size_t>(found), -1.0f);
+  for (int i = 0; i < found; ++i) {
+    if (results[i].workspaceSize > workspace_bytes_) continue;
+    if (run(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // (warm-up; some refuse)
+    float least = -1.0f;
+    for (int rep = 0; rep < 3; ++rep) {
+      check(cudaEventRecord(t0, stream_), "matmul tuning: cudaEventRecord");
+      run(results[i].algo);
+      check(cudaEventRecord(t1, stream_), "matmul tuning: cudaEventRecord");
+      check(cudaEventSynchronize(t1), "matmul tuning: cudaEventSynchronize");
+      float ms = 0.0f;
+      check(cudaEventElapsedTime(&ms, t0, t1), "matmul tuning: cudaEventElapsedTime");
+      if (least < 0.0f || ms < least) least = ms;
+    }
+    best_ms[static_cast<size_t>(i)] = least;
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  if (saved != nullptr) {
+    check(cudaMemcpyAsync(D, saved, d_bytes, cudaMemcpyDeviceToDevice, stream_),
+          "matmul tuning: restore D");
+    check(cudaStreamSynchronize(stream_), "matmul tuning: cudaStreamSynchronize");
+    cudaFree(saved);
+  }
+  int pick = 0;
+  for (int i = 0; i < found; ++i) {
+    const float ms = best_ms[static_cast<size_t>(i)];
+    if (ms >= 0.0f &&
+        (best_ms[static_cast<size_t>(pick)] < 0.0f || ms < best_ms[static_cast<size_t>(pick)]))
+      pick = i;
+  }
+  std::fprintf(stderr,
+               "zerod: cuBLASLt tuning m=%lld n=%lld k=%lld trans=%lld%lld epilogue %lld: "
+               "heuristic's first %.1f us, algorithm %d of %d %.1f us\n",
+               static_cast<long long>(key[2]), static_cast<long long>(key[3]),
+               static_cast<long long>(key[4]), static_cast<long long>(key[0]),
+               static_cast<long long>(key[1]), static_cast<long long>(key[12]), 1e3 * best_ms[0],
+               pick, found, 1e3 * best_ms[static_cast<size_t>(pick)]);
+  return pick;
 }
 
 bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
@@ -166,16 +241,33 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
       set_pref(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                uint32_t{CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE});
     }
-    cublasLtMatmulHeuristicResult_t result{};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(tune_));
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle_, op.d, a_layout.d, b_layout.d, d_layout.d, d_layout.d, pref.d, 1, &result, &found);
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, op.d, a_layout.d, b_layout.d, d_layout.d,
+                                       d_layout.d, pref.d, tune_, results.data(), &found);
     // (An error is thrown, not cached, unless an epilogue is asked for: then the caller falls
     // back to the plain product.)
     if (status != CUBLAS_STATUS_SUCCESS && extra.epilogue == Epilogue::kNone)
       check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
     std::optional<cublasLtMatmulAlgo_t> algo;
-    if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+      int pick = 0;
+      if (found > 1) {
+        const float one = 1.0f;
+        const size_t d_bytes =
+            static_cast<size_t>(ldd) * static_cast<size_t>(n) * (dt_ == Storage::kF32 ? 4 : 2);
+        pick = fastest(
+            results.data(), found, D, d_bytes, beta,
+            [&](const cublasLtMatmulAlgo_t& a) {
+              return cublasLtMatmul(handle_, op.d, &one, A, a_layout.d, B, b_layout.d, &beta, D,
+                                    d_layout.d, D, d_layout.d, &a, workspace_, workspace_bytes_,
+                                    stream_);
+            },
+            key);
+      }
+      algo = results[static_cast<size_t>(pick)].algo;
+    }
     cached = algos_.emplace(key, algo).first;
   }
   if (!cached->second) {

@@ -11,10 +11,16 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "kernels/cuda/storage.h"
 
 namespace zerod::cuda {
+
+// ZEROD_CUBLASLT_TUNE's value: how many of the heuristic's algorithms to time on the first
+// product of each shape ("" or unset: 1, the heuristic's first choice, nothing timed). Bad values
+// are bad input (InputError naming the variable and what it takes).
+int parse_cublaslt_tune(const char* value);
 
 class Matmul {
  public:
@@ -67,6 +73,14 @@ class Matmul {
   // a training step repeats the same few shapes.
   using AlgoKey = std::array<int64_t, 15>;
   std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> algos_;
+  // With ZEROD_CUBLASLT_TUNE=K > 1: the first product of each key runs each of the heuristic's
+  // K algorithms (one warm-up, then the least of three timed runs, device events) and keeps the
+  // fastest; a product that accumulates (beta 1) has D saved before and restored after. `run`
+  // launches the product with the algorithm given. Prints one line per key to stderr.
+  template <class Run>
+  int fastest(const cublasLtMatmulHeuristicResult_t* results, int found, void* D, size_t d_bytes,
+              float beta, const Run& run, const AlgoKey& key);
+  int tune_ = 1;
 
   Storage dt_;
   cudaStream_t stream_;

@@ -2,7 +2,11 @@
 // cuda_test_util.h). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
+
+#include "core/error.h"
+#include "kernels/cuda/matmul.h"
 
 #include "cuda_test_util.h"
 
@@ -57,8 +61,9 @@ TEST(CudaMatmul, BackwardOverwritesOrAccumulatesLikeTheCpu) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   for (DType dt : test::kAllDtypes) {
     for (const Shape& s : kShapes) {
-      for (int variant = 0; variant < 3; ++variant) {
-        // 0: dinp =, with dbias; 1: dinp +=, with dbias; 2: no dinp, no dbias.
+      for (int variant = 0; variant < 4; ++variant) {
+        // 0: dinp =, with dbias; 1: dinp +=, with dbias; 2: no dinp, no dbias; 3: dinp = and
+        // dbias without dweight (zero-bubble's input-gradient pass: dweight left untouched).
         SCOPED_TRACE(label(dt, s) + " variant " + std::to_string(variant));
         Backends be(dt);
         const int64_t NC = s.N * s.C, OCC = int64_t{s.OC} * s.C;
@@ -71,18 +76,69 @@ TEST(CudaMatmul, BackwardOverwritesOrAccumulatesLikeTheCpu) {
         Buffer d_dinp = variant == 0 ? be.poisoned_compute(NC) : be.compute(dinp);
         Buffer d_dw = be.compute(dw), d_db = be.compute(db);
         const bool with_dinp = variant != 2, with_db = variant != 2, acc = variant == 1;
-        be.cpu->matmul_backward(with_dinp ? dinp.data() : nullptr, dw.data(),
+        const bool with_dw = variant != 3;
+        be.cpu->matmul_backward(with_dinp ? dinp.data() : nullptr, with_dw ? dw.data() : nullptr,
                                 with_db ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
                                 s.N, s.C, s.OC, acc);
-        be.gpu->matmul_backward(with_dinp ? d_dinp.data() : nullptr, d_dw.data(),
-                                with_db ? d_db.data() : nullptr, d_dout.data(), d_inp.data(),
-                                d_w.data(), s.N, s.C, s.OC, acc);
+        be.gpu->matmul_backward(with_dinp ? d_dinp.data() : nullptr,
+                                with_dw ? d_dw.data() : nullptr, with_db ? d_db.data() : nullptr,
+                                d_dout.data(), d_inp.data(), d_w.data(), s.N, s.C, s.OC, acc);
         EXPECT_TRUE(test::close(be.read_compute(d_dw, OCC), dw, test::tolerance(dt)));
         EXPECT_TRUE(test::close(be.read_compute(d_db, s.OC), db, test::tolerance(dt)));
         if (with_dinp) {
           EXPECT_TRUE(test::close(be.read_compute(d_dinp, NC), dinp, test::tolerance(dt)));
         }
       }
+    }
+  }
+}
+
+// ZEROD_CUBLASLT_TUNE=K times K of the heuristic's algorithms on each shape's first product:
+// the products that add to their output (dweight, accumulated dinp) must see it as it was before
+// the timed runs (saved and restored), and every result still matches the CPU.
+TEST(CudaMatmul, TunedAlgorithmsKeepTheResultsOfAccumulatingProducts) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  ASSERT_EQ(setenv("ZEROD_CUBLASLT_TUNE", "8", 1), 0);
+  for (DType dt : test::kAllDtypes) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(label(dt, s));
+      Backends be(dt);
+      const int64_t NC = s.N * s.C, OCC = int64_t{s.OC} * s.C, NO = s.N * s.OC;
+      const VecF inp = be.round(test::randn(NC, 100));
+      const VecF w = be.round(test::randn(OCC, 101, 0.2f));
+      const VecF b = be.round(test::randn(s.OC, 102));
+      const VecF dout = be.round(test::randn(NO, 103));
+      VecF dinp = be.round(test::randn(NC, 104, 0.5f)), dw = be.round(test::randn(OCC, 105, 0.5f));
+      Buffer d_inp = be.compute(inp), d_w = be.compute(w), d_b = be.compute(b);
+      Buffer d_dout = be.compute(dout), d_dinp = be.compute(dinp), d_dw = be.compute(dw);
+      VecF out(NO);
+      be.cpu->matmul_forward(out.data(), inp.data(), w.data(), b.data(), s.N, s.C, s.OC);
+      Buffer d_out = be.poisoned_compute(NO);
+      be.gpu->matmul_forward(d_out.data(), d_inp.data(), d_w.data(), d_b.data(), s.N, s.C, s.OC);
+      EXPECT_TRUE(test::close(be.read_compute(d_out, NO), out, test::tolerance(dt)));
+      be.cpu->matmul_backward(dinp.data(), dw.data(), nullptr, dout.data(), inp.data(), w.data(),
+                              s.N, s.C, s.OC, /*accumulate=*/true);
+      be.gpu->matmul_backward(d_dinp.data(), d_dw.data(), nullptr, d_dout.data(), d_inp.data(),
+                              d_w.data(), s.N, s.C, s.OC, /*accumulate=*/true);
+      EXPECT_TRUE(test::close(be.read_compute(d_dw, OCC), dw, test::tolerance(dt)));
+      EXPECT_TRUE(test::close(be.read_compute(d_dinp, NC), dinp, test::tolerance(dt)));
+    }
+  }
+  unsetenv("ZEROD_CUBLASLT_TUNE");
+}
+
+TEST(CudaMatmul, TuneSettingIsParsedOrRefused) {
+  EXPECT_EQ(cuda::parse_cublaslt_tune(nullptr), 1);
+  EXPECT_EQ(cuda::parse_cublaslt_tune(""), 1);
+  EXPECT_EQ(cuda::parse_cublaslt_tune("8"), 8);
+  EXPECT_EQ(cuda::parse_cublaslt_tune("32"), 32);
+  for (const char* bad : {"0", "33", "-1", "8x", "fast"}) {
+    try {
+      cuda::parse_cublaslt_tune(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ZEROD_CUBLASLT_TUNE"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
 }
