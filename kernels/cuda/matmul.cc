@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cuda/bias.h"
 #include "kernels/cuda/cast.h"
@@ -86,16 +87,9 @@ void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribute
 }  // namespace
 
 int parse_cublaslt_tune(const char* value) {
-  if (value == nullptr || *value == '\0') return 1;
-  char* end = nullptr;
-  const long k = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || k < 1 || k > 32) {
-    throw InputError(fmt::format(
-        "ZEROD_CUBLASLT_TUNE='{}': expected how many of cuBLASLt's algorithms to time per matmul "
-        "shape, 1 to 32 (1: the heuristic's first choice, untimed)",
-        value));
-  }
-  return static_cast<int>(k);
+  return static_cast<int>(env_count("ZEROD_CUBLASLT_TUNE", value, 1, 32, 1,
+                                    "how many of cuBLASLt's algorithms to time per matmul shape "
+                                    "(1: the heuristic's first choice, untimed)"));
 }
 
 Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)

@@ -2,11 +2,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "zero/compute_comm.h"
 
 namespace zerod::pipeline {
+
+size_t parse_pipeline_prefetch(const char* value) {
+  return static_cast<size_t>(env_count("ZEROD_PIPELINE_PREFETCH", value, 0, 16, 2,
+                                       "how many receives a pipeline rank posts ahead of their "
+                                       "actions"));
+}
 
 PipelineRunner::PipelineRunner(std::vector<Action> actions, Model& model, Backend& backend,
                                Communicator* comm, MemoryTracker* tracker)
@@ -21,7 +29,8 @@ PipelineRunner::PipelineRunner(std::vector<Action> actions, std::vector<Model*> 
       be_(backend),
       comm_(comm),
       tracker_(tracker),
-      type_(compute_comm_type(backend)) {
+      type_(compute_comm_type(backend)),
+      prefetch_(parse_pipeline_prefetch(std::getenv("ZEROD_PIPELINE_PREFETCH"))) {
   ZD_CHECK(!chunks_.empty(), "pipeline runner without a model");
   const int V = static_cast<int>(chunks_.size());
   ranks_ = comm_ != nullptr ? comm_->size() : 1;
@@ -73,7 +82,7 @@ void PipelineRunner::send(const void* data, int peer, int tag) {
   pending_.push_back({comm_->send_async(data, chunks_[0]->boundary_elems(), type_, peer, tag), -1});
 }
 
-int PipelineRunner::grad_send_buffer() {
+int PipelineRunner::pool_buffer() {
   // Buffers whose sends finished are free again.
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->buffer >= 0 && it->work->done()) {
@@ -95,6 +104,53 @@ int PipelineRunner::grad_send_buffer() {
   return static_cast<int>(pool_.size()) - 1;
 }
 
+void PipelineRunner::prefetch_receives(size_t from) {
+  next_receive_ = std::max(next_receive_, from);
+  while (prefetched_.size() < prefetch_ && next_receive_ < actions_.size()) {
+    const size_t j = next_receive_++;
+    const Action& a = actions_[j];
+    if (a.kind != ActionKind::kRecvActivation && a.kind != ActionKind::kRecvGrad) continue;
+    const int s = stage_of(a.chunk);
+    const bool grad = a.kind == ActionKind::kRecvGrad;
+    const int i = pool_buffer();
+    prefetched_.push_back(
+        {j,
+         comm_->recv_async(pool_[static_cast<size_t>(i)].data(), chunks_[0]->boundary_elems(),
+                           type_, a.peer, tag(a.micro_batch, grad ? s : s - 1, grad)),
+         i});
+  }
+}
+
+void PipelineRunner::take_receive(size_t index, void* data) {
+  if (prefetch_ == 0) {  // posted here, as the schedule reaches it
+    const Action& a = actions_[index];
+    const int s = stage_of(a.chunk);
+    const bool grad = a.kind == ActionKind::kRecvGrad;
+    receive(data, a.peer, tag(a.micro_batch, grad ? s : s - 1, grad));
+    return;
+  }
+  prefetch_receives(index);
+  ZD_CHECK(!prefetched_.empty() && prefetched_.front().action == index,
+           "pipeline runner: {} was not posted ahead", describe(actions_[index]));
+  Prefetched r = std::move(prefetched_.front());
+  prefetched_.erase(prefetched_.begin());
+  prefetch_receives(index + 1);  // (the next ones travel meanwhile)
+  r.work->wait();
+  be_.copy(data, pool_[static_cast<size_t>(r.buffer)].data(), boundary_bytes_);
+  pool_busy_[static_cast<size_t>(r.buffer)] = false;
+}
+
+void PipelineRunner::abandon_receives() {
+  for (Prefetched& r : prefetched_) {
+    try {
+      r.work->wait();
+      pool_busy_[static_cast<size_t>(r.buffer)] = false;
+    } catch (...) {  // (still posted, perhaps: its buffer stays busy)
+    }
+  }
+  prefetched_.clear();
+}
+
 void PipelineRunner::wait_sends() {
   for (Pending& p : pending_) {
     p.work->wait();
@@ -112,7 +168,12 @@ void PipelineRunner::abandon_sends() {
     }
   }
   pending_.clear();
-  std::fill(pool_busy_.begin(), pool_busy_.end(), false);
+  for (size_t i = 0; i < pool_busy_.size(); ++i) {
+    const bool receiving =
+        std::any_of(prefetched_.begin(), prefetched_.end(),
+                    [&](const Prefetched& r) { return r.buffer == static_cast<int>(i); });
+    if (!receiving) pool_busy_[i] = false;
+  }
 }
 
 double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& params,
@@ -123,8 +184,11 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
   step_start_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   double loss = 0;
+  next_receive_ = 0;
   try {
-    for (const Action& a : actions_) {
+    if (comm_ != nullptr) prefetch_receives(0);
+    for (size_t index = 0; index < actions_.size(); ++index) {
+      const Action& a = actions_[index];
       ZD_CHECK(a.micro_batch >= 0 && a.micro_batch < static_cast<int>(batches.size()),
                "pipeline runner: {} with {} micro-batches", describe(a), batches.size());
       Model& model = chunk(a.chunk);
@@ -153,16 +217,16 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
           model.stage_backward_weight(slot, g);
           break;
         case ActionKind::kRecvActivation:
-          receive(model.stage_input(slot), a.peer, tag(a.micro_batch, s - 1, false));
+          take_receive(index, model.stage_input(slot));
           break;
         case ActionKind::kSendActivation:
           send(model.stage_output(slot), a.peer, tag(a.micro_batch, s, false));
           break;
         case ActionKind::kRecvGrad:
-          receive(model.stage_output_grad(), a.peer, tag(a.micro_batch, s, true));
+          take_receive(index, model.stage_output_grad());
           break;
         case ActionKind::kSendGrad: {
-          const int i = grad_send_buffer();
+          const int i = pool_buffer();
           void* buf = pool_[static_cast<size_t>(i)].data();
           be_.copy(buf, model.stage_input_grad(), boundary_bytes_);
           send(buf, a.peer, tag(a.micro_batch, s - 1, true));
@@ -173,8 +237,10 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
       t.end = clock.seconds();
       timeline_.push_back(t);
     }
+    ZD_CHECK(prefetched_.empty(), "pipeline runner: receives posted beyond the step");
     wait_sends();
   } catch (...) {
+    abandon_receives();
     abandon_sends();
     throw;
   }

@@ -8,8 +8,12 @@
 // slots_needed() of them at once, and m mod slots never meets a live one); B runs
 // stage_backward; Bi and W (zero-bubble) its two passes, stage_backward_input and
 // stage_backward_weight (the ZeRO engine's begin_micro_batch is called before W, where the units
-// finish, and for B before B); a receive posts recv_async into the model's buffer and waits for it
-// (receives block, as the schedule assumes); a send posts send_async and goes on: activations
+// finish, and for B before B); receives are posted ahead (recv_async into pooled staging buffers,
+// the next 2 of the list in its order, so that a message travels while the rank
+// computes: Gloo moves a message only once its receive is posted; ZEROD_PIPELINE_PREFETCH=N sets
+// how many, 0 to post each at its action), and a receive action waits for
+// its message and copies it into the model's buffer (receives block, as the schedule assumes);
+// a send posts send_async and goes on: activations
 // straight from the slot's output (alive until the slot's next forward, after the peer's backward
 // of it has answered), gradients from a copy in a pooled buffer (the model's gradient buffer is
 // reused by the next backward). Every send is waited for before run() returns. Each message carries
@@ -35,6 +39,10 @@
 #include "parallel/pipeline/schedule.h"
 
 namespace zerod::pipeline {
+
+// ZEROD_PIPELINE_PREFETCH's value: how many receives the runner posts ahead of their actions
+// (unset or "": 2; 0 to 16). Other values are bad input.
+size_t parse_pipeline_prefetch(const char* value);
 
 // One micro-batch's tokens (host, B x T each), the same on every stage of a replica.
 struct MicroBatch {
@@ -95,9 +103,15 @@ class PipelineRunner {
   ChunkSeams* seams(int c, ParamSource& params, GradSink* grads);
   void receive(void* data, int peer, int tag);
   void send(const void* data, int peer, int tag);
-  int grad_send_buffer();  // the index of a free pooled buffer of boundary_elems() elements
+  int pool_buffer();  // the index of a free pooled buffer of boundary_elems() elements
   void wait_sends();
   void abandon_sends();  // after an error: every posted send finished or failed, the pool free
+  // Posts the receives of actions_[from..] not yet posted, in order, up to prefetch_ at once
+  // (each holds a pooled boundary buffer).
+  void prefetch_receives(size_t from);
+  // Receive action `index` (the oldest prefetched): waits for it, copies it into data.
+  void take_receive(size_t index, void* data);
+  void abandon_receives();  // after an error: their buffers stay busy (a receive may still land)
 
   std::vector<Action> actions_;
   std::vector<Model*> chunks_;
@@ -113,6 +127,14 @@ class PipelineRunner {
     int buffer = -1;  // the pooled buffer it sends from (-1: a slot's output)
   };
   std::vector<Pending> pending_;
+  struct Prefetched {
+    size_t action = 0;  // its index in actions_
+    WorkPtr work;
+    int buffer = -1;  // the pooled buffer it lands in
+  };
+  std::vector<Prefetched> prefetched_;  // in the order of actions_
+  size_t next_receive_ = 0;             // actions_ before this are posted or not receives
+  size_t prefetch_ = 2;                 // ZEROD_PIPELINE_PREFETCH
   std::vector<Buffer> pool_;
   std::vector<bool> pool_busy_;
   std::vector<TimedAction> timeline_;

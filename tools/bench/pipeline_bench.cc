@@ -1,4 +1,4 @@
-// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained five ways at one global
+// Pipeline benchmark (issue 22 item 6): the CPU benchmark shape trained seven ways at one global
 // batch of M micro-batches, rank threads of this process (Gloo over loopback, one OpenMP thread
 // each):
 //
@@ -9,6 +9,9 @@
 //              gradient (Bi) and its weight gradient (W), which fills the cool-down's waits
 //   interleaved parallelism.pipeline P with --virtual-stages V chunks per rank (interleaved 1F1B:
 //              the bubble divided by V, at V times the messages)
+//   1f1b@action, interl.@action  the same two with ZEROD_PIPELINE_PREFETCH=0: each receive posted
+//              at its action, as the runner did before it posted them ahead (the baseline of
+//              that change)
 //
 // For each: the median step time and its ratio to P=1, the measured bubble (the fraction of the
 // step the ranks spent outside compute, averaged over the ranks: StepMetrics::pipeline_bubble)
@@ -20,6 +23,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -38,9 +42,13 @@ using namespace zerod;
 namespace {
 
 struct Setting {
-  std::string name;  // "P=1", "gpipe", "1f1b", "zero_bubble", "interleaved"
+  std::string name;      // "P=1", "gpipe", "1f1b", "zero_bubble", "interleaved", "...@action"
+  std::string schedule;  // parallelism.pipeline_schedule
   int stages = 1;
   int virtual_stages = 1;
+  // ZEROD_PIPELINE_PREFETCH: "0" posts each receive at its action (the runner's behaviour before
+  // receives were posted ahead), null the default (2 ahead).
+  const char* prefetch = nullptr;
   std::vector<double> seconds, bubbles;  // measured steps, every round
   double activations_mib = 0;            // rank 0 (the first stage), peak
 };
@@ -76,11 +84,14 @@ int main(int argc, char** argv) {
                    "--stages {} must be >= 2 and <= --micro-batches {}", stages, micro);
     const int64_t global = int64_t{shape.batch} * micro;  // sequences per step
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
-    std::vector<Setting> settings = {{"P=1", 1, 1, {}, {}, 0},
-                                     {"gpipe", stages, 1, {}, {}, 0},
-                                     {"1f1b", stages, 1, {}, {}, 0},
-                                     {"zero_bubble", stages, 1, {}, {}, 0},
-                                     {"interleaved", stages, virtual_stages, {}, {}, 0}};
+    std::vector<Setting> settings = {
+        {"P=1", "1f1b", 1, 1},
+        {"gpipe", "gpipe", stages, 1},
+        {"1f1b", "1f1b", stages, 1},
+        {"zero_bubble", "zero_bubble", stages, 1},
+        {"interleaved", "interleaved_1f1b", stages, virtual_stages},
+        {"1f1b@action", "1f1b", stages, 1, "0"},
+        {"interl.@action", "interleaved_1f1b", stages, virtual_stages, "0"}};
     fmt::print(
         "pipeline benchmark: P = {} (threads, {} core(s)), {} {} layers, {} wide, {} heads, seq "
         "{}, vocab {}, {}; {} micro-batches of {} sequences a step; {} x ({} warm-up + {} "
@@ -94,9 +105,13 @@ int main(int argc, char** argv) {
         JobConfig job = bench::bench_job(shape, data, steps + warmup, 1);
         job.parallelism.pipeline = s.stages;
         if (s.stages > 1) {
-          job.parallelism.pipeline_schedule =
-              s.virtual_stages > 1 ? std::string("interleaved_1f1b") : s.name;
+          job.parallelism.pipeline_schedule = s.schedule;
           job.parallelism.virtual_stages = s.virtual_stages;
+        }
+        if (s.prefetch != nullptr) {
+          setenv("ZEROD_PIPELINE_PREFETCH", s.prefetch, 1);
+        } else {
+          unsetenv("ZEROD_PIPELINE_PREFETCH");
         }
         job.gradient_accumulation_steps = micro;
         job.train_micro_batch_size_per_gpu = shape.batch;
@@ -130,11 +145,11 @@ int main(int argc, char** argv) {
     }
     const double formula = static_cast<double>(stages - 1) / (stages - 1 + micro);
     const double base = median(settings[0].seconds);
-    fmt::print("{:>11} {:>10} {:>10} {:>10} {:>14} {:>14} {:>18}\n", "setting", "step ms",
+    fmt::print("{:>14} {:>10} {:>10} {:>10} {:>14} {:>14} {:>18}\n", "setting", "step ms",
                "tokens/s", "vs P=1", "bubble meas.", "bubble formula", "stage-0 activ. MiB");
     for (const Setting& s : settings) {
       const double m = median(s.seconds);
-      fmt::print("{:>11} {:>10.1f} {:>10.0f} {:>10.2f} {:>14} {:>14} {:>18.1f}\n", s.name, m * 1e3,
+      fmt::print("{:>14} {:>10.1f} {:>10.0f} {:>10.2f} {:>14} {:>14} {:>18.1f}\n", s.name, m * 1e3,
                  static_cast<double>(global * shape.seq) / m, base / m,
                  s.stages > 1 ? fmt::format("{:.3f}", median(s.bubbles)) : "-",
                  s.stages > 1 ? fmt::format("{:.3f}", formula) : "-", s.activations_mib);
@@ -157,6 +172,12 @@ int main(int argc, char** argv) {
         "{:.3f}; step time 1f1b / interleaved {:.3f}\n",
         virtual_stages, median(settings[4].bubbles), formula / virtual_stages,
         median(settings[2].bubbles), median(settings[2].seconds) / median(settings[4].seconds));
+    fmt::print(
+        "result: receives posted ahead against at their actions: 1f1b bubble {:.3f} vs {:.3f}, "
+        "step time ratio {:.3f}; interleaved bubble {:.3f} vs {:.3f}, step time ratio {:.3f}\n",
+        median(settings[2].bubbles), median(settings[5].bubbles),
+        median(settings[5].seconds) / median(settings[2].seconds), median(settings[4].bubbles),
+        median(settings[6].bubbles), median(settings[6].seconds) / median(settings[4].seconds));
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_pipeline_bench: {}\n", e.what());
     return 2;

@@ -3,7 +3,8 @@
 # machine (Gloo over 127.0.0.1, one process per stage), each schedule in turn over the same data,
 # and one process (P=1) as the baseline. Prints per setting the median over the steps after the
 # first of the step line's tokens/s and measured bubble (`| bubble X%`), the formula
-# (P-1)/(P-1+M), and the ratios to P=1 and to 1F1B.
+# (P-1)/(P-1+M), and the ratios to P=1 and to 1F1B; 1f1b@action and interleaved@action run with
+# ZEROD_PIPELINE_PREFETCH=0 (each receive posted at its action), the baseline of posting ahead.
 #
 #   tools/bench/pipeline_processes.sh [ZEROD] [ROUNDS]      (env: LAYERS EMBD SEQ BATCH M P STEPS)
 #
@@ -46,10 +47,14 @@ job zero_bubble "$P" zero_bubble 1
 job interleaved "$P" interleaved_1f1b 2
 : >"$WORK/steps.txt"
 for r in $(seq 1 "$ROUNDS"); do
-  for s in p1 gpipe 1f1b zero_bubble interleaved; do
+  for s in p1 gpipe 1f1b zero_bubble interleaved 1f1b@action interleaved@action; do
     n=$P
     [ "$s" = p1 ] && n=1
-    "$ZEROD" train "$WORK/$s.json" --nproc-per-node "$n" 2>&1 |
+    # NAME@action: ZEROD_PIPELINE_PREFETCH=0, each receive posted at its action (the runner before
+    # it posted receives ahead), the baseline of that change.
+    pre=2
+    [ "${s#*@}" = action ] && pre=0
+    ZEROD_PIPELINE_PREFETCH=$pre "$ZEROD" train "$WORK/${s%@action}.json" --nproc-per-node "$n" 2>&1 |
       awk -v s="$s" '/\| step [0-9]+\// || / step [0-9]+\// {
         if ($0 ~ / step 1\//) next
         tok = ""; bub = "-"
@@ -71,13 +76,19 @@ def med(s, k):
 formula = (P - 1) / (P - 1 + M)
 base, one = med("p1", 1), med("1f1b", 1)
 print(f"{'setting':>12} {'tokens/s':>9} {'vs P=1':>7} {'vs 1f1b':>8} {'bubble':>7} {'formula':>8} steps")
-for s in ["p1", "gpipe", "1f1b", "zero_bubble", "interleaved"]:
+for s in ["p1", "gpipe", "1f1b", "zero_bubble", "interleaved", "1f1b@action",
+          "interleaved@action"]:
     n = sum(1 for r in rows if r[0] == s)
     b = med(s, 2)
-    f = formula / (2 if s == "interleaved" else 1)
+    f = formula / (2 if s.startswith("interleaved") else 1)
     print(f"{s:>12} {med(s, 1):>9.0f} {med(s, 1) / base:>7.2f} {med(s, 1) / one:>8.3f} "
           + (f"{b / 100:>7.3f} {f:>8.3f}" if s != "p1" else f"{'-':>7} {'-':>8}") + f" {n}")
 print(f"result: 1f1b bubble {med('1f1b', 2) / 100:.3f} against {formula:.3f}; zero_bubble "
       f"{med('zero_bubble', 2) / 100:.3f}; interleaved {med('interleaved', 2) / 100:.3f} "
       f"(processes, P = {P}, M = {M})")
+print(f"result: receives posted ahead against at their actions: 1f1b bubble "
+      f"{med('1f1b', 2) / 100:.3f} vs {med('1f1b@action', 2) / 100:.3f}, tokens/s "
+      f"{med('1f1b', 1) / med('1f1b@action', 1):.3f}x; interleaved bubble "
+      f"{med('interleaved', 2) / 100:.3f} vs {med('interleaved@action', 2) / 100:.3f}, tokens/s "
+      f"{med('interleaved', 1) / med('interleaved@action', 1):.3f}x")
 PY

@@ -35,5 +35,22 @@ TEST(EnvSwitch, DefaultOnOffAndBadValues) {
   ::unsetenv(name);
 }
 
+TEST(EnvCount, UnsetGivesTheDefaultAndBadValuesNameTheVariable) {
+  EXPECT_EQ(env_count("ZEROD_X", nullptr, 0, 16, 2, "things"), 2);
+  EXPECT_EQ(env_count("ZEROD_X", "", 0, 16, 2, "things"), 2);
+  EXPECT_EQ(env_count("ZEROD_X", "0", 0, 16, 2, "things"), 0);
+  EXPECT_EQ(env_count("ZEROD_X", "16", 0, 16, 2, "things"), 16);
+  for (const char* bad : {"-1", "17", "3x", "x"}) {
+    try {
+      env_count("ZEROD_X", bad, 0, 16, 2, "things");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("ZEROD_X='" + std::string(bad) + "'"), std::string::npos) << what;
+      EXPECT_NE(what.find("things, 0 to 16"), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerod

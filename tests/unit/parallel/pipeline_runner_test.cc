@@ -9,6 +9,8 @@
 // (forward only) gives the single-rank loss too.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -40,12 +42,14 @@ struct Case {
   int micro_batches;
   bool ckpt = false;
   int virtual_stages = 1;
+  const char* prefetch = nullptr;  // ZEROD_PIPELINE_PREFETCH for the run (null: unset, 2)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << model_arch_name(c.spec.arch) << " P=" << c.stages << " "
       << pipeline::schedule_name(c.schedule) << " M=" << c.micro_batches
-      << (c.ckpt ? " checkpointing" : "") << " V=" << c.virtual_stages;
+      << (c.ckpt ? " checkpointing" : "") << " V=" << c.virtual_stages
+      << (c.prefetch ? std::string(" prefetch=") + c.prefetch : "");
 }
 
 ModelSpec layers(ModelSpec s, int n) {
@@ -57,6 +61,15 @@ class PipelineRunnerModel : public testing::TestWithParam<Case> {};
 
 TEST_P(PipelineRunnerModel, LossesAndGradientsEqualTheSingleRankModel) {
   const Case c = GetParam();
+  // Receives posted ahead (2 by default), at their actions (0) or many ahead: the same results.
+  if (c.prefetch != nullptr) {
+    ASSERT_EQ(setenv("ZEROD_PIPELINE_PREFETCH", c.prefetch, 1), 0);
+  } else {
+    unsetenv("ZEROD_PIPELINE_PREFETCH");
+  }
+  struct Unset {
+    ~Unset() { unsetenv("ZEROD_PIPELINE_PREFETCH"); }
+  } unset_after;
   const int B = 2, T = 9, P = c.stages, M = c.micro_batches, V = c.virtual_stages;
   std::vector<Batch> batches;
   for (int m = 0; m < M; ++m)
@@ -181,7 +194,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return std::string(model_arch_name(c.spec.arch)) + "_P" + std::to_string(c.stages) + "_" +
          pipeline::schedule_name(c.schedule) + "_M" + std::to_string(c.micro_batches) +
          (c.virtual_stages > 1 ? "_V" + std::to_string(c.virtual_stages) : "") +
-         (c.ckpt ? "_checkpointing" : "");
+         (c.ckpt ? "_checkpointing" : "") +
+         (c.prefetch ? std::string("_prefetch") + c.prefetch : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -204,8 +218,26 @@ INSTANTIATE_TEST_SUITE_P(
         Case{layers(test::tiny_llama(ModelArch::kLlama), 8), 4, ScheduleKind::kInterleaved1F1B, 8,
              false, 2},
         Case{layers(test::tiny_llama(ModelArch::kQwen2), 4), 2, ScheduleKind::kInterleaved1F1B, 2,
-             true, 2}),
+             true, 2},
+        Case{layers(test::tiny_gpt2(), 4), 2, ScheduleKind::kInterleaved1F1B, 4, false, 2, "0"},
+        Case{layers(test::tiny_gpt2(), 5), 4, ScheduleKind::kZeroBubbleH1, 6, false, 1, "16"}),
     case_name);
+
+TEST(PipelineRunner, PrefetchSettingIsParsedOrRefused) {
+  EXPECT_EQ(pipeline::parse_pipeline_prefetch(nullptr), 2u);
+  EXPECT_EQ(pipeline::parse_pipeline_prefetch(""), 2u);
+  EXPECT_EQ(pipeline::parse_pipeline_prefetch("0"), 0u);
+  EXPECT_EQ(pipeline::parse_pipeline_prefetch("16"), 16u);
+  for (const char* bad : {"-1", "17", "2x", "many"}) {
+    try {
+      pipeline::parse_pipeline_prefetch(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ZEROD_PIPELINE_PREFETCH"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos);
+    }
+  }
+}
 
 // A stage's layout holds its units only, with global names and the single-rank initialisation;
 // the last stage of a tied model holds the embedding's copy, which is left out of the norm.
