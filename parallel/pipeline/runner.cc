@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -31,6 +32,9 @@ PipelineRunner::PipelineRunner(std::vector<Action> actions, std::vector<Model*> 
       tracker_(tracker),
       type_(compute_comm_type(backend)),
       prefetch_(parse_pipeline_prefetch(std::getenv("ZEROD_PIPELINE_PREFETCH"))) {
+  // NCCL runs a communicator's messages in issue order on one stream: a receive posted ahead
+  // would hold back the sends issued after it (its peer may wait for one of those first).
+  if (comm_ != nullptr && std::string_view(comm_->backend()) != "gloo") prefetch_ = 0;
   ZD_CHECK(!chunks_.empty(), "pipeline runner without a model");
   const int V = static_cast<int>(chunks_.size());
   ranks_ = comm_ != nullptr ? comm_->size() : 1;

@@ -11,7 +11,8 @@
 // finish, and for B before B); receives are posted ahead (recv_async into pooled staging buffers,
 // the next 2 of the list in its order, so that a message travels while the rank
 // computes: Gloo moves a message only once its receive is posted; ZEROD_PIPELINE_PREFETCH=N sets
-// how many, 0 to post each at its action), and a receive action waits for
+// how many, 0 to post each at its action; on NCCL, whose messages run in issue order on one
+// stream, none), and a receive action waits for
 // its message and copies it into the model's buffer (receives block, as the schedule assumes);
 // a send posts send_async and goes on: activations
 // straight from the slot's output (alive until the slot's next forward, after the peer's backward
