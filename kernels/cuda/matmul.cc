@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "kernels/cuda/bias.h"
 #include "kernels/cuda/cast.h"
+#include "kernels/cuda/cublaslt_library.h"
 
 namespace zerod::cuda {
 
@@ -26,8 +27,8 @@ namespace {
 
 void check_lt(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    ZD_THROW("{}: cuBLASLt error {}: {}", what, cublasLtGetStatusName(status),
-             cublasLtGetStatusString(status));
+    ZD_THROW("{}: cuBLASLt error {}: {}", what, cublaslt().GetStatusName(status),
+             cublaslt().GetStatusString(status));
   }
 }
 
@@ -55,32 +56,32 @@ uint32_t alignment_of(const void* p) {
 struct OpDesc {
   cublasLtMatmulDesc_t d = nullptr;
   ~OpDesc() {
-    if (d) cublasLtMatmulDescDestroy(d);
+    if (d) cublaslt().MatmulDescDestroy(d);
   }
 };
 struct LayoutDesc {
   cublasLtMatrixLayout_t d = nullptr;
   ~LayoutDesc() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (d) cublaslt().MatrixLayoutDestroy(d);
   }
 };
 struct PrefDesc {
   cublasLtMatmulPreference_t d = nullptr;
   ~PrefDesc() {
-    if (d) cublasLtMatmulPreferenceDestroy(d);
+    if (d) cublaslt().MatmulPreferenceDestroy(d);
   }
 };
 
 template <class V>
 void set_op(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value,
             const char* what) {
-  check_lt(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
+  check_lt(cublaslt().MatmulDescSetAttribute(desc, attr, &value, sizeof(value)), what);
 }
 
 template <class V>
 void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
               const V& value) {
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+  check_lt(cublaslt().MatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
            "cublasLtMatmulPreferenceSetAttribute");
 }
 
@@ -97,11 +98,11 @@ Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
       stream_(stream),
       workspace_bytes_(workspace_bytes),
       tune_(parse_cublaslt_tune(std::getenv("ZEROD_CUBLASLT_TUNE"))) {
-  check_lt(cublasLtCreate(&handle_), "cublasLtCreate");
+  check_lt(cublaslt().Create(&handle_), "cublasLtCreate");
   if (workspace_bytes_ > 0) {
     const cudaError_t status = cudaMalloc(&workspace_, workspace_bytes_);
     if (status != cudaSuccess) {
-      cublasLtDestroy(handle_);
+      cublaslt().Destroy(handle_);
       check(status, "cudaMalloc of the cuBLASLt workspace");
     }
   }
@@ -109,7 +110,7 @@ Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
 
 Matmul::~Matmul() {
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (handle_ != nullptr) cublasLtDestroy(handle_);
+  if (handle_ != nullptr) cublaslt().Destroy(handle_);
 }
 
 template <class Run>
@@ -171,38 +172,38 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                   const Extra& extra) {
   const cudaDataType_t type = data_type(dt_);
   OpDesc op;
-  check_lt(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  check_lt(cublaslt().MatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F),
            "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublasLtMatmulDescSetAttribute(TRANSA)");
-  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublasLtMatmulDescSetAttribute(TRANSB)");
+  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSA, ta, "cublaslt().MatmulDescSetAttribute(TRANSA)");
+  set_op(op.d, CUBLASLT_MATMUL_DESC_TRANSB, tb, "cublaslt().MatmulDescSetAttribute(TRANSB)");
   if (extra.epilogue != Epilogue::kNone) {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (extra.epilogue == Epilogue::kGeluAuxBias) epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (extra.epilogue == Epilogue::kDGelu) epilogue = CUBLASLT_EPILOGUE_DGELU;
     set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue,
-           "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+           "cublaslt().MatmulDescSetAttribute(EPILOGUE)");
   }
   if (extra.bias != nullptr) {
     set_op(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, extra.bias,
-           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+           "cublaslt().MatmulDescSetAttribute(BIAS_POINTER)");
   }
   if (extra.aux != nullptr) {
     set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, extra.aux,
-           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+           "cublaslt().MatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
     set_op(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, extra.aux_ld,
-           "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+           "cublaslt().MatmulDescSetAttribute(EPILOGUE_AUX_LD)");
   }
 
   // Stored shapes (before the op): A is (k,m) when transposed, else (m,k); B likewise.
   LayoutDesc a_layout, b_layout, d_layout;
-  check_lt(cublasLtMatrixLayoutCreate(&a_layout.d, type, trans_a ? k : m, trans_a ? m : k, lda),
-           "cublasLtMatrixLayoutCreate(A)");
-  check_lt(cublasLtMatrixLayoutCreate(&b_layout.d, type, trans_b ? n : k, trans_b ? k : n, ldb),
-           "cublasLtMatrixLayoutCreate(B)");
-  check_lt(cublasLtMatrixLayoutCreate(&d_layout.d, type, m, n, ldd),
-           "cublasLtMatrixLayoutCreate(D)");
+  check_lt(cublaslt().MatrixLayoutCreate(&a_layout.d, type, trans_a ? k : m, trans_a ? m : k, lda),
+           "cublaslt().MatrixLayoutCreate(A)");
+  check_lt(cublaslt().MatrixLayoutCreate(&b_layout.d, type, trans_b ? n : k, trans_b ? k : n, ldb),
+           "cublaslt().MatrixLayoutCreate(B)");
+  check_lt(cublaslt().MatrixLayoutCreate(&d_layout.d, type, m, n, ldd),
+           "cublaslt().MatrixLayoutCreate(D)");
 
   const int64_t bias_alignment = extra.bias == nullptr ? 0 : alignment_of(extra.bias);
   const int64_t aux_alignment = extra.aux == nullptr ? 0 : alignment_of(extra.aux);
@@ -224,7 +225,7 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   auto cached = algos_.find(key);
   if (cached == algos_.end()) {
     PrefDesc pref;
-    check_lt(cublasLtMatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
+    check_lt(cublaslt().MatmulPreferenceCreate(&pref.d), "cublasLtMatmulPreferenceCreate");
     set_pref(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
              static_cast<uint64_t>(workspace_bytes_));
     set_pref(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(A));
@@ -238,8 +239,8 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(tune_));
     int found = 0;
     const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle_, op.d, a_layout.d, b_layout.d, d_layout.d,
-                                       d_layout.d, pref.d, tune_, results.data(), &found);
+        cublaslt().MatmulAlgoGetHeuristic(handle_, op.d, a_layout.d, b_layout.d, d_layout.d,
+                                          d_layout.d, pref.d, tune_, results.data(), &found);
     // (An error is thrown, not cached, unless an epilogue is asked for: then the caller falls
     // back to the plain product.)
     if (status != CUBLAS_STATUS_SUCCESS && extra.epilogue == Epilogue::kNone)
@@ -254,9 +255,9 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
         pick = fastest(
             results.data(), found, D, d_bytes, beta,
             [&](const cublasLtMatmulAlgo_t& a) {
-              return cublasLtMatmul(handle_, op.d, &one, A, a_layout.d, B, b_layout.d, &beta, D,
-                                    d_layout.d, D, d_layout.d, &a, workspace_, workspace_bytes_,
-                                    stream_);
+              return cublaslt().Matmul(handle_, op.d, &one, A, a_layout.d, B, b_layout.d, &beta, D,
+                                       d_layout.d, D, d_layout.d, &a, workspace_, workspace_bytes_,
+                                       stream_);
             },
             key);
       }
@@ -271,14 +272,14 @@ bool Matmul::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   }
   const float alpha = 1.0f;
   const cublasStatus_t status =
-      cublasLtMatmul(handle_, op.d, &alpha, A, a_layout.d, B, b_layout.d, &beta, D, d_layout.d, D,
-                     d_layout.d, &*cached->second, workspace_, workspace_bytes_, stream_);
+      cublaslt().Matmul(handle_, op.d, &alpha, A, a_layout.d, B, b_layout.d, &beta, D, d_layout.d,
+                        D, d_layout.d, &*cached->second, workspace_, workspace_bytes_, stream_);
   if (status != CUBLAS_STATUS_SUCCESS) {
     ZD_THROW(
         "cublasLtMatmul (m={}, n={}, k={}, transa={}, transb={}, epilogue {}): cuBLASLt error "
         "{}: {}",
-        m, n, k, trans_a, trans_b, static_cast<int>(extra.epilogue), cublasLtGetStatusName(status),
-        cublasLtGetStatusString(status));
+        m, n, k, trans_a, trans_b, static_cast<int>(extra.epilogue),
+        cublaslt().GetStatusName(status), cublaslt().GetStatusString(status));
   }
   return true;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cuda/cublaslt_library.h"
 #include "kernels/cuda/matmul.h"
 
 #include "cuda_test_util.h"
@@ -125,6 +126,22 @@ TEST(CudaMatmul, TunedAlgorithmsKeepTheResultsOfAccumulatingProducts) {
     }
   }
   unsetenv("ZEROD_CUBLASLT_TUNE");
+}
+
+// cuBLASLt is loaded on first use (dlopen), not linked: every entry point resolves, from the
+// library of the headers' major version (no GPU needed).
+TEST(CudaMatmul, CublasLtLoadsOnFirstUseWithEveryEntryPoint) {
+  const cuda::CublasLtLibrary& lt = cuda::cublaslt();
+  EXPECT_STREQ(lt.GetStatusName(CUBLAS_STATUS_SUCCESS), "CUBLAS_STATUS_SUCCESS");
+  EXPECT_EQ(lt.GetVersion() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
+  const std::string path = cuda::cublaslt_path();
+  EXPECT_NE(path.find("libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)), std::string::npos)
+      << path;
+  for (const void* f :
+       {reinterpret_cast<const void*>(lt.Create), reinterpret_cast<const void*>(lt.Matmul),
+        reinterpret_cast<const void*>(lt.MatmulAlgoGetHeuristic),
+        reinterpret_cast<const void*>(lt.MatrixLayoutDestroy)})
+    EXPECT_NE(f, nullptr);
 }
 
 TEST(CudaMatmul, TuneSettingIsParsedOrRefused) {

@@ -97,6 +97,22 @@ TEST_F(TrainerTest, CudaWithoutAGpuIsAnInputErrorNamingTheKey) {
   }
 }
 
+// A CPU job of a CUDA-enabled build does not load cuBLASLt (kernels/cuda/cublaslt_library.h
+// loads it at the first GPU matmul): its ~160 MiB of resident pages stay out of CPU runs.
+TEST_F(TrainerTest, CpuRunsDoNotLoadTheGpuMatmulLibrary) {
+  Trainer t(job("", 8, 1, 2), quiet());
+  EXPECT_EQ(t.run().steps.size(), 2u);
+  std::ifstream maps("/proc/self/maps");
+  ASSERT_TRUE(maps.good());
+  std::string line;
+  int lines = 0;
+  while (std::getline(maps, line)) {
+    ++lines;
+    EXPECT_EQ(line.find("libcublasLt"), std::string::npos) << line;
+  }
+  EXPECT_GT(lines, 10);
+}
+
 TEST_F(TrainerTest, LossFallsWellBelowTheStartWithin50Steps) {
   Trainer t(job(""), quiet());
   const TrainResult r = t.run();
