@@ -77,6 +77,11 @@ double CollectiveLog::bus_factor(const std::string& op) const {
   return 1.0;
 }
 
+double CollectiveLog::sent_bytes(const std::string& op, double bytes) const {
+  if (op == "recv") return 0.0;
+  return bytes * bus_factor(op);
+}
+
 std::string CollectiveLog::describe_recent(size_t n) const {
   const std::vector<CollectiveRecord> all = recent();
   std::string out;
@@ -113,8 +118,9 @@ std::string CollectiveLog::describe_totals(const std::vector<std::string>& only,
     // Per step: the totals spread over the steps (start-up collectives included, so the first
     // steps of a short run read a little high).
     if (steps > 0) {
-      out += fmt::format("  {:>10}/step",
-                         human_bytes(static_cast<double>(t.bytes) / static_cast<double>(steps)));
+      const double per_step = static_cast<double>(t.bytes) / static_cast<double>(steps);
+      out += fmt::format("  {:>10}/step, sent {}/step", human_bytes(per_step),
+                         human_bytes(sent_bytes(op, per_step)));
     }
   }
   return out;

@@ -10,6 +10,15 @@
 // ids, as they take no sequence number). Bus bandwidth = bytes / time x
 // (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for
 // broadcast and send_recv), comparable across world sizes.
+//
+// Bytes sent: what one rank puts on the wire for an operation of that size in the algorithms
+// zerod's Gloo communicator and NCCL use (ring all-reduce: a reduce-scatter and an all-gather,
+// 2(n-1)/n of the buffer; an all-gather, reduce-scatter or all-to-all: the (n-1)/n of the whole
+// buffer that is not the rank's own; a broadcast, send_recv or "send": the buffer; a "recv":
+// nothing), i.e. bytes x the bus factor. This is the measure that compares collectives of
+// different kinds: by NCCL's size a ring all-reduce of B bytes and an all-to-all plus an
+// all-gather of B/32 bytes each (1-bit Adam's compressed all-reduce) stand 16:1, while a rank
+// sends 32 times less with the latter.
 #pragma once
 
 #include <chrono>
@@ -52,10 +61,13 @@ class CollectiveLog {
   std::string describe_recent(size_t n) const;
   // One line per operation kind (those in `only`, or all when it is empty): calls, bytes (also
   // exact, "64.28 MB (64280599 B)", for tools that difference the totals of two steps),
-  // time, algorithm and bus bandwidth; with steps > 0 also the bytes per training step (the
-  // totals over `steps`: the caller says how many steps the log's collectives served).
+  // time, algorithm and bus bandwidth; with steps > 0 also the bytes and the bytes sent per
+  // training step (the totals over `steps`: the caller says how many steps the log's
+  // collectives served).
   std::string describe_totals(const std::vector<std::string>& only = {}, int64_t steps = 0) const;
   double bus_factor(const std::string& op) const;
+  // The bytes one rank sends for an operation `op` of `bytes` (NCCL's size), as above.
+  double sent_bytes(const std::string& op, double bytes) const;
 
  private:
   double now() const;

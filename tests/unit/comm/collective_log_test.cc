@@ -65,6 +65,15 @@ TEST(CollectiveLog, KeepsTheLastNAndComputesBusBandwidthFactors) {
   EXPECT_DOUBLE_EQ(log.bus_factor("all_reduce"), 1.5);
   EXPECT_DOUBLE_EQ(log.bus_factor("all_gather"), 0.75);
   EXPECT_DOUBLE_EQ(log.bus_factor("broadcast"), 1.0);
+  // Bytes sent by a rank (world 4): a ring all-reduce of 400 B sends 600 B, an all-to-all of
+  // 400 B the 300 B for the other ranks, a "recv" nothing.
+  EXPECT_DOUBLE_EQ(log.sent_bytes("all_reduce", 400), 600);
+  EXPECT_DOUBLE_EQ(log.sent_bytes("all_to_all", 400), 300);
+  EXPECT_DOUBLE_EQ(log.sent_bytes("send", 400), 400);
+  EXPECT_DOUBLE_EQ(log.sent_bytes("recv", 400), 0);
+  // Per step: 4 all-reduces of 100 B over 2 steps = 200 B/step, 300 B sent.
+  const std::string per_step = log.describe_totals({"all_reduce"}, 2);
+  EXPECT_NE(per_step.find("200 B/step, sent 300 B/step"), std::string::npos) << per_step;
 }
 
 }  // namespace
