@@ -6,7 +6,8 @@ shape and the decoupled weight decay. One change from _muon.py: Newton-Schulz ru
 instead of bf16 (zerod's choice). 10 steps on random fp32 matrices (a wide, a tall, a square)
 with gradients that change every step. Writes OUT (JSON): per case the parameters, the initial
 weights, the gradients, and the weights, momentum buffer and last orthogonalised update after the
-last step. Run with Debian's /usr/bin/python3 (python3-torch)."""
+last step; the same 10 steps in float64 from the same inputs ("p64", "ortho64": the formula's
+exact value to fp32's resolution, against which fp32 rounding, torch's and zerod's, is measured). Run with Debian's /usr/bin/python3 (python3-torch)."""
 import json
 import math
 import sys
@@ -74,7 +75,10 @@ def main():
         last = None
         for g in grads:
             last = muon_step(p, buf, g, q)
-        out.append({"shape": list(shape), "params": q, "p0": p0.flatten().tolist(),
+        p64, buf64, last64 = p0.double(), torch.zeros_like(p0, dtype=torch.float64), None
+        for g in grads:
+            last64 = muon_step(p64, buf64, g.double(), q)
+        out.append({"p64": p64.flatten().tolist(), "ortho64": last64.flatten().tolist(),"shape": list(shape), "params": q, "p0": p0.flatten().tolist(),
                     "grads": [g.flatten().tolist() for g in grads], "p": p.flatten().tolist(),
                     "m": buf.flatten().tolist(), "ortho": last.flatten().tolist()})
     with open(sys.argv[1], "w") as f:
