@@ -54,8 +54,13 @@ void GradReducer::zero_grad() {
 void GradReducer::begin_micro_batch(bool last) {
   launch_bucket();  // (a bucket the last micro-batch left unfilled: pipeline stages, see unit_done)
   last_micro_ = last;
-  compress_ = last && opt_.stage == 0 && distributed() && opt_.compression != nullptr &&
-              opt_.compression->begin_step();
+  // Once per step: an interleaved pipeline rank begins the last micro-batch once per chunk, and
+  // between them earlier micro-batches of other chunks (the hook's step count moves once).
+  if (last && !compress_decided_) {
+    compress_ = opt_.stage == 0 && distributed() && opt_.compression != nullptr &&
+                opt_.compression->begin_step();
+    compress_decided_ = true;
+  }
   ++micro_index_;
   bucket_lo_ = bucket_hi_ = -1;
   bucket_elems_ = 0;
@@ -177,6 +182,7 @@ void GradReducer::finish() {
     wait_seconds_ += sw.seconds();
     compress_ = false;
   }
+  compress_decided_ = false;
   if (!sharded_grads() && distributed() && reduces()) {
     // Stages 0-1 reduced in the storage arrays: round the sums to the compute dtype (no-op for
     // fp32 and for real 16-bit storage).

@@ -90,6 +90,7 @@ class GradReducer : public GradSink {
   int64_t in_flight_elems_ = 0;
   bool last_micro_ = true;
   bool compress_ = false;  // this step's reduction is opt_.compression's (at finish())
+  bool compress_decided_ = false;  // compress_ is set for this step (at its first last micro-batch)
   int64_t micro_index_ = 0;
   // stage 0: the bucket being filled (units finish in decreasing order)
   int bucket_lo_ = -1, bucket_hi_ = -1;

@@ -54,6 +54,7 @@ PowerSgd::PowerSgd(const ParamLayout& layout, const Partition& partition, Backen
         mat.rows = t.shape[0];
         mat.cols = t.numel / mat.rows;
         mat.r = static_cast<int>(std::min<int64_t>({opt_.rank, mat.rows, mat.cols}));
+        mat.key = (static_cast<int64_t>(layout.global_unit(u)) << 32) + t.offset;
         const auto compressed = static_cast<double>((mat.rows + mat.cols) * mat.r);
         if (compressed * opt_.min_compression_rate < static_cast<double>(mat.rows * mat.cols)) {
           mat.p = p_elems_;
@@ -134,7 +135,7 @@ void PowerSgd::reduce(void* full) {
     const bool draw = !opt_.warm_start || !q_ready_;
     for (const Matrix& m : mats_) {
       float* q = q_host_.data() + m.q;
-      if (draw) random_q(q, m.cols, m.r, opt_.random_seed, iteration_, m.q);
+      if (draw) random_q(q, m.cols, m.r, opt_.random_seed, iteration_, m.key);
       orthogonalize_columns(q, m.cols, m.r, opt_.orthogonalization_epsilon);
       float* qt = p_host_.data() + m.q;
       for (int64_t j = 0; j < m.cols; ++j)

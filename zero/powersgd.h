@@ -60,6 +60,10 @@ class PowerSgd : public GradCompression {
     int64_t rows = 0, cols = 0;
     int r = 0;
     int64_t p = 0, q = 0, e = 0;  // offsets into the P, Q and E buffers
+    // Where its random Q is drawn in the generator's stream: the tensor's global unit (<< 32)
+    // plus its offset in the unit, so a matrix draws the same Q whether its rank holds the whole
+    // model or a pipeline stage of it.
+    int64_t key = 0;
   };
   // `partition`: the world-1 partition the reducer's full buffer follows.
   PowerSgd(const ParamLayout& layout, const Partition& partition, Backend& backend,
@@ -85,7 +89,8 @@ class PowerSgd : public GradCompression {
   int64_t compressed_elems() const { return p_elems_ + q_elems_ + plain_elems_; }
   int64_t uncompressed_elems() const { return all_elems_; }
   // The initial Q of a matrix (m, r) before orthogonalisation: N(0, 1) for (seed, iteration),
-  // at element offset `offset` of all matrices' Qs (public for the tests' reference).
+  // at element offset `offset` of the generator's stream (a Matrix's key; public for the tests'
+  // reference).
   static void random_q(float* q, int64_t m, int r, uint64_t seed, int64_t iteration,
                        int64_t offset);
 

@@ -139,5 +139,32 @@ TEST(PipelineConfig, EveryScheduleRuns) {
   EXPECT_NO_THROW(check_supported(one.config));
 }
 
+// PowerSGD runs with pipelines (per stage, over its data-parallel group); the 1-bit optimizers
+// are refused by their section, naming the key.
+TEST(PipelineConfig, PowerSgdCombinesAndTheOneBitOptimizersAreRefused) {
+  ParsedJob psgd = parse(job_with({{"gradient_accumulation_steps", 8},
+                                   {"model", {{"n_layer", 12}}},
+                                   {"parallelism", {{"pipeline", 2}}},
+                                   {"communication_compression", {{"type", "powersgd"}}}}));
+  resolve_job(psgd.config, 4);
+  EXPECT_NO_THROW(check_supported(psgd.config));
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    try {
+      ParsedJob job =
+          parse(job_with({{"gradient_accumulation_steps", 8},
+                          {"model", {{"n_layer", 12}}},
+                          {"parallelism", {{"pipeline", 2}}},
+                          {"optimizer", {{"type", type}, {"params", {{"lr", 1e-3}}}}}}));
+      resolve_job(job.config, 4);
+      check_supported(job.config);
+      ADD_FAILURE() << type << " with a pipeline was accepted";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("parallelism.pipeline"), std::string::npos) << what;
+      EXPECT_NE(what.find(type), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zerod

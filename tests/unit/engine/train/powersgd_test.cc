@@ -117,7 +117,7 @@ Json run_reference(const Record& rec, const PowerSgdOptions& o) {
   for (const auto& m : rec.matrices) {
     // The Q drawn at the first compressed step (iteration start_iter + 1 when reduce runs).
     std::vector<float> q(static_cast<size_t>(m.cols * m.r));
-    PowerSgd::random_q(q.data(), m.cols, m.r, o.random_seed, o.start_iter + 1, m.q);
+    PowerSgd::random_q(q.data(), m.cols, m.r, o.random_seed, o.start_iter + 1, m.key);
     in["matrices"].push_back(
         {{"at", m.at}, {"rows", m.rows}, {"cols", m.cols}, {"r", m.r}, {"q0", q}});
   }
