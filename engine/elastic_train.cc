@@ -110,11 +110,13 @@ int run_elastic_train(ElasticLaunch l) {
   const ElasticFlags& f = l.flags;
   JobConfig& cfg = l.job.config;
   const std::string what = fmt::format("--nnodes {}:{}", f.min_nodes, f.max_nodes);
-  if (cfg.train.checkpoint_dir.empty() || cfg.train.save_interval <= 0) {
+  // In-memory snapshots (snapshot.enabled) stand in for the save interval; a join still saves
+  // to train.checkpoint_dir.
+  if (cfg.train.checkpoint_dir.empty() || (cfg.train.save_interval <= 0 && !cfg.snapshot.enabled)) {
     ZD_THROW_INPUT(
         "{}: an elastic job resumes from its checkpoints when its membership changes: set "
         "train.checkpoint_dir (a directory every node reaches at the same path) and "
-        "train.save_interval",
+        "train.save_interval (or snapshot.enabled with snapshot.interval)",
         what);
   }
   const int nproc = l.spec.nproc_per_node;
@@ -158,6 +160,7 @@ int run_elastic_train(ElasticLaunch l) {
   o.worker_args = std::move(l.worker_args);
   o.global_args = std::move(l.global_args);
   o.resume = l.resume;
+  if (cfg.snapshot.enabled) o.snapshot_root = cfg.snapshot.dir;
   spdlog::info(
       "elastic: {} (admissible node counts {}), node {}, rendezvous {}, --max-restarts "
       "{}, settle {:g} s, config hash {}",

@@ -362,6 +362,16 @@ struct ParallelismConfig {
   bool operator==(const ParallelismConfig&) const = default;
 };
 
+// zerod's "snapshot" section (docs/elastic.md): in-memory snapshots of an elastic job's state
+// every `interval` steps, each rank's copy kept on its node and on a buddy node, restored from
+// after a node failure instead of the disk checkpoint.
+struct SnapshotConfig {
+  bool enabled = false;
+  int64_t interval = 0;          // steps between snapshots (required when enabled)
+  std::string dir = "/dev/shm";  // a memory file system on every node (tmpfs)
+  bool operator==(const SnapshotConfig&) const = default;
+};
+
 struct JobConfig {
   // batch triangle (after resolve(): all three set and consistent), over the data-parallel size
   std::optional<int64_t> train_batch_size;
@@ -391,6 +401,7 @@ struct JobConfig {
   CommsLoggerConfig comms_logger;
   CommCompressionConfig communication_compression;
   ElasticityConfig elasticity;
+  SnapshotConfig snapshot;
 
   ModelConfig model;
   DataConfig data;

@@ -157,6 +157,7 @@ ParsedJob parse_job_text(std::string_view text, const std::string& source_name,
   config::read_runtime_sections(top, cfg);
   config::read_communication_compression(top, cfg);
   config::read_elasticity(top, cfg);
+  config::read_snapshot(top, cfg);
   config::read_parallelism(top, cfg);
   config::read_model(top, cfg);
   config::read_data(top, cfg);

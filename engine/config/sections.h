@@ -31,6 +31,8 @@ void validate_communication_compression(const JobConfig& cfg, Problems& problems
 // the batch keys (removed, with a warning, under ignore_non_elastic_batch_info; with a
 // "resolved" section they must be the ones derived for resolved.world_size) and parallelism.
 void read_elasticity(ObjectReader& top, JobConfig& cfg);
+// snapshot (snapshot_section.cc): zerod's in-memory snapshots of an elastic job.
+void read_snapshot(ObjectReader& top, JobConfig& cfg);
 void validate_elasticity(JobConfig& cfg, bool resolved_given, Problems& problems);
 // DeepSpeed sections and keys zerod recognises but does not support (unsupported_sections.cc)
 void read_unsupported(ObjectReader& top);

@@ -434,6 +434,10 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
                        {"num_gpus_per_node", e.num_gpus_per_node},
                        {"model_parallel_size", e.model_parallel_size}};
   }
+  if (cfg.snapshot.enabled) {
+    j["snapshot"] = {
+        {"enabled", true}, {"interval", cfg.snapshot.interval}, {"dir", cfg.snapshot.dir}};
+  }
   return j;
 }
 

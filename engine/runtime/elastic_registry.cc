@@ -335,6 +335,12 @@ AgentReply ElasticRegistry::beat(int node_rank, const std::string& instance, int
   const bool current = a.member && epoch == epoch_;
   switch (event) {
     case WorkerEventKind::kRunning:
+      // A worker's restore after a failure (memory_snapshot.h): once per round, in the status.
+      if (current && !detail.empty() && restore_epoch_ != epoch_) {
+        restore_epoch_ = epoch_;
+        last_change_ += (last_change_.empty() ? "" : "; ") + detail;
+        spdlog::info("elastic: epoch {}: {}", epoch_, detail);
+      }
       break;
     case WorkerEventKind::kFatal:
       fail(fmt::format("node {}'s worker refused the job: {}", node_rank, detail), true);

@@ -149,6 +149,7 @@ class ElasticRegistry {
   std::optional<Clock::time_point> failed_at_;  // the failure the next round recovers from
   int restarts_used_ = 0;
   double last_recovery_seconds_ = 0;
+  int64_t restore_epoch_ = 0;  // the round whose restore last_change_ reports
   std::optional<Clock::time_point> last_recovered_at_;
   std::string last_change_, failure_;
   bool fatal_ = false;

@@ -294,48 +294,11 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
 
   auto p = std::make_unique<Pending>();
   Manifest& m = p->manifest;
-  const ModelSpec& spec = engine_.layout().spec();
-  m.tag = tag;
-  m.automatic = automatic;
-  m.created = utc_now();
-  m.zerod_version = "0.1.0";
-  m.job = job_to_json(cfg_);
-  m.world_size = ctx_.world_size;
-  m.zero_stage = engine_.options().stage;
-  m.tensor_parallel = engine_.layout().shard().size;
-  m.compute_dtype = std::string(dtype_name(cfg_.compute_dtype()));
-  m.n_layer = spec.n_layer;
-  m.n_head = spec.n_head;
-  m.n_embd = spec.n_embd;
-  m.vocab_size = spec.vocab_size;
-  m.padded_vocab_size = spec.vp();
-  m.seq_len = spec.seq_len;
-  // The whole model's units (a pipeline stage's engine holds some of them).
-  const ParamLayout whole(spec, engine_.layout().align_elems(), engine_.layout().shard());
-  for (int u = 0; u < whole.num_units(); ++u)
-    m.units.push_back({whole.unit(u).name, whole.unit(u).numel});
-  m.progress = progress;
+  m = make_manifest(tag, automatic, progress);
   m.tokenizer = std::move(saved_tokenizer);
   const std::string tmp = (fs::path(root) / (tag + ".tmp")).string();
   std::vector<ShardData> shards = my_shards();
-  if (OnebitOptimizer* ob = engine_.onebit()) {
-    // The 1-bit optimizer's worker and server errors differ per rank: one file each (with
-    // ZeroOneAdam between synchronisations, also the rank's own weights and momentum).
-    if (ob->keeps_rank_states()) {
-      engine_.visit_states_host(ZeroEngine::StatesMode::kRead, 0, engine_.layout().num_units(),
-                                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
-                                  ob->capture_rank_states(u, lo, hi, pm, pa);
-                                });
-    }
-    write_file_atomically((fs::path(tmp) / onebit_file(ctx_.rank)).string(),
-                          ob->serialize(progress.adam_steps));
-    // Its rank-independent state (OneBitLamb's coefficients, fresh variance): one file.
-    if (ob->has_shared_state() && ctx_.rank == 0)
-      write_file_atomically((fs::path(tmp) / kOnebitSharedFile).string(), ob->serialize_shared());
-  }
-
-  if (const PowerSgd* ps = engine_.powersgd())  // each rank's residuals differ: one file each
-    write_file_atomically((fs::path(tmp) / powersgd_file(ctx_.rank)).string(), ps->serialize());
+  write_rank_extras(tmp, progress);
 
   SaveReport report;
   report.tag = tag;
@@ -396,6 +359,82 @@ SaveReport Checkpointer::save(const std::string& tag, const TrainingProgress& pr
   pending_ = std::move(p);
   report.blocked_seconds = blocked.seconds();
   return report;
+}
+
+Manifest Checkpointer::make_manifest(const std::string& tag, bool automatic,
+                                     const TrainingProgress& progress) const {
+  Manifest m;
+  const ModelSpec& spec = engine_.layout().spec();
+  m.tag = tag;
+  m.automatic = automatic;
+  m.created = utc_now();
+  m.zerod_version = "0.1.0";
+  m.job = job_to_json(cfg_);
+  m.world_size = ctx_.world_size;
+  m.zero_stage = engine_.options().stage;
+  m.tensor_parallel = engine_.layout().shard().size;
+  m.compute_dtype = std::string(dtype_name(cfg_.compute_dtype()));
+  m.n_layer = spec.n_layer;
+  m.n_head = spec.n_head;
+  m.n_embd = spec.n_embd;
+  m.vocab_size = spec.vocab_size;
+  m.padded_vocab_size = spec.vp();
+  m.seq_len = spec.seq_len;
+  // The whole model's units (a pipeline stage's engine holds some of them).
+  const ParamLayout whole(spec, engine_.layout().align_elems(), engine_.layout().shard());
+  for (int u = 0; u < whole.num_units(); ++u)
+    m.units.push_back({whole.unit(u).name, whole.unit(u).numel});
+  m.progress = progress;
+  return m;
+}
+
+// The optimizer's per-rank files beside the rank file (1-bit errors, PowerSGD residuals).
+void Checkpointer::write_rank_extras(const std::string& dir, const TrainingProgress& progress) {
+  if (OnebitOptimizer* ob = engine_.onebit()) {
+    // The 1-bit optimizer's worker and server errors differ per rank: one file each (with
+    // ZeroOneAdam between synchronisations, also the rank's own weights and momentum).
+    if (ob->keeps_rank_states()) {
+      engine_.visit_states_host(ZeroEngine::StatesMode::kRead, 0, engine_.layout().num_units(),
+                                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float*) {
+                                  ob->capture_rank_states(u, lo, hi, pm, pa);
+                                });
+    }
+    write_file_atomically((fs::path(dir) / onebit_file(ctx_.rank)).string(),
+                          ob->serialize(progress.adam_steps));
+    // Its rank-independent state (OneBitLamb's coefficients, fresh variance): one file.
+    if (ob->has_shared_state() && ctx_.rank == 0)
+      write_file_atomically((fs::path(dir) / kOnebitSharedFile).string(), ob->serialize_shared());
+  }
+
+  if (const PowerSgd* ps = engine_.powersgd())  // each rank's residuals differ: one file each
+    write_file_atomically((fs::path(dir) / powersgd_file(ctx_.rank)).string(), ps->serialize());
+}
+
+Manifest Checkpointer::save_files(const std::string& dir, const std::string& tag,
+                                  const TrainingProgress& progress) {
+  finish();  // a background save first: the states are the step's
+  Manifest m = make_manifest(tag, true, progress);
+  std::vector<ShardData> shards = my_shards();
+  write_rank_extras(dir, progress);
+  std::unique_ptr<StagedStates> staged;
+  if (!engine_.states_addressable())
+    staged = std::make_unique<StagedStates>(engine_, shards, tracker_);
+  std::string werr;
+  CheckpointFile f;
+  try {
+    f = write_rank_file(dir, ctx_.rank, shards, staged.get());
+  } catch (const Error& e) {
+    werr = failure_record(e);
+  }
+  f.tensor_rank = engine_.layout().shard().rank;
+  const std::vector<std::string> files = gather(werr.empty() ? file_to_json(f).dump() : werr);
+  for (size_t r = 0; r < files.size(); ++r) {
+    if (!files[r].empty() && files[r][0] == '!')
+      ZD_THROW("snapshot {}: rank {} could not write its files: {}", tag, r, files[r].substr(2));
+    CheckpointFile rf = file_from_json(json::parse(files[r]));
+    if (!rf.name.empty()) m.files.push_back(std::move(rf));
+  }
+  return m;
 }
 
 void Checkpointer::commit(Pending& p, const std::vector<std::string>& files_json) {

@@ -62,6 +62,13 @@ class Checkpointer {
   // nothing) into the engine; returns where training stood (nullopt: "auto" found none).
   std::optional<TrainingProgress> load(const std::string& which);
 
+  // An in-memory snapshot's share of a save (engine/train/memory_snapshot.h): this rank's files
+  // written into `dir` (an existing directory of its own, e.g. on tmpfs), and the manifest every
+  // rank builds alike from the gathered file records. Collective. No tokenizer, commit or
+  // retention: the caller keeps the files and the manifest.
+  Manifest save_files(const std::string& dir, const std::string& tag,
+                      const TrainingProgress& progress);
+
   const std::string& dir() const { return cfg_.train.checkpoint_dir; }
   // Async saves: training time spent in optimizer steps copying or waiting for states a
   // background write had not reached yet (cumulative).
@@ -72,6 +79,9 @@ class Checkpointer {
   class StagedStates;
   // This rank's shards to save (pointers to the states when they are in memory).
   std::vector<ShardData> my_shards();
+  Manifest make_manifest(const std::string& tag, bool automatic,
+                         const TrainingProgress& progress) const;
+  void write_rank_extras(const std::string& dir, const TrainingProgress& progress);
   // Loads checkpoint `tag` (chosen by rank 0); nullopt with *why set when a rank found one of
   // its files corrupt (collective: every rank returns the same).
   std::optional<TrainingProgress> load_tag(const std::string& tag, std::string* why);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "engine/config/parse.h"
 #include "engine/runtime/local_ranks.h"
+#include "engine/train/memory_snapshot.h"
 
 namespace zerod {
 
@@ -50,7 +51,19 @@ JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptio
     // this node even when none of its collectives is waiting on the dead peer.
     topts.on_step = [&session](const StepMetrics&) { session.check_world(); };
     Trainer trainer(cfg, ctx, topts);
-    if (!options.resume.empty()) trainer.resume(options.resume);
+    // An elastic worker restores from its nodes' in-memory snapshots when one is newer than the
+    // disk checkpoint (memory_snapshot.h).
+    const std::unique_ptr<MemorySnapshots> snapshots =
+        make_memory_snapshots(cfg, ctx, info.nproc_per_node);
+    std::optional<SnapshotRestore> restore;
+    if (snapshots && !options.resume.empty())
+      restore = snapshots->prepare_restore(cfg.train.checkpoint_dir);
+    if (restore) {
+      trainer.resume_from_dir(restore->dir);
+    } else if (!options.resume.empty()) {
+      trainer.resume(options.resume);
+    }
+    trainer.set_snapshots(snapshots.get());
     TrainResult r = trainer.run();
     std::lock_guard<std::mutex> lock(mu);
     outcome.stopped = outcome.stopped || r.stopped;

@@ -24,6 +24,7 @@
 #include "engine/runtime/signals.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/memory_preflight.h"
+#include "engine/train/memory_snapshot.h"
 #include "engine/train/offload_preflight.h"
 #include "engine/train/peak_flops.h"
 #include "engine/train/rank_device.h"
@@ -686,8 +687,20 @@ void Trainer::resume(const std::string& which) {
   ZD_CHECK_INPUT(ckpt_ != nullptr, "--resume {}: the job has no train.checkpoint_dir",
                  config::clip_input(which));
   const std::optional<TrainingProgress> loaded = ckpt_->load(which);
-  if (!loaded) return;  // "auto" and nothing saved yet
-  const TrainingProgress& p = *loaded;
+  if (loaded) apply_progress(*loaded);  // (none: "auto" and nothing saved yet)
+}
+
+void Trainer::resume_from_dir(const std::string& dir) {
+  JobConfig from = cfg_;
+  from.train.checkpoint_dir = dir;
+  from.checkpoint.async = false;  // (an async Checkpointer would take the engine's update guard)
+  Checkpointer reader(from, ctx_, *engine_, &memory_);
+  const std::optional<TrainingProgress> loaded = reader.load("latest");
+  ZD_CHECK(loaded.has_value(), "no checkpoint in {}", dir);
+  apply_progress(*loaded);
+}
+
+void Trainer::apply_progress(const TrainingProgress& p) {
   ZD_CHECK(p.adam_steps == engine_->adam_steps(), "adam steps {} vs {}", p.adam_steps,
            engine_->adam_steps());
   global_step_ = p.global_step;
@@ -853,6 +866,7 @@ TrainResult Trainer::run() {
           spdlog::info("checkpoint {} saved (background write done)", *committed);
       }
       if (cfg_.train.save_interval > 0 && step % cfg_.train.save_interval == 0) save();
+      if (snapshots_) snapshots_->after_step(step, *ckpt_, progress());
     }
     const JobControl::Command cmd = control_point();
     if (cmd.save) {

@@ -26,6 +26,7 @@
 #include "zero/zero_engine.h"
 
 namespace zerod {
+class MemorySnapshots;
 
 namespace pipeline {
 class PipelineRunner;
@@ -75,6 +76,11 @@ class Trainer {
   // Continues from a checkpoint of train.checkpoint_dir: "latest" or a tag (collective; call
   // before run()). Any world size and ZeRO stage loads any checkpoint of the same model.
   void resume(const std::string& which);
+  // Continues from the newest checkpoint of another directory (an in-memory snapshot rebuilt
+  // there, memory_snapshot.h), as resume("latest") does from train.checkpoint_dir.
+  void resume_from_dir(const std::string& dir);
+  // In-memory snapshots taken after each step (elastic workers; null: none). Not owned.
+  void set_snapshots(MemorySnapshots* snapshots) { snapshots_ = snapshots; }
   // Saves a checkpoint now (collective, between steps); empty tag: global_step<N>.
   SaveReport save_checkpoint(const std::string& tag = "");
   TrainingProgress progress() const;
@@ -151,6 +157,8 @@ class Trainer {
   int64_t checkpoints_saved_ = 0;       // by this trainer
   std::optional<JobTokenizer> tokenizer_;  // data.tokenizer, when the job has one
   std::unique_ptr<Checkpointer> ckpt_;     // when train.checkpoint_dir is set
+  MemorySnapshots* snapshots_ = nullptr;
+  void apply_progress(const TrainingProgress& p);
   int64_t global_step_ = 0;             // optimizer steps done (skipped ones included)
   // At every step boundary, collectively: what the ranks agree to do (signals and the
   // controller's commands, offered by rank 0).

@@ -92,6 +92,15 @@ class Elastic : public ::testing::Test {
     a.insert(a.end(), extra.begin(), extra.end());
     return start(a, log);
   }
+  // A static --nnodes N run of `job` on 127.0.0.1 (logs TAG0.log, ...), every node exit 0.
+  void run_static(const std::string& job, int nnodes, const std::vector<std::string>& extra,
+                  const std::string& tag) {
+    const int p = free_port();
+    std::vector<std::unique_ptr<Process>> ps;
+    for (int r = 0; r < nnodes; ++r)
+      ps.push_back(node(job, nnodes, r, p, extra, tag + std::to_string(r) + ".log"));
+    for (auto& q : ps) ASSERT_EQ(q->wait_for(120s), 0) << q->output();
+  }
   // metrics.csv: step -> loss.
   std::map<int, double> losses(const std::string& job) {
     std::ifstream in(dir_ / "runs" / job / "metrics.csv");
@@ -193,11 +202,7 @@ TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLoss
   // The same switches by hand: 3 nodes to c1, 2 nodes to c2, 3 nodes to the end.
   write_job("ref.json", kSteps, "ref_ckpt");
   auto run = [&](int nnodes, const std::vector<std::string>& extra, const std::string& tag) {
-    const int p = free_port();
-    std::vector<std::unique_ptr<Process>> ps;
-    for (int r = 0; r < nnodes; ++r)
-      ps.push_back(node("ref.json", nnodes, r, p, extra, tag + std::to_string(r) + ".log"));
-    for (auto& q : ps) ASSERT_EQ(q->wait_for(120s), 0) << q->output();
+    run_static("ref.json", nnodes, extra, tag);
   };
   run(3, {"--steps", std::to_string(c1)}, "a");
   run(2, {"--steps", std::to_string(c2), "--resume", "latest"}, "b");
@@ -209,6 +214,125 @@ TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLoss
   }
   std::printf("switches at steps %d (3 -> 2) and %d (2 -> 3); final loss %.8f vs %.8f\n", c1, c2,
               got.at(kSteps), want.at(kSteps));
+}
+
+// Issue 25 item 3: snapshots in memory every 2 steps, no disk checkpoint on the way (a join
+// would still save one): kill -9 of node 2, whose buddy (node 1) holds its copy; the survivors
+// restore from the pooled snapshot, not from disk, losing at most 2 steps, and the losses equal
+// those of a run that switched 3 -> 2 nodes at the restored step by checkpoint-and-resume.
+TEST_F(Elastic, AKilledNodesShardsComeFromItsBuddysInMemorySnapshotNotDisk) {
+  constexpr int kSteps = 30;
+  auto job = [&](const std::string& name, const std::string& extra_train,
+                 const std::string& sections) {
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 2},
+      "steps_per_print": 1,
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
+                               << name << R"("},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin"},)"
+                               << sections << R"(
+      "train": {"steps": )" << kSteps
+                               << extra_train
+                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
+  };
+  job("sn.json", R"(, "checkpoint_dir": "sn_ckpt")",
+      R"("snapshot": {"enabled": true, "interval": 2, "dir": ")" + (dir_ / "shm").string() +
+          R"("},)");
+  const int port = free_port();
+  auto n0 = agent("sn.json", 0, port, "m0.log");
+  auto n1 = agent("sn.json", 1, port, "m1.log");
+  auto n2 = agent("sn.json", 2, port, "m2.log");
+  ASSERT_TRUE(wait_step(*n0, 13, 60s)) << n0->output() << n2->output();
+  n2->kill9();
+  ASSERT_TRUE(n0->wait_output("from the in-memory snapshot", 30s)) << n0->output();
+  // The agent passes the worker's restore line on at its next beat (every 200 ms).
+  std::string status;
+  for (int i = 0; i < 20; ++i) {
+    status = zeroctl_status(port);
+    if (status.find("from the in-memory snapshot") != std::string::npos) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  std::printf("zeroctl status: %s", status.c_str());
+  ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
+  ASSERT_EQ(n1->wait_for(30s), 0) << n1->output();
+  const std::string out = n0->output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(restored step ([0-9]+) from the in-memory snapshot .*; ([0-9]+) step\(s\) lost \(trained to step ([0-9]+)\))")))
+      << out;
+  const int restored = std::stoi(m[1]), lost = std::stoi(m[2]), trained = std::stoi(m[3]);
+  std::printf("restored step %d from memory, %d step(s) lost (trained to %d)\n", restored, lost,
+              trained);
+  EXPECT_EQ(restored % 2, 0);
+  EXPECT_GE(restored, 12);
+  EXPECT_LE(lost, 2);
+  EXPECT_EQ(lost, trained - restored);
+  // Loaded from the rebuilt in-memory directory, never the disk checkpoint (there is none).
+  EXPECT_NE(out.find("restore.rank0"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "sn_ckpt" / "latest"));
+  EXPECT_EQ(out.find("from the disk checkpoint"), std::string::npos) << out;
+  EXPECT_NE(status.find("from the in-memory snapshot"), std::string::npos) << status;
+  const auto got = losses("sn.json");
+  ASSERT_EQ(static_cast<int>(got.size()), kSteps);
+
+  // Reference: 3 nodes to the restored step (a checkpoint at each step), then 2 from it.
+  job("ref.json", R"(, "checkpoint_dir": "ref_ckpt", "save_interval": 1)", "");
+  auto run = [&](int nnodes, const std::vector<std::string>& extra, const std::string& tag) {
+    run_static("ref.json", nnodes, extra, tag);
+  };
+  run(3, {"--steps", std::to_string(restored)}, "ra");
+  run(2, {"--resume", "latest"}, "rb");
+  const auto want = losses("ref.json");
+  ASSERT_EQ(static_cast<int>(want.size()), kSteps);
+  for (int s = 1; s <= kSteps; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * std::abs(want.at(s))) << "step " << s;
+  }
+  std::printf("final loss %.8f (snapshot restore at %d) vs %.8f (checkpoint-and-resume)\n",
+              got.at(kSteps), restored, want.at(kSteps));
+}
+
+// A node and its buddy both lost (kill -9 of nodes 1 and 2 of 3, --nnodes 1:3): rank 2's
+// files were on those two only, so no snapshot is complete and node 0 resumes from the disk
+// checkpoint, saying so.
+TEST_F(Elastic, WithANodeAndItsBuddyLostTheSnapshotIsIncompleteAndDiskIsUsed) {
+  std::ofstream(dir_ / "fb.json")
+      << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 2},
+      "steps_per_print": 1,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin"},
+      "snapshot": {"enabled": true, "interval": 2, "dir": ")"
+      << (dir_ / "shm").string() << R"("},
+      "train": {"steps": 24, "checkpoint_dir": "fb_ckpt", "save_interval": 5,
+                "collective_timeout": 10, "rendezvous_timeout": 20}})";
+  const int port = free_port();
+  std::vector<std::unique_ptr<Process>> n;
+  for (int r = 0; r < 3; ++r) {
+    n.push_back(start({"train", "fb.json", "--nnodes", "1:3", "--node-rank", std::to_string(r),
+                       "--master", "127.0.0.1:" + std::to_string(port), "--settle", "0.5"},
+                      "f" + std::to_string(r) + ".log"));
+  }
+  ASSERT_TRUE(wait_step(*n[0], 13, 60s)) << n[0]->output();
+  n[1]->kill9();
+  n[2]->kill9();
+  ASSERT_TRUE(n[0]->wait_output("from the disk checkpoint, not memory", 30s)) << n[0]->output();
+  ASSERT_EQ(n[0]->wait_for(120s), 0) << n[0]->output();
+  const std::string out = n[0]->output();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(
+          R"(restored step ([0-9]+) from the disk checkpoint, not memory: the snapshot of step [0-9]+ is incomplete \(ranks [0-9,]*2[0-9,]* of its world of 3.*; ([0-9]+) step\(s\) lost)")))
+      << out;
+  std::printf("fell back to disk step %s, %s step(s) lost\n", m[1].str().c_str(),
+              m[2].str().c_str());
+  EXPECT_EQ(std::stoi(m[1]) % 5, 0);
+  EXPECT_EQ(out.find("from the in-memory snapshot"), std::string::npos) << out;
 }
 
 TEST_F(Elastic, SigtermToEveryAgentSavesAtAnAgreedStepAndExits0) {

@@ -13,6 +13,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -134,6 +136,21 @@ class Agent {
       server_ =
           std::make_unique<ElasticServer>(o_.master_host, o_.master_port, o_.config, o_.status);
     }
+    if (!o_.snapshot_root.empty()) {
+      snapshot_dir_ = fmt::format("{}/zerod-snapshot-{}", o_.snapshot_root, instance_);
+      std::error_code ec;
+      std::filesystem::create_directories(snapshot_dir_, ec);
+      if (ec) ZD_THROW_INPUT("snapshot.dir: cannot create {}: {}", snapshot_dir_, ec.message());
+      spdlog::info("elastic: node {}: in-memory snapshots in {}", node_rank_, snapshot_dir_);
+    }
+    // The node's snapshots go with the agent, however it ends (but kill -9).
+    struct RemoveSnapshots {
+      const std::string& dir;
+      ~RemoveSnapshots() {
+        std::error_code ec;
+        if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+      }
+    } remove_snapshots{snapshot_dir_};
     stub_ = v1::ElasticRendezvous::NewStub(make_rendezvous_channel(master_));
     address_ = local_address_towards(o_.master_host, o_.master_port);
     int code = loop();
@@ -255,7 +272,11 @@ class Agent {
         fmt::format("ZEROD_ELASTIC_MAX_NODES={}", o_.config.max_nodes),
         fmt::format("ZEROD_ELASTIC_RESTARTS={}", round.restarts_used()),
         fmt::format("ZEROD_ELASTIC_MAX_RESTARTS={}", round.max_restarts()),
-        fmt::format("ZEROD_ELASTIC_LAST_RECOVERY_SECONDS={}", round.last_recovery_seconds())};
+        fmt::format("ZEROD_ELASTIC_LAST_RECOVERY_SECONDS={}", round.last_recovery_seconds()),
+        fmt::format("ZEROD_ELASTIC_SNAPSHOT_DIR={}", snapshot_dir_)};
+    // The worker writes how it restored (memory_snapshot.h): passed on once, in a beat.
+    std::string reported;
+    if (!snapshot_dir_.empty()) std::filesystem::remove(snapshot_dir_ + "/recovery");
     const pid_t pid = spawn_worker(args, env);
     spdlog::info(
         "elastic: node {}: epoch {}: round rank {} of {} (nodes {}), worker pid {} (--resume {})",
@@ -278,7 +299,10 @@ class Agent {
       }
       if (Clock::now() >= next_beat) {
         next_beat = Clock::now() + kBeatInterval;
-        if (auto r = beat(v1::WORKER_EVENT_RUNNING, "")) {
+        std::string restored = read_recovery();
+        if (restored == reported) restored.clear();
+        if (auto r = beat(v1::WORKER_EVENT_RUNNING, restored)) {
+          if (!restored.empty()) reported = restored;
           last_reply = Clock::now();
           switch (r->action()) {
             case v1::ROUND_ACTION_RESTART:
@@ -370,6 +394,15 @@ class Agent {
     return resp;
   }
 
+  std::string read_recovery() const {
+    if (snapshot_dir_.empty()) return "";
+    std::ifstream in(snapshot_dir_ + "/recovery");
+    std::string line;
+    std::getline(in, line);
+    return line;
+  }
+
+  std::string snapshot_dir_;
   const ElasticAgentOptions& o_;
   const std::string master_;
   const std::string instance_;

@@ -33,6 +33,9 @@ struct ElasticAgentOptions {
   std::vector<std::string> global_args;  // before "train" ("--log-level", "debug")
   std::string resume;                    // the first round's --resume ("" none); later: auto
   std::chrono::milliseconds first_round_timeout{300000};
+  // snapshot.enabled: the memory file system (snapshot.dir) where this agent keeps its node's
+  // in-memory snapshots (a directory of its own, removed when it exits); "" none.
+  std::string snapshot_root;
 };
 
 // Runs the agent until the job ends; returns the process exit code: 0 finished or stopped on
