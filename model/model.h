@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "kernels/backend.h"
 #include "model/exchange.h"
+#include "model/expert_exchange.h"
 #include "model/layout.h"
 #include "model/param_source.h"
 #include "model/shard.h"
@@ -46,6 +47,9 @@ class Model {
   // context().size > 1; unused otherwise. Its sequence_parallel() and context_size() must match
   // the shards' (Error otherwise).
   virtual void set_exchange(Exchange* exchange) = 0;
+  // Expert parallelism (model/expert_exchange.h): the group the MoE layers spread their experts
+  // over (not owned; null or one rank: every expert here). Ignored by a dense model.
+  virtual void set_expert_exchange(ExpertExchange* /*exchange*/) {}
   virtual int batch() const = 0;
   // Positions per sequence of a micro-batch (all of them, also under context parallelism).
   virtual int seq() const = 0;

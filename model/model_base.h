@@ -22,6 +22,9 @@ class ModelBase : public Model {
   int seq() const override { return seq_; }
   const ContextShard& context() const final { return context_; }
   void set_exchange(Exchange* exchange) final;
+  void set_expert_exchange(ExpertExchange* exchange) final {
+    if (moe_) moe_->set_expert_exchange(exchange);
+  }
   void set_document_masking(int32_t eos_token_id) final;
 
   // Logits through run_to_logits, then the mean loss.

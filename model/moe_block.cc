@@ -94,6 +94,16 @@ MoeLayers::MoeLayers(const ParamLayout& layout, Backend& be, int64_t N,
   dweight_ = host_.stat(n * d.k);
 }
 
+void MoeLayers::set_expert_exchange(ExpertExchange* x) {
+  if (x != nullptr && x->size() > 1) {
+    const int E = layout_.spec().moe.num_experts;
+    ZD_CHECK_INPUT(E % x->size() == 0,
+                   "{} experts do not split over an expert-parallel group of {} ranks", E,
+                   x->size());
+  }
+  ep_ = x != nullptr && x->size() > 1 ? x : nullptr;
+}
+
 MoeLayers::Acts MoeLayers::make_acts() {
   const ExpertDims d = expert_dims(layout_.spec());
   const size_t n = static_cast<size_t>(N_), R = n * static_cast<size_t>(d.k);
@@ -144,8 +154,7 @@ void MoeLayers::begin_forward(bool training, float loss_weight) {
 void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n) {
   const ModelSpec& s = layout_.spec();
   const ExpertDims d = expert_dims(s);
-  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C),
-            I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
   ZD_CHECK(n <= N_, "{} rows into MoE layers sized for {}", n, N_);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   Slot& sl = slots_.at(static_cast<size_t>(slot_));
@@ -167,22 +176,11 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
     R = be_.moe_permute_plan(a.offsets.data(), a.row_token, a.slot_row, a.expert, n, k, E);
     be_.moe_permute_forward(a.xp, x, a.row_token, R, C);
   });
-  timed(tm, t.matmul_fwd, [&] {
-    be_.grouped_matmul_forward(a.h, a.xp, at(o.w13), at(o.b13), a.offsets.data(), E, C, H);
-  });
-  host_.round(a.h, R * H);
-  timed(tm, t.gelu, [&] {
-    if (swiglu()) {
-      be_.swiglu_forward(a.a, a.h, R, I);
-    } else {
-      be_.gelu_forward(a.a, a.h, R * I);
-    }
-  });
-  host_.round(a.a, R * I);
-  timed(tm, t.matmul_fwd, [&] {
-    be_.grouped_matmul_forward(a.yp, a.a, at(o.w2), at(o.b2), a.offsets.data(), E, I, C);
-  });
-  host_.round(a.yp, R * C);
+  if (ep_ != nullptr) {
+    dispatch_forward(a, w, R);
+  } else {
+    experts_forward(w, a.xp, a.h, a.a, a.yp, a.offsets.data(), E, 0, R);
+  }
   timed(tm, t.moe, [&] { be_.moe_unpermute_forward(y, a.yp, a.weight, a.slot_row, n, k, C); });
   host_.round(y, n * C);
   if (d.Is > 0) {  // shared experts: y += down(act(up(x))), every token
@@ -226,8 +224,7 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
 void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx) {
   const ModelSpec& s = layout_.spec();
   const ExpertDims d = expert_dims(s);
-  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C),
-            I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   const Slot& sl = slots_.at(static_cast<size_t>(slot_));
   const MoeRouterOptions opt = s.moe.router(sl.training);
@@ -242,24 +239,11 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
     be_.moe_unpermute_backward(dyp_, dweight_, dy, a.yp, a.weight, a.slot_row, n, k, C);
   });
   host_.round(dyp_, R * C);
-  timed(tm, t.matmul_bwd, [&] {
-    be_.grouped_matmul_backward(da_, dat(o.w2), dat(o.b2), dyp_, a.a, at(o.w2), a.offsets.data(), E,
-                                I, C, false);
-  });
-  host_.round(da_, R * I);
-  timed(tm, t.gelu, [&] {
-    if (swiglu()) {
-      be_.swiglu_backward(dh_, da_, a.h, R, I);
-    } else {
-      be_.gelu_backward(dh_, a.h, da_, R * I);
-    }
-  });
-  host_.round(dh_, R * H);
-  timed(tm, t.matmul_bwd, [&] {  // dxp into dyp_ (read above)
-    be_.grouped_matmul_backward(dyp_, dat(o.w13), dat(o.b13), dh_, a.xp, at(o.w13),
-                                a.offsets.data(), E, C, H, false);
-  });
-  host_.round(dyp_, R * C);
+  if (ep_ != nullptr) {
+    dispatch_backward(a, w, dw);
+  } else {  // dxp into dyp_ (read first)
+    experts_backward(w, dw, a.xp, a.h, a.a, dyp_, dyp_, da_, dh_, a.offsets.data(), E, 0, R);
+  }
   be_.memset_zero(dx, static_cast<size_t>(n * C) * esz_);
   timed(tm, t.moe, [&] { be_.moe_permute_backward(dx, dyp_, a.slot_row, n, k, C); });
   if (d.Is > 0) {
@@ -318,6 +302,176 @@ MoeStepStats MoeLayers::stats() const {
   st.z_loss = sl.z_sum;
   st.objective = s.moe.aux_loss_coef * st.aux_loss + s.moe.z_loss_coef * st.z_loss;
   return st;
+}
+
+void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act, void* out,
+                                const int64_t* offsets, int experts, int first, int64_t R) {
+  const ExpertDims d = expert_dims(layout_.spec());
+  const int C = static_cast<int>(d.C), I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  // Expert e's slices start e x (its elements) after expert 0's (the experts are packed).
+  auto at = [&](int64_t off, int64_t per_expert) -> const void* {
+    return off >= 0 ? elem_at(w, off + first * per_expert, esz_) : nullptr;
+  };
+  timed(tm, t.matmul_fwd, [&] {
+    be_.grouped_matmul_forward(h, x, at(o.w13, d.H * d.C), at(o.b13, d.H), offsets, experts, C, H);
+  });
+  host_.round(h, R * H);
+  timed(tm, t.gelu, [&] {
+    if (swiglu()) {
+      be_.swiglu_forward(act, h, R, I);
+    } else {
+      be_.gelu_forward(act, h, R * I);
+    }
+  });
+  host_.round(act, R * I);
+  timed(tm, t.matmul_fwd, [&] {
+    be_.grouped_matmul_forward(out, act, at(o.w2, d.C * d.I), at(o.b2, d.C), offsets, experts, I,
+                               C);
+  });
+  host_.round(out, R * C);
+}
+
+void MoeLayers::experts_backward(const void* w, void* dw, const void* x, const void* h,
+                                 const void* act, const void* dout, void* dx, void* da, void* dh,
+                                 const int64_t* offsets, int experts, int first, int64_t R) {
+  const ExpertDims d = expert_dims(layout_.spec());
+  const int C = static_cast<int>(d.C), I = static_cast<int>(d.I), H = static_cast<int>(d.H);
+  const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  auto at = [&](int64_t off, int64_t per_expert) -> const void* {
+    return off >= 0 ? elem_at(w, off + first * per_expert, esz_) : nullptr;
+  };
+  auto dat = [&](int64_t off, int64_t per_expert) -> void* {
+    return off >= 0 ? elem_at(dw, off + first * per_expert, esz_) : nullptr;
+  };
+  timed(tm, t.matmul_bwd, [&] {
+    be_.grouped_matmul_backward(da, dat(o.w2, d.C * d.I), dat(o.b2, d.C), dout, act,
+                                at(o.w2, d.C * d.I), offsets, experts, I, C, false);
+  });
+  host_.round(da, R * I);
+  timed(tm, t.gelu, [&] {
+    if (swiglu()) {
+      be_.swiglu_backward(dh, da, h, R, I);
+    } else {
+      be_.gelu_backward(dh, h, da, R * I);
+    }
+  });
+  host_.round(dh, R * H);
+  timed(tm, t.matmul_bwd, [&] {
+    be_.grouped_matmul_backward(dx, dat(o.w13, d.H * d.C), dat(o.b13, d.H), dh, x,
+                                at(o.w13, d.H * d.C), offsets, experts, C, H, false);
+  });
+  host_.round(dx, R * C);
+}
+
+namespace {
+// Expert parallelism's blocks: the rows of (source rank s, local expert j) arrive source-major
+// (s, then j) and the grouped matmul wants them expert-major (j, then s). Copies every block
+// between the two orders (to_expert_major: source-major src into expert-major dst; else back).
+// counts (P x El): rows of block (s, j) at s El + j.
+void regroup(Backend& be, void* dst, const void* src, const std::vector<int64_t>& counts, int P,
+             int El, int64_t width, size_t esz, bool to_expert_major) {
+  std::vector<int64_t> src_major(counts.size()), expert_major(counts.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {  // s-major order is the array's
+    src_major[i] = off;
+    off += counts[i];
+  }
+  off = 0;
+  for (int j = 0; j < El; ++j) {
+    for (int s = 0; s < P; ++s) {
+      const size_t i = static_cast<size_t>(s) * El + j;
+      expert_major[i] = off;
+      off += counts[i];
+    }
+  }
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] == 0) continue;
+    const int64_t from = to_expert_major ? src_major[i] : expert_major[i];
+    const int64_t to = to_expert_major ? expert_major[i] : src_major[i];
+    be.copy(elem_at(dst, to * width, esz), elem_at(src, from * width, esz),
+            static_cast<size_t>(counts[i] * width) * esz);
+  }
+}
+}  // namespace
+
+void MoeLayers::dispatch_forward(Acts& a, const void* w, int64_t R) {
+  const ExpertDims d = expert_dims(layout_.spec());
+  const int E = static_cast<int>(d.E), P = ep_->size(), r = ep_->rank(), El = E / P;
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  // The counts: this rank's rows per expert out, the group's rows per local expert in.
+  std::vector<int64_t> counts(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) counts[e] = a.offsets[e + 1] - a.offsets[e];
+  a.ep_recv.assign(static_cast<size_t>(E), 0);
+  timed(tm, t.moe, [&] { ep_->exchange_counts(counts.data(), a.ep_recv.data(), E); });
+  a.ep_send_rows.assign(static_cast<size_t>(P), 0);
+  a.ep_recv_rows.assign(static_cast<size_t>(P), 0);
+  a.ep_offsets.assign(static_cast<size_t>(El) + 1, 0);
+  for (int p = 0; p < P; ++p) {
+    a.ep_send_rows[p] = a.offsets[(p + 1) * El] - a.offsets[p * El];
+    for (int j = 0; j < El; ++j) {
+      a.ep_recv_rows[p] += a.ep_recv[static_cast<size_t>(p) * El + j];
+      a.ep_offsets[j + 1] += a.ep_recv[static_cast<size_t>(p) * El + j];
+    }
+  }
+  for (int j = 0; j < El; ++j) a.ep_offsets[j + 1] += a.ep_offsets[j];
+  const int64_t Rl = a.ep_offsets.back();
+  ZD_CHECK(R == a.offsets.back(), "{} permuted rows, offsets end at {}", R, a.offsets.back());
+  const size_t row = static_cast<size_t>(d.C) * esz_;
+  auto grow = [](std::vector<char>& v, size_t bytes) {
+    if (v.size() < bytes) v.resize(bytes);
+  };
+  grow(ep_rows_, static_cast<size_t>(std::max(Rl, int64_t{1})) * row);
+  grow(ep_d_, static_cast<size_t>(std::max(Rl, int64_t{1})) * row);
+  a.xl.resize(static_cast<size_t>(std::max(Rl, int64_t{1})) * row);
+  a.hl.resize(static_cast<size_t>(std::max(Rl, int64_t{1}) * d.H) * esz_);
+  a.al.resize(static_cast<size_t>(std::max(Rl, int64_t{1}) * d.I) * esz_);
+  // Dispatch: rank p's experts' rows (one block of xp) to rank p; regroup by local expert.
+  timed(tm, t.moe, [&] {
+    ep_->all_to_all_v(a.xp, a.ep_send_rows.data(), ep_rows_.data(), a.ep_recv_rows.data(), d.C);
+    regroup(be_, a.xl.data(), ep_rows_.data(), a.ep_recv, P, El, d.C, esz_, true);
+  });
+  experts_forward(w, a.xl.data(), a.hl.data(), a.al.data(), ep_d_.data(), a.ep_offsets.data(), El,
+                  r * El, Rl);
+  // Combine: the outputs back to the ranks whose tokens they are, in their xp order.
+  timed(tm, t.moe, [&] {
+    regroup(be_, ep_rows_.data(), ep_d_.data(), a.ep_recv, P, El, d.C, esz_, false);
+    ep_->all_to_all_v(ep_rows_.data(), a.ep_recv_rows.data(), a.yp, a.ep_send_rows.data(), d.C);
+  });
+}
+
+void MoeLayers::dispatch_backward(const Acts& a, const void* w, void* dw) {
+  const ExpertDims d = expert_dims(layout_.spec());
+  const int E = static_cast<int>(d.E), P = ep_->size(), r = ep_->rank(), El = E / P;
+  OpTimes& t = *host_.times;
+  Backend* tm = host_.timer();
+  const int64_t Rl = a.ep_offsets.back();
+  const size_t rows = static_cast<size_t>(std::max(Rl, int64_t{1}));
+  auto grow = [](std::vector<char>& v, size_t bytes) {
+    if (v.size() < bytes) v.resize(bytes);
+  };
+  grow(ep_rows_, rows * d.C * esz_);
+  grow(ep_d_, rows * d.C * esz_);
+  grow(ep_dh_, rows * d.H * esz_);
+  grow(ep_da_, rows * d.I * esz_);
+  // dyp (R,C) to the experts' ranks, as the forward's rows went.
+  timed(tm, t.moe, [&] {
+    ep_->all_to_all_v(dyp_, a.ep_send_rows.data(), ep_rows_.data(), a.ep_recv_rows.data(), d.C);
+    regroup(be_, ep_d_.data(), ep_rows_.data(), a.ep_recv, P, El, d.C, esz_, true);
+  });
+  // dxl over dyl (read first).
+  experts_backward(w, dw, a.xl.data(), a.hl.data(), a.al.data(), ep_d_.data(), ep_d_.data(),
+                   ep_da_.data(), ep_dh_.data(), a.ep_offsets.data(), El, r * El, Rl);
+  // dxp back to the tokens' ranks, into dyp_.
+  timed(tm, t.moe, [&] {
+    regroup(be_, ep_rows_.data(), ep_d_.data(), a.ep_recv, P, El, d.C, esz_, false);
+    ep_->all_to_all_v(ep_rows_.data(), a.ep_recv_rows.data(), dyp_, a.ep_send_rows.data(), d.C);
+  });
 }
 
 }  // namespace zerod

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "model/expert_exchange.h"
 #include "model/layout.h"
 #include "model/model.h"
 
@@ -63,6 +64,14 @@ class MoeLayers {
   };
   static ModelBytes model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
                                 bool activation_checkpointing, size_t esz, int64_t dense_mlp);
+
+  // Expert parallelism (null: every expert on this rank): the experts are spread over the
+  // exchange's P ranks, this rank computing experts [r E/P, (r+1) E/P) for the rows every rank
+  // of the group routes to them (dispatched and combined through the exchange). The router, the
+  // shared experts and the gate stay replicated; the gradients of the other ranks' experts are
+  // left untouched (zero), so the data-parallel sum of this rank's gradients is the whole
+  // gradient. Not owned; must outlive the layers.
+  void set_expert_exchange(ExpertExchange* x);
 
   void select_slot(int k) { slot_ = k; }
   // Starts the forward of a micro-batch in the current slot (resets its router totals);
@@ -101,6 +110,12 @@ class MoeLayers {
     std::vector<int64_t> kept;     // (E)
     MoeRouterStats stats;
     int64_t n = 0;  // rows of the forward
+    // Expert parallelism: the rows rank s sends this rank for local expert j at s El + j (the
+    // received blocks are source-major), the local experts' offsets (El+1, expert-major), the
+    // rows sent to / received from each rank (P), and the local experts' rows xl (Rl,C), h
+    // (Rl,H) and a (Rl,I) in expert-major order (host vectors sized to the rows received).
+    std::vector<int64_t> ep_recv, ep_offsets, ep_send_rows, ep_recv_rows;
+    std::vector<char> xl, hl, al;
   };
   struct Slot {
     std::vector<Acts> layers;            // per model layer (empty for dense and unheld ones)
@@ -116,6 +131,19 @@ class MoeLayers {
     float loss_weight = 0;
   };
   Acts make_acts();
+  // The expert MLP over rows in expert order: h = x W13^T (+b13), act, out = act W2^T (+b2),
+  // for the `experts` experts from `first` on (offsets: experts + 1 row offsets).
+  void experts_forward(const void* w, const void* x, void* h, void* act, void* out,
+                       const int64_t* offsets, int experts, int first, int64_t R);
+  // Its backward from dout (R,C): dx (R,C) (overwritten), the experts' weight gradients +=.
+  // da (R,I), dh (R,H): work rows. dout may be dx (read before dx is written).
+  void experts_backward(const void* w, void* dw, const void* x, const void* h, const void* act,
+                        const void* dout, void* dx, void* da, void* dh, const int64_t* offsets,
+                        int experts, int first, int64_t R);
+  // Expert parallelism: yp (R,C) = the experts of every rank of the group on xp (R,C), this rank
+  // computing its local experts for the whole group; and the backward, dxp from dyp.
+  void dispatch_forward(Acts& a, const void* w, int64_t R);
+  void dispatch_backward(const Acts& a, const void* w, void* dw);
   Acts& acts_for(int l);
   bool swiglu() const { return layout_.spec().llama_family(); }
 
@@ -135,6 +163,10 @@ class MoeLayers {
   void* dyp_ = nullptr;
   void* dh_ = nullptr;
   void* da_ = nullptr;
+  ExpertExchange* ep_ = nullptr;
+  // Expert parallelism's work rows (host): the received / sent blocks and the local experts'
+  // backward (Rl rows).
+  std::vector<char> ep_rows_, ep_d_, ep_dh_, ep_da_;
 };
 
 }  // namespace zerod

@@ -349,7 +349,7 @@ struct ParallelismConfig {
   std::string context_impl = "ulysses";  // ulysses | ring
   // Pipeline parallelism (parallel/pipeline/): P stages of V chunks each, the micro-batches of a
   // step (gradient_accumulation_steps) run in the named schedule's order.
-  int expert = 1;  // expert parallelism (issue 23 item 3): refused above 1 so far
+  int expert = 1;  // expert parallelism (issue 23 item 3): E ranks share the experts
   int pipeline = 1;
   std::string pipeline_schedule = "1f1b";      // gpipe | 1f1b | interleaved_1f1b | zero_bubble
   int virtual_stages = 1;                      // V chunks per rank (interleaved_1f1b)

@@ -74,17 +74,44 @@ void read_moe_section(ObjectReader& model, ModelConfig& m) {
   r.finish();
 }
 
+namespace {
+// parallelism.expert E > 1 (DeepSpeed-MoE's expert parallelism): E divides the experts, ZeRO
+// stage 0 or 1 (stages 2 and 3 shard gradients and parameters over the data-parallel group,
+// which does not know that the experts' slices are per expert rank). That E divides the
+// data-parallel size is checked once the world is known (resolve_job).
+void validate_expert_parallelism(const JobConfig& cfg, const std::string& experts_key,
+                                 Problems& p) {
+  const int E = cfg.parallelism.expert, n = cfg.model.moe.num_experts;
+  if (E <= 1) return;
+  if (n % E != 0) {
+    p.error("parallelism.expert",
+            fmt::format("{} does not divide the {} experts ({}): each expert-parallel rank holds "
+                        "num_experts / expert of them",
+                        E, n, experts_key));
+  }
+  if (cfg.zero.stage > 1) {
+    p.error("zero_optimization.stage",
+            fmt::format("{} cannot be combined with parallelism.expert {}: expert parallelism "
+                        "runs at ZeRO stage 0 or 1 (stages 2 and 3 with experts over the "
+                        "expert-data-parallel group are not implemented)",
+                        cfg.zero.stage, E));
+  }
+}
+}  // namespace
+
 void validate_moe(const JobConfig& cfg, Problems& p) {
   const ModelConfig& m = cfg.model;
   const MoeConfig& e = m.moe;
   const ParallelismConfig& par = cfg.parallelism;
-  if (par.expert > 1) {
-    p.error("parallelism.expert",
-            fmt::format("{}: expert parallelism is not implemented yet (every rank holds every "
-                        "expert; use 1)",
-                        par.expert));
+  if (e.num_experts == 0) {
+    if (par.expert > 1) {
+      p.error("parallelism.expert",
+              fmt::format("{}: expert parallelism needs a model with experts (model.moe or "
+                          "model.type \"mixtral\"); use 1",
+                          par.expert));
+    }
+    return;
   }
-  if (e.num_experts == 0) return;
   const bool mixtral = m.type == "mixtral";
   const std::string experts_key = mixtral ? "model.num_local_experts" : "model.moe.num_experts";
   const std::string top_k_key = mixtral ? "model.num_experts_per_tok" : "model.moe.top_k";
@@ -92,6 +119,7 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
     p.error(top_k_key, fmt::format("{} is more than the {} experts ({})", e.top_k, e.num_experts,
                                    experts_key));
   }
+  validate_expert_parallelism(cfg, experts_key, p);
   const char* layers_key = m.llama_family() ? "model.num_hidden_layers" : "model.n_layer";
   if (e.moe_layer_frequency > m.n_layer) {
     p.error("model.moe.moe_layer_frequency",
@@ -106,14 +134,15 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
   const std::string what = mixtral ? "type \"mixtral\"" : "a model.moe section";
   if (par.tensor > 1 || par.context > 1 || par.pipeline > 1) {
     p.error("parallelism",
-            fmt::format("{} ({}) cannot be combined with {}: the experts run on one rank of "
-                        "each data-parallel replica (expert, tensor, context and pipeline "
-                        "parallelism for MoE layers are not implemented yet)",
-                        model_ranks_text(par),
-                        par.tensor > 1    ? "tensor"
-                        : par.context > 1 ? "context"
-                                          : "pipeline",
-                        what));
+            fmt::format(
+                "{} ({}) cannot be combined with {}: the experts run on one rank of "
+                "each data-parallel replica or expert-parallel group (tensor, context and pipeline "
+                "parallelism for MoE layers are not implemented yet)",
+                model_ranks_text(par),
+                par.tensor > 1    ? "tensor"
+                : par.context > 1 ? "context"
+                                  : "pipeline",
+                what));
   }
   if (cfg.train.device == TrainDevice::kCuda) {
     p.error("train.device",

@@ -118,6 +118,14 @@ void resolve_job(JobConfig& cfg, int world_size) {
   out.data_parallel_size = world_size / model_ranks;
   const int dp = out.data_parallel_size;
   const char* dp_name = model_ranks == 1 ? "world size" : "data-parallel size";
+  if (const int E = out.parallelism.expert; E > 1 && dp % E != 0) {
+    // DeepSpeed-MoE's groups: expert-parallel groups of E ranks carved out of the data-parallel
+    // ones.
+    problems.push_back(
+        fmt::format("parallelism.expert {} does not divide the {} {}: the "
+                    "expert-parallel groups are E consecutive data-parallel ranks",
+                    E, dp_name, dp));
+  }
   std::string how;
   if (out.elasticity.enabled) {
     try {

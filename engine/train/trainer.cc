@@ -30,6 +30,7 @@
 #include "engine/train/rank_device.h"
 #include "model/shard.h"
 #include "parallel/cp_exchange.h"
+#include "parallel/expert_exchange.h"
 #include "parallel/pipeline/runner.h"
 #include "parallel/pipeline/tied_grads.h"
 #include "parallel/pipeline/trace.h"
@@ -73,6 +74,44 @@ void set_muon_step(const OptimizerConfig& o, OptimStep& os) {
 }
 
 }  // namespace
+
+namespace {
+// The options of this rank's world communicator, for the factories of its sub-groups.
+GlooOptions world_gloo_options(const RankContext& ctx) {
+  GlooOptions world;
+  world.rank = ctx.rank;
+  world.size = ctx.world_size;
+  world.store = ctx.store;
+  world.bind_address = ctx.bind_address;
+  world.timeout = ctx.timeout;
+  world.monitor = ctx.monitor;
+  world.first_local_rank = ctx.rank - ctx.local_rank;  // (a node-scoped throttle's own ranks)
+  world.local_ranks = ctx.local_world_size;
+  return world;
+}
+}  // namespace
+
+void Trainer::make_expert_group() {
+  // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without tensor, context and
+  // pipeline parallelism, so they are the world): the expert-parallel group of rank r is the E
+  // consecutive ranks [E floor(r/E), E floor(r/E) + E) (one copy of every expert between them);
+  // the expert-data-parallel group, the ranks with the same r mod E, holds the same experts.
+  const int E = cfg_.parallelism.expert, world = ctx_.world_size;
+  ZD_CHECK_INPUT(world % E == 0 && !device_comm_, "parallelism.expert {} over {} ranks{}", E, world,
+                 device_comm_ ? " on train.device cuda (CPU ranks only)" : " (must divide them)");
+  Communicator* comm = ctx_.comm;
+  if (E < world) {
+    std::vector<int> ranks;
+    const int first = ctx_.rank / E * E;
+    for (int i = 0; i < E; ++i) ranks.push_back(first + i);
+    GlooGroupFactory factory(world_gloo_options(ctx_), "ep");
+    expert_comm_ =
+        factory.make("expert." + std::to_string(first), "expert", ranks, ctx_.rank - first);
+    comm = expert_comm_.get();
+  }
+  expert_exchange_ = std::make_unique<ExpertParallelExchange>(*comm, *backend_);
+  for_each_model([&](Model& m) { m.set_expert_exchange(expert_exchange_.get()); });
+}
 
 Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     : cfg_(std::move(cfg)),
@@ -138,16 +177,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
                    "parallelism.tensor {} x context {} on train.device cuda: tensor- and "
                    "context-parallel groups over NCCL are not enabled yet (CPU ranks only)",
                    par.tensor, par.context);
-    GlooOptions world;
-    world.rank = ctx_.rank;
-    world.size = ctx_.world_size;
-    world.store = ctx_.store;
-    world.bind_address = ctx_.bind_address;
-    world.timeout = ctx_.timeout;
-    world.monitor = ctx_.monitor;
-    world.first_local_rank = ctx_.rank - ctx_.local_rank;  // (a node-scoped throttle's own ranks)
-    world.local_ranks = ctx_.local_world_size;
-    GlooGroupFactory factory(world);
+    GlooGroupFactory factory(world_gloo_options(ctx_));
     groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, &factory);
   } else {
     groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, nullptr);
@@ -217,6 +247,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     context_exchange_ = std::make_unique<ContextParallelExchange>(
         context.comm(), *backend_, parse_context_impl(par.context_impl), exchange_.get(), &memory_);
   }
+  if (par.expert > 1) make_expert_group();
   if (context_exchange_) {
     model_->set_exchange(context_exchange_.get());
   } else if (exchange_) {

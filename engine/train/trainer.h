@@ -122,6 +122,11 @@ class Trainer {
   std::unique_ptr<ProcessGroups> groups_;       // the mesh's groups over ctx_.comm
   std::unique_ptr<Exchange> exchange_;          // tensor-parallel: the model's collectives
   std::unique_ptr<Exchange> context_exchange_;  // context-parallel: around exchange_
+  // Expert parallelism (parallelism.expert > 1): the expert-parallel group's communicator (null
+  // when it is the world) and the MoE layers' dispatch over it.
+  std::unique_ptr<Communicator> expert_comm_;
+  std::unique_ptr<ExpertExchange> expert_exchange_;
+  void make_expert_group();
   std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients
   std::unique_ptr<Model> model_;  // (a pipeline stage's with parallelism.pipeline > 1)
   // Interleaved pipelines (virtual_stages V > 1): the models of chunks 1..V-1 (model_ is chunk

@@ -90,13 +90,33 @@ TEST_F(MoeCli, Gpt2WithAMoeSectionTrainsWithCapacityAndCheckpointing) {
   EXPECT_LT(last, first - 1.0) << r.output;
 }
 
+// Expert parallelism as two processes on loopback: a tiny Mixtral (4 experts, top-2, dropless)
+// with parallelism.expert 2 (two experts per process, tokens dispatched between them) trains the
+// losses of expert 1 (every process holding every expert) at the same global batch, to the
+// 4 decimals the final line prints.
+TEST_F(MoeCli, ExpertParallelTwoProcessesTrainTheLossesOfOne) {
+  std::pair<double, double> losses[2];
+  for (int E : {1, 2}) {
+    write_job(kMixtral, R"(, "parallelism": {"expert": )" + std::to_string(E) + "}");
+    const RunResult r = zerod("train job.json --nproc-per-node 2");
+    ASSERT_EQ(r.code, 0) << r.output;
+    losses[E - 1] = first_last(r.output);
+    ASSERT_GT(losses[E - 1].first, 0.0) << r.output;
+  }
+  EXPECT_NEAR(losses[1].first, losses[0].first, 1.5e-4);
+  EXPECT_NEAR(losses[1].second, losses[0].second, 1.5e-4);
+  EXPECT_LT(losses[1].second, losses[1].first - 1.0);
+}
+
 TEST_F(MoeCli, WhatExpertsDoNotRunWithExitsWithCode2) {
   struct Bad {
     std::string model, top, message;
   };
   const Bad cases[] = {
-      {kMixtral, R"(, "parallelism": {"expert": 2})",
-       "parallelism.expert: 2: expert parallelism is not implemented yet"},
+      {kMixtral, R"(, "parallelism": {"expert": 3})",
+       "parallelism.expert: 3 does not divide the 4 experts (model.num_local_experts)"},
+      {kMixtral, R"(, "parallelism": {"expert": 4})",
+       "parallelism.expert 4 does not divide the world size 2"},
       {kMixtral, R"(, "parallelism": {"tensor": 2})", "cannot be combined with type \"mixtral\""},
       {R"({"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 16,
           "moe": {"num_experts": 2, "top_k": 3}})",

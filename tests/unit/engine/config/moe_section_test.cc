@@ -198,8 +198,14 @@ TEST(MoeSection, WhatMoeLayersDoNotRunWithIsRefusedAtCheck) {
     for (auto& [k, v] : extra.items()) j[k] = v;
     return joined(problems_of(j.dump()));
   };
-  EXPECT_NE(problems({{"parallelism", {{"expert", 2}}}})
-                .find("parallelism.expert: 2: expert parallelism is not implemented yet"),
+  EXPECT_NE(problems({{"parallelism", {{"expert", 3}}}})
+                .find("parallelism.expert: 3 does not divide the 4 experts "
+                      "(model.num_local_experts)"),
+            std::string::npos);
+  json zero3 = json::parse(job_with({}))["zero_optimization"];
+  zero3["stage"] = 3;
+  EXPECT_NE(problems({{"parallelism", {{"expert", 2}}}, {"zero_optimization", zero3}})
+                .find("zero_optimization.stage: 3 cannot be combined with parallelism.expert 2"),
             std::string::npos);
   EXPECT_NE(problems({{"parallelism", {{"tensor", 2}}}})
                 .find("parallelism: parallelism.tensor 2 x parallelism.context 1 (tensor) cannot "
@@ -217,8 +223,7 @@ TEST(MoeSection, WhatMoeLayersDoNotRunWithIsRefusedAtCheck) {
             std::string::npos);
   // A dense model with parallelism.expert 2 is refused too.
   EXPECT_TRUE(contains(problems_of(job_with({{"parallelism", {{"expert", 2}}}})),
-                       "parallelism.expert: 2: expert parallelism is not implemented yet (every "
-                       "rank holds every expert; use 1)"));
+                       "parallelism.expert: 2: expert parallelism needs a model with experts"));
 }
 
 }  // namespace

@@ -1,0 +1,151 @@
+// Expert parallelism through the whole trainer (threads of this process, Gloo over 127.0.0.1):
+// GPT-2 and Llama with a moe section of 4 experts, top-2, on 4 data-parallel ranks, with the
+// experts spread over expert-parallel groups of E = 2 (two groups) and E = 4 (one), train the
+// losses and gradient norms of E = 1 (every rank holding every expert) at the same global batch:
+// 1e-5 relative over 20 steps, dropless and with capacity 1.0 (tokens dropped), at ZeRO stage 0
+// and 1. Bad shapes are refused while the job is checked, naming the keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <string>
+
+#include "engine/config/config_error.h"
+#include "train_test_util.h"
+
+namespace zerod {
+namespace {
+
+using testing::TempCorpus;
+using testing::TinyModel;
+
+TinyModel moe_gpt2(const std::string& moe) {
+  return {"Gpt2", R"({"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24,
+                      "moe": )" +
+                      moe + "}"};
+}
+TinyModel moe_llama(const std::string& moe) {
+  return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
+                       "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "vocab_size": 123, "seq_len": 16, "moe": )" +
+                       moe + "}"};
+}
+
+constexpr const char* kDropless =
+    R"({"num_experts": 4, "top_k": 2, "drop_tokens": false, "router_z_loss_coef": 0.01})";
+constexpr const char* kCapacity =
+    R"({"num_experts": 4, "top_k": 2, "capacity_factor": 1.0, "min_capacity": 1})";
+
+struct Outcome {
+  std::vector<double> losses, norms;
+  std::vector<double> rank_last_loss;
+};
+
+Outcome train(const TempCorpus& corpus, const TinyModel& model, int expert, int stage) {
+  const std::string par =
+      expert > 1 ? R"(, "parallelism": {"expert": )" + std::to_string(expert) + "}" : "";
+  const int world = 4;
+  const JobConfig cfg = testing::tiny_job(corpus, world, stage, 1, 20, par, "", 8, "", model);
+  EXPECT_EQ(cfg.parallelism.expert, expert);
+  Outcome out;
+  out.rank_last_loss.resize(world);
+  std::mutex mu;
+  testing::run_world(world, [&](const RankContext& ctx) {
+    Trainer t(cfg, ctx, testing::quiet_trainer());
+    const TrainResult res = t.run();
+    std::lock_guard<std::mutex> lock(mu);
+    out.rank_last_loss[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
+    if (ctx.rank == 0) {
+      for (const auto& s : res.steps) {
+        out.losses.push_back(s.loss);
+        out.norms.push_back(s.grad_norm);
+      }
+    }
+  });
+  return out;
+}
+
+void expect_close(const Outcome& a, const Outcome& ref, double rel, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), ref.losses.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_NEAR(a.losses[i], ref.losses[i], rel * std::abs(ref.losses[i])) << what << " step " << i;
+    EXPECT_NEAR(a.norms[i], ref.norms[i], rel * std::abs(ref.norms[i])) << what << " norm " << i;
+    worst = std::max(worst, std::abs(a.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]));
+  }
+  std::printf("%s: worst relative loss difference %.3g over %zu steps\n", what.c_str(), worst,
+              a.losses.size());
+}
+
+class ExpertParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { corpus_ = new TempCorpus("zerod_ep"); }
+  static void TearDownTestSuite() {
+    delete corpus_;
+    corpus_ = nullptr;
+  }
+  static TempCorpus* corpus_;
+};
+TempCorpus* ExpertParallel::corpus_ = nullptr;
+
+TEST_F(ExpertParallel, TwoAndFourTrainTheLossesOfOneDropless) {
+  for (const TinyModel& m : {moe_gpt2(kDropless), moe_llama(kDropless)}) {
+    const Outcome one = train(*corpus_, m, 1, 0);
+    ASSERT_EQ(one.losses.size(), 20u);
+    EXPECT_LT(one.losses.back(), one.losses.front());
+    for (int E : {2, 4}) {
+      const Outcome ep = train(*corpus_, m, E, 0);
+      expect_close(ep, one, 1e-5, std::string(m.name) + " dropless E=" + std::to_string(E));
+      for (double l : ep.rank_last_loss) EXPECT_TRUE(std::isfinite(l));
+    }
+  }
+}
+
+TEST_F(ExpertParallel, TwoAndFourTrainTheLossesOfOneWithCapacityAtStageOne) {
+  const TinyModel m = moe_gpt2(kCapacity);
+  for (int stage : {0, 1}) {
+    const Outcome one = train(*corpus_, m, 1, stage);
+    for (int E : {2, 4}) {
+      const Outcome ep = train(*corpus_, m, E, stage);
+      expect_close(ep, one, 1e-5,
+                   "capacity stage " + std::to_string(stage) + " E=" + std::to_string(E));
+    }
+  }
+}
+
+// Refused while the job is checked: E not dividing the experts or the data-parallel size, ZeRO
+// stage 2 or 3, a dense model.
+TEST_F(ExpertParallel, BadShapesAreConfigErrorsNamingTheKeys) {
+  auto problems = [&](int world, int stage, const std::string& extra, const TinyModel& model) {
+    try {
+      testing::tiny_job(*corpus_, world, stage, 1, 1, extra, "", 8, "", model);
+    } catch (const ConfigError& e) {
+      std::string all;
+      for (const std::string& p : e.problems()) all += p + "\n";
+      return all;
+    }
+    return std::string();
+  };
+  const TinyModel m = moe_gpt2(kDropless);
+  const std::string three = problems(3, 0, R"(, "parallelism": {"expert": 3})", m);
+  EXPECT_NE(
+      three.find("parallelism.expert: 3 does not divide the 4 experts (model.moe.num_experts)"),
+      std::string::npos)
+      << three;
+  const std::string dp = problems(2, 0, R"(, "parallelism": {"expert": 4})", m);
+  EXPECT_NE(dp.find("parallelism.expert 4 does not divide the world size 2"), std::string::npos)
+      << dp;
+  const std::string z3 = problems(4, 3, R"(, "parallelism": {"expert": 2})", m);
+  EXPECT_NE(z3.find("zero_optimization.stage: 3 cannot be combined with parallelism.expert 2"),
+            std::string::npos)
+      << z3;
+  const std::string dense =
+      problems(4, 0, R"(, "parallelism": {"expert": 2})", testing::tiny_gpt2());
+  EXPECT_NE(dense.find("parallelism.expert: 2: expert parallelism needs a model with experts"),
+            std::string::npos)
+      << dense;
+  EXPECT_EQ(problems(4, 1, R"(, "parallelism": {"expert": 2})", m), "");
+}
+
+}  // namespace
+}  // namespace zerod
