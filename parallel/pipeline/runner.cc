@@ -71,6 +71,12 @@ int PipelineRunner::tag(int m, int boundary, bool grad) const {
   return 2 * (m * stages_ + boundary) + (grad ? 1 : 0);
 }
 
+int PipelineRunner::receive_tag(const Action& a) const {
+  const int s = stage_of(a.chunk);
+  const bool grad = a.kind == ActionKind::kRecvGrad;  // (its boundary is below or above s)
+  return tag(a.micro_batch, grad ? s : s - 1, grad);
+}
+
 ChunkSeams* PipelineRunner::seams(int c, ParamSource& params, GradSink* grads) {
   if (seams_.empty()) return nullptr;
   ChunkSeams* s = seams_[static_cast<size_t>(c)].get();
@@ -114,23 +120,18 @@ void PipelineRunner::prefetch_receives(size_t from) {
     const size_t j = next_receive_++;
     const Action& a = actions_[j];
     if (a.kind != ActionKind::kRecvActivation && a.kind != ActionKind::kRecvGrad) continue;
-    const int s = stage_of(a.chunk);
-    const bool grad = a.kind == ActionKind::kRecvGrad;
     const int i = pool_buffer();
     prefetched_.push_back(
         {j,
          comm_->recv_async(pool_[static_cast<size_t>(i)].data(), chunks_[0]->boundary_elems(),
-                           type_, a.peer, tag(a.micro_batch, grad ? s : s - 1, grad)),
+                           type_, a.peer, receive_tag(a)),
          i});
   }
 }
 
 void PipelineRunner::take_receive(size_t index, void* data) {
   if (prefetch_ == 0) {  // posted here, as the schedule reaches it
-    const Action& a = actions_[index];
-    const int s = stage_of(a.chunk);
-    const bool grad = a.kind == ActionKind::kRecvGrad;
-    receive(data, a.peer, tag(a.micro_batch, grad ? s : s - 1, grad));
+    receive(data, actions_[index].peer, receive_tag(actions_[index]));
     return;
   }
   prefetch_receives(index);

@@ -98,6 +98,7 @@ class PipelineRunner {
   // The message tag of micro-batch m crossing the boundary after global stage b (activation
   // b -> b + 1, or its gradient b + 1 -> b), the same on both sides.
   int tag(int m, int boundary, bool grad) const;
+  int receive_tag(const Action& a) const;  // the tag of a receive action's message
   int stage_of(int chunk) const { return chunk * ranks_ + rank_; }
   Model& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
   // Chunk c's seams bound to the rank's params and grads (null when V = 1: the rank's own).
