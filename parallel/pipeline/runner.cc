@@ -171,14 +171,11 @@ void PipelineRunner::abandon_sends() {
       p.work->wait();
     } catch (...) {  // (the error that brought us here is the one to report)
     }
+    // (Only the sends' buffers: a receive that failed may still land in its buffer, which
+    // abandon_receives and take_receive leave busy.)
+    if (p.buffer >= 0) pool_busy_[static_cast<size_t>(p.buffer)] = false;
   }
   pending_.clear();
-  for (size_t i = 0; i < pool_busy_.size(); ++i) {
-    const bool receiving =
-        std::any_of(prefetched_.begin(), prefetched_.end(),
-                    [&](const Prefetched& r) { return r.buffer == static_cast<int>(i); });
-    if (!receiving) pool_busy_[i] = false;
-  }
 }
 
 double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& params,

@@ -107,7 +107,7 @@ class PipelineRunner {
   void send(const void* data, int peer, int tag);
   int pool_buffer();  // the index of a free pooled buffer of boundary_elems() elements
   void wait_sends();
-  void abandon_sends();  // after an error: every posted send finished or failed, the pool free
+  void abandon_sends();  // after an error: every posted send finished or failed, its buffer free
   // Posts the receives of actions_[from..] not yet posted, in order, up to prefetch_ at once
   // (each holds a pooled boundary buffer).
   void prefetch_receives(size_t from);
