@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "engine/data/corpus.h"
+#include "tests/loopback_ports.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -137,39 +138,10 @@ class Process {
   int code_ = 0;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range
+// (tests/loopback_ports.h says why).
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A TCP port on 127.0.0.1, free a moment ago, below the kernel's ephemeral range (32768 and up
-// by default): for a port a program started later must listen on while other programs (srun's
-// I/O sockets, say) bind ephemeral ports meanwhile, which free_port()'s pick could collide with.
-inline int free_port_below_ephemeral() {
-  uint32_t x =
-      static_cast<uint32_t>(::getpid()) * 2654435761u ^ static_cast<uint32_t>(::time(nullptr));
-  for (int attempt = 0; attempt < 500; ++attempt) {
-    x = x * 1664525u + 1013904223u;
-    const int port = 20000 + static_cast<int>(x % 12000u);  // [20000, 32000)
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  return free_port();
+  return zerod::testing_ports::pick_loopback_port();
 }
 
 // A fresh directory for one test (named after it and this process) with byte-level token

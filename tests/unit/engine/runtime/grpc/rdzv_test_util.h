@@ -19,22 +19,15 @@
 #include "core/error.h"
 #include "engine/runtime/grpc/node_session_grpc.h"
 #include "engine/runtime/grpc/rendezvous_server.h"
+#include "tests/loopback_ports.h"
 
 namespace zerod::test {
 
 using namespace std::chrono_literals;
 
-// A port nothing listens on right now (bind port 0, read it back, close).
+// A port nothing listens on right now, below the ephemeral range (tests/loopback_ports.h).
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  return testing_ports::pick_loopback_port();
 }
 
 inline LaunchSpec spec(int nnodes, int node_rank, int nproc, int port) {
