@@ -24,32 +24,15 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_mma.h"
 #include "kernels/cuda/storage.h"
+#include "tools/bench/cuda_buffer.h"
 
 namespace {
 
 using zerod::cuda::AttentionDims;
 using zerod::cuda::Storage;
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "attention_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit DeviceBuffer(size_t n) : bytes(n) { cuda_ok(cudaMalloc(&p, n), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  std::vector<unsigned char> read() const {
-    std::vector<unsigned char> h(bytes);
-    cuda_ok(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
-    return h;
-  }
-};
+using zerod::bench::cuda_ok;
+using zerod::bench::DeviceBuffer;
 
 void fill_bf16(DeviceBuffer& b, uint64_t seed, float scale) {
   std::mt19937_64 rng(seed);

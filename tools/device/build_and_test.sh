@@ -162,6 +162,7 @@ else
   while read -r t; do targets+=("$t"); done < <(grep -E '^zerod_test_[A-Za-z0-9_]*(cuda|nccl|gpu)[A-Za-z0-9_]*$' <<<"$all_targets" || true)
   has zerod_gpu_bench && targets+=(zerod_gpu_bench)
   has zerod_attention_bench && targets+=(zerod_attention_bench)
+  has zerod_cublaslt_probe && targets+=(zerod_cublaslt_probe)
   has zerod_cupti_trace && targets+=(zerod_cupti_trace)
 fi
 [[ -z "$nvcc" ]] || has zerod_test_kernels_cuda || die "target zerod_test_kernels_cuda missing although CUDA is on"

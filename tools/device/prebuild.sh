@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU binaries HERE (the CPU machine, with nvcc) so that a device call need not spend
 # its minutes compiling: build_and_test.sh --build-only, then the five programs a device session
-# runs (zerod, zerod_gpu_bench, zerod_attention_bench and the three GPU test binaries), stripped, with the OpenMP runtime
+# runs (zerod, zerod_gpu_bench, zerod_attention_bench, zerod_cublaslt_probe and the three GPU test binaries), stripped, with the OpenMP runtime
 # they link, packed into tools/device/prebuilt/bin.tar.xz (ignored by git). Carry
 # tools/device/prebuilt alone (it holds deps.tar.xz too); tools/device/session.sh unpacks and uses them, and
 # builds on the node instead when they do not run there.
@@ -13,7 +13,7 @@ tools/device/build_and_test.sh --build-only >/tmp/zerod-prebuild.log 2>&1 || { t
 b="${BUILD_DIR:-build-device}"
 stage="$(mktemp -d)"
 mkdir -p "$stage/lib"
-for t in zerod zerod_gpu_bench zerod_attention_bench zerod_test_kernels_cuda zerod_test_train_cuda zerod_test_comm_nccl; do
+for t in zerod zerod_gpu_bench zerod_attention_bench zerod_cublaslt_probe zerod_test_kernels_cuda zerod_test_train_cuda zerod_test_comm_nccl; do
   f="$(find "$b" -name "$t" -type f -perm -u+x | head -1)"
   [[ -n "$f" ]] || { echo "prebuild: $t was not built"; exit 1; }
   strip -o "$stage/$t" "$f"

@@ -16,6 +16,7 @@
 #   bench     zerod_gpu_bench (with --breakdown; --batch B, else its search up to 32)
 #   attn      the same with ZEROD_ATTENTION=$ATTN_IMPL (wmma: the previous kernels; mma64), for the ratio
 #   abench    zerod_attention_bench: the mma attention kernels' variants, timed, outputs compared
+#   lprobe    zerod_cublaslt_probe: cuBLASLt's bias-gradient epilogues against the column sums
 #   variants  zerod_gpu_bench under each environment setting of BENCH_ENVS (see the phase)
 #   trace     the CUPTI timeline of a few steps (cupti_trace.cc injected): the GPU's idle gaps
 #             and what the host did meanwhile (trace_gaps.py); trace_gaps.json, trace.tsv.xz
@@ -40,7 +41,7 @@ out="${OUT:-/tmp/zerod-session}"
 mkdir -p "$out"
 exec > >(tee -a "$out/session.log") 2>&1
 
-phases="env,tests,bench,attn,abench,variants,trace,profile,kprof,torch,sanitize,memory"
+phases="env,tests,bench,attn,abench,lprobe,variants,trace,profile,kprof,torch,sanitize,memory"
 batch=""
 deadline=100000  # seconds from the start: later phases are cut short or skipped
 while (($#)); do
@@ -207,6 +208,14 @@ if want abench && [[ -x "$bin/zerod_attention_bench" ]]; then
   say "abench: zerod_attention_bench at micro-batch $pb"
   timeout -k 5 "$(lim 120)" "$bin/zerod_attention_bench" --batch "$pb" --json "$out/attention_bench.json"
   echo "session: zerod_attention_bench exit $?"
+fi
+
+if want lprobe && [[ -x "$bin/zerod_cublaslt_probe" ]]; then
+  # cuBLASLt's bias-gradient epilogues (BGRADB, BGRADA, DGELU_BGRAD; bf16 and fp32 bias types)
+  # against the plain product + zerod's column sums, at the step's shapes (rows = batch x 1024).
+  say "lprobe: zerod_cublaslt_probe at $((pb * 1024)) rows"
+  timeout -k 5 "$(lim 90)" "$bin/zerod_cublaslt_probe" --rows "$((pb * 1024))" --json "$out/cublaslt_probe.json"
+  echo "session: zerod_cublaslt_probe exit $?"
 fi
 
 if want variants; then
