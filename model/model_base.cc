@@ -45,9 +45,6 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
                  shard.size, B, T_, N, context_parallel() ? " of this context rank" : "",
                  shard.size, N, shard.size);
   ZD_CHECK(slots >= 1, "{} activation slots", slots);
-  ZD_CHECK_INPUT(!context_parallel() || (slots == 1 && layout_.whole_model()),
-                 "pipeline stages with context parallelism (C = {}) are not supported",
-                 context.size);
   const LayerRange& st = layout_.stage();
   const size_t R = static_cast<size_t>(rows()), C = static_cast<size_t>(s.n_embd);
   slots_.resize(static_cast<size_t>(slots));
@@ -124,8 +121,8 @@ const void* ModelBase::stage_input_grad() {
 
 float ModelBase::stage_forward(int slot, const int32_t* inputs, const int32_t* targets,
                                ParamSource& params, float loss_weight) {
-  ZD_CHECK(!context_parallel(), "stage_forward under context parallelism");
   select_slot(slot);
+  take_rows(inputs, targets);  // (context parallelism: this rank's positions)
   upload(inputs, targets);
   if (moe_) moe_->begin_forward(true, loss_weight);
   const float dloss = last_stage() ? loss_gradient(targets, loss_weight) : 0.0f;

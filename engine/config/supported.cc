@@ -56,14 +56,6 @@ const NotBuiltYet kNotBuiltYet[] = {
            c.parallelism.pipeline);
      },
      true},
-    {[](const JobConfig& c) { return c.parallelism.pipeline > 1 && c.parallelism.context > 1; },
-     [](const JobConfig& c) {
-       return fmt::format(
-           "parallelism.pipeline {} with parallelism.context {}: pipeline stages with context "
-           "parallelism are not implemented yet in zerod",
-           c.parallelism.pipeline, c.parallelism.context);
-     },
-     true},
     // (PowerSGD runs per stage over its data-parallel group, each matrix drawing the same Q as
     // in the whole model; the 1-bit optimizers are refused with pipelines by their section.)
     {[](const JobConfig& c) { return c.aio.use_gds; },

@@ -89,19 +89,22 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
     const ModelSpec spec = model_spec(cfg.model);
     const size_t esz = cfg.train.device == TrainDevice::kCuda ? dtype_size(cfg.compute_dtype()) : 4;
     const int B = static_cast<int>(cfg.micro_batch());
+    const int T = cfg.model.seq_len;
     for (int r = 0; r < P; ++r) {
       const std::vector<pipeline::Action>& actions = schedule[static_cast<size_t>(r)];
-      int64_t bytes = 0;
+      // (Context parallelism: a rank's stage models hold T / C positions of each sequence, and
+      // its context exchange one set of workspaces.)
+      int64_t bytes =
+          context_workspace_bytes(spec, par.tensor, B, T, par.context, par.context_impl, esz);
       for (int c = 0; c < V; ++c) {
         const PipelineStagePlan& st =
             plan.stages[static_cast<size_t>(pipeline::global_stage(r, c, P))];
         const LayerRange range{st.first_layer, st.first_layer + st.layers};
-        bytes +=
-            model_activation_bytes(spec, B, cfg.model.seq_len, cfg.model.activation_checkpointing,
-                                   esz, par.tensor, par.sequence_parallel && par.tensor > 1, 1,
-                                   range, pipeline::slots_needed(actions, c)) +
-            pipeline::weight_passes_pending(actions) *
-                split_backward_bytes(spec, B, cfg.model.seq_len, esz, par.tensor, range);
+        bytes += model_activation_bytes(spec, B, T, cfg.model.activation_checkpointing, esz,
+                                        par.tensor, par.sequence_parallel && par.tensor > 1,
+                                        par.context, range, pipeline::slots_needed(actions, c)) +
+                 pipeline::weight_passes_pending(actions) *
+                     split_backward_bytes(spec, B, T / par.context, esz, par.tensor, range);
       }
       plan.rank_activation_bytes.push_back(bytes);
     }

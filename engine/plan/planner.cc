@@ -139,6 +139,18 @@ int64_t zero_buffer_elems(const std::vector<int64_t>& padded, int stage, const P
 
 }  // namespace
 
+int64_t context_workspace_bytes(const ModelSpec& spec, int tensor, int micro_batch, int seq,
+                                int context, const std::string& impl, size_t esz) {
+  if (context <= 1) return 0;
+  const LocalDims d = local_dims(spec, TensorShard{0, tensor});
+  const int64_t rows = int64_t{micro_batch} * (seq / context);
+  const int64_t qkv = int64_t{d.n_head + 2 * d.n_kv_head} * d.head_size;
+  const int64_t out = int64_t{d.n_head} * d.head_size;
+  const int64_t elems =
+      impl == "ring" ? 4 * rows * 2 * d.n_kv_head * d.head_size : rows * (4 * qkv + 2 * out);
+  return elems * static_cast<int64_t>(esz) + int64_t{seq} * 4;
+}
+
 Plan make_plan(const PlanRequest& r) {
   ZD_CHECK_INPUT(r.world >= 1, "--world {}: must be at least 1", r.world);
   ZD_CHECK_INPUT(r.compute_bytes == 2 || r.compute_bytes == 4, "compute element size {}",
@@ -175,18 +187,8 @@ Plan make_plan(const PlanRequest& r) {
     // and residual regions hold N / T of the micro-batch's N positions).
     activations = model_activation_bytes(*r.spec, r.micro_batch, seq, r.activation_checkpointing,
                                          esz, T, r.sequence_parallel && T > 1, r.context);
-    if (r.context > 1) {
-      // The context exchange's workspaces (parallel/cp_exchange.cc): the positions of the
-      // sequence, and per attention call Ulysses' six (q/k/v or output sized) buffers or the
-      // ring's two travelling key/value blocks with their gradients.
-      const LocalDims d = local_dims(*r.spec, TensorShard{0, T});
-      const int64_t rows = int64_t{r.micro_batch} * (seq / r.context);
-      const int64_t qkv = int64_t{d.n_head + 2 * d.n_kv_head} * d.head_size;
-      const int64_t out = int64_t{d.n_head} * d.head_size;
-      const int64_t elems = r.context_impl == "ring" ? 4 * rows * 2 * d.n_kv_head * d.head_size
-                                                     : rows * (4 * qkv + 2 * out);
-      activations += elems * static_cast<int64_t>(esz) + int64_t{seq} * 4;
-    }
+    activations +=
+        context_workspace_bytes(*r.spec, T, r.micro_batch, seq, r.context, r.context_impl, esz);
   } else {
     ZD_CHECK_INPUT(r.params > 0, "a model shape or a parameter count is needed");
     plan.parameters = r.params;

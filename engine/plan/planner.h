@@ -72,6 +72,14 @@ struct Plan {
 
 Plan make_plan(const PlanRequest& r);
 
+// The context exchange's workspaces (parallel/cp_exchange.cc) on one of `context` ranks of a
+// micro-batch of `micro_batch` sequences of `seq` positions, one of `tensor` ranks, compute
+// elements of esz bytes: the sequence's position table, and per attention call Ulysses' six
+// (q/k/v or output sized) buffers or the ring's two travelling key/value blocks with their
+// gradients. 0 when context is 1.
+int64_t context_workspace_bytes(const ModelSpec& spec, int tensor, int micro_batch, int seq,
+                                int context, const std::string& impl, size_t esz);
+
 // "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl" (= "gpt2-1.5b"): the GPT-2 family's shapes;
 // "llama2-7b", "llama3-8b", "llama3-70b", "mistral-7b", "qwen2-0.5b", "qwen2-7b": the shapes of
 // those models' published config.json.

@@ -248,10 +248,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
         context.comm(), *backend_, parse_context_impl(par.context_impl), exchange_.get(), &memory_);
   }
   if (par.expert > 1) make_expert_group();
-  if (context_exchange_) {
-    model_->set_exchange(context_exchange_.get());
-  } else if (exchange_) {
-    for_each_model([&](Model& m) { m.set_exchange(exchange_.get()); });
+  if (Exchange* ex = context_exchange_ ? context_exchange_.get() : exchange_.get()) {
+    for_each_model([&](Model& m) { m.set_exchange(ex); });
   }
   offload_preflight(cfg_, ctx_, layout(), static_cast<int64_t>(backend_->compute_elem_size()));
   ZeroOptions zo;
@@ -426,7 +424,9 @@ StepMetrics Trainer::train_step(int64_t step) {
     phases_.data += sw.seconds();
     sw.restart();
     const double comm_before = engine_->comm_wait_seconds();
-    const float weight = static_cast<float>(loss_scale / static_cast<double>(accum));
+    // (Context ranks weighted C times, as below.)
+    const float weight =
+        static_cast<float>(loss_scale * model_->context().size / static_cast<double>(accum));
     GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
     loss_sum = runner_->run(d.micro_batches, *engine_, grads, weight,
                             [&](int micro) { engine_->begin_micro_batch(micro + 1 == accum); });

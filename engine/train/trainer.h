@@ -101,6 +101,8 @@ class Trainer {
   // This rank's process groups over the job's mesh (parallelism section).
   const ProcessGroups& groups() const { return *groups_; }
   MemoryTracker& memory() { return memory_; }
+  // The pipeline runner (null without pipeline parallelism).
+  const pipeline::PipelineRunner* pipeline_runner() const { return runner_.get(); }
 
  private:
   struct Data;

@@ -74,6 +74,13 @@ class PipelineRunner {
                  MemoryTracker* tracker);
   ~PipelineRunner();
 
+  // The bytes of the pooled boundary buffers (receives posted ahead, gradients being sent):
+  // allocated as the schedule first needs them (how many are busy at once depends on when
+  // messages complete), kept for the runner's life, tracked as MemCategory::kActivations.
+  int64_t staging_bytes() const {
+    return static_cast<int64_t>(pool_.size()) * static_cast<int64_t>(boundary_bytes_);
+  }
+
   // One step over batches (M of them): every action in order. before_backward(m) is called
   // before each backward of micro-batch m (once per chunk), or before its W in a split backward
   // (the ZeRO engine's begin_micro_batch). Returns the sum of the micro-batches' mean losses on

@@ -2,7 +2,8 @@
 // P = 2 with GPipe, 1F1B, zero-bubble and interleaved 1F1B (V = 2), P = 4 with 1F1B and
 // zero-bubble, P = 2 x DP = 2 at ZeRO stages 0-3 (1F1B, interleaved, zero-bubble at 1-3),
 // P = 2 x T = 2, the full 3D mesh P = 2 x DP = 2 x T = 2 (8 ranks; 1F1B, zero-bubble and
-// interleaved), and 1F1B, interleaved and zero-bubble with activation checkpointing,
+// interleaved), P = 2 x C = 2 (context parallelism, Ulysses and ring) with every schedule and
+// with T = 2 or DP = 2, and 1F1B, interleaved and zero-bubble with activation checkpointing,
 // each train the losses and gradient norms of one rank at the same global batch (1e-5 relative
 // over 20 steps), for GPT-2 (tied embedding: the first and last stage's copies stay one) and a
 // Llama with grouped-query attention and an untied head.
@@ -19,6 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/config/model_spec.h"
+#include "engine/plan/pipeline_plan.h"
+#include "parallel/pipeline/runner.h"
 #include "train_test_util.h"
 
 namespace zerod {
@@ -36,7 +40,8 @@ class PipelineTrain : public ::testing::TestWithParam<TinyModel> {
   }
 
   struct Run {
-    int pipeline = 1, tensor = 1, data = 1;
+    int pipeline = 1, tensor = 1, data = 1, context = 1;
+    std::string context_impl = "ulysses";
     std::string schedule = "1f1b";
     int stage = 0;
     bool checkpointing = false;
@@ -49,11 +54,12 @@ class PipelineTrain : public ::testing::TestWithParam<TinyModel> {
   };
 
   Outcome train(const Run& r) const {
-    const int world = r.pipeline * r.tensor * r.data;
+    const int world = r.pipeline * r.tensor * r.data * r.context;
     std::string extra = R"(, "parallelism": {"pipeline": )" + std::to_string(r.pipeline) +
-                        R"(, "tensor": )" + std::to_string(r.tensor) + R"(, "virtual_stages": )" +
-                        std::to_string(r.virtual_stages) + R"(, "pipeline_schedule": ")" +
-                        r.schedule + R"("})";
+                        R"(, "tensor": )" + std::to_string(r.tensor) + R"(, "context": )" +
+                        std::to_string(r.context) + R"(, "context_impl": ")" + r.context_impl +
+                        R"(", "virtual_stages": )" + std::to_string(r.virtual_stages) +
+                        R"(, "pipeline_schedule": ")" + r.schedule + R"("})";
     if (r.powersgd)
       extra += R"(, "communication_compression": {"type": "powersgd", "rank": 2, "start_iter": 3})";
     TinyModel model = GetParam();
@@ -73,7 +79,8 @@ class PipelineTrain : public ::testing::TestWithParam<TinyModel> {
       out.rank_last_loss[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
       if (ctx.rank == 0) {
         EXPECT_EQ(t.groups().pipeline().size(), r.pipeline);
-        EXPECT_EQ(t.groups().zero().size(), r.data);
+        EXPECT_EQ(t.groups().zero().size(), r.data * r.context);  // (ZeRO: data x context)
+        EXPECT_EQ(t.groups().context().size(), r.context);
         for (const auto& s : res.steps) {
           out.losses.push_back(s.loss);
           out.norms.push_back(s.grad_norm);
@@ -191,6 +198,66 @@ TEST_P(PipelineTrain, TwoStagesTimesTensorTwoAndTheFull3DMesh) {
                  .stage = 1,
                  .virtual_stages = 2},
                 "P=2 x DP=2 x T=2 interleaved_1f1b V=2");
+}
+
+// Pipelines with context parallelism: each stage's C ranks split every sequence (the
+// load-balanced causal halves), its attention runs over the context group (Ulysses' all-to-alls
+// or the ring's key/value blocks), and the stages pass each rank's positions to the same context
+// rank of the next stage. Every schedule, with tensor and data parallelism (the 8-rank meshes
+// P x C x T and P x DP x C at ZeRO-1), trains the single rank's losses and gradient norms.
+TEST_P(PipelineTrain, TwoStagesTimesContextTwoWithEveryScheduleAndTheOtherDimensions) {
+  for (const char* impl : {"ulysses", "ring"}) {
+    const std::string i = impl;
+    expect_single({.pipeline = 2, .context = 2, .context_impl = i}, "P=2 x C=2 1f1b " + i);
+    expect_single({.pipeline = 2, .context = 2, .context_impl = i, .schedule = "zero_bubble"},
+                  "P=2 x C=2 zero_bubble " + i);
+  }
+  expect_single({.pipeline = 2, .context = 2, .schedule = "gpipe", .checkpointing = true},
+                "P=2 x C=2 gpipe checkpointing");
+  expect_single({.pipeline = 2,
+                 .context = 2,
+                 .context_impl = "ring",
+                 .schedule = "interleaved_1f1b",
+                 .virtual_stages = 2},
+                "P=2 x C=2 interleaved_1f1b V=2 ring");
+  expect_single({.pipeline = 2, .tensor = 2, .context = 2}, "P=2 x C=2 x T=2 1f1b");
+  expect_single({.pipeline = 2, .data = 2, .context = 2, .context_impl = "ring", .stage = 1},
+                "P=2 x DP=2 x C=2 ZeRO-1 ring");
+}
+
+// The pipeline plan (`zerod check`) counts what each rank allocates for activations under
+// context parallelism: its stage models at T / C positions for their live micro-batches (and
+// zero-bubble's split-backward copies) plus the context exchange's workspaces, equal to the
+// trainer's tracked peak of every rank less the runner's message staging buffers (whose count
+// depends on when messages complete; each a micro-batch's boundary of T / C positions).
+TEST_P(PipelineTrain, ThePlanCountsEachRanksActivationsUnderContextParallelism) {
+  for (const char* schedule : {"1f1b", "zero_bubble"}) {
+    for (const char* impl : {"ulysses", "ring"}) {
+      const std::string what = std::string(schedule) + " " + impl;
+      const std::string extra =
+          R"(, "parallelism": {"pipeline": 2, "context": 2, "context_impl": ")" +
+          std::string(impl) + R"(", "pipeline_schedule": ")" + schedule + R"("})";
+      const JobConfig cfg = testing::tiny_job(*corpus_, 4, 0, 4, 2, extra, "", 8, "", GetParam());
+      const PipelinePlan plan = make_pipeline_plan(cfg);
+      ASSERT_EQ(plan.rank_activation_bytes.size(), 2u) << what;
+      std::mutex mu;
+      testing::run_world(4, [&](const RankContext& ctx) {
+        Trainer t(cfg, ctx, testing::quiet_trainer());
+        t.run();
+        std::lock_guard<std::mutex> lock(mu);
+        const int pr = t.groups().pipeline().rank();
+        ASSERT_NE(t.pipeline_runner(), nullptr);
+        const int64_t staging = t.pipeline_runner()->staging_bytes();
+        const int64_t boundary = cfg.micro_batch() * (cfg.model.seq_len / 2) *
+                                 model_spec(cfg.model).n_embd * 4;  // fp32 (B, T / C, C)
+        EXPECT_EQ(staging % boundary, 0) << what;
+        EXPECT_LE(staging, 8 * boundary) << what;
+        EXPECT_EQ(t.memory().peak(MemCategory::kActivations) - staging,
+                  plan.rank_activation_bytes[static_cast<size_t>(pr)])
+            << what << ", rank " << ctx.rank << " (pipeline rank " << pr << ")";
+      });
+    }
+  }
 }
 
 // wall_clock_breakdown on a pipeline: every step's measured bubble (in the step metrics, between 0
