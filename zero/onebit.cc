@@ -17,8 +17,14 @@ OnebitKind onebit_kind(const std::string& type) {
 
 OnebitOptimizer::OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg,
                                  const ParamLayout& layout, const Partition& part,
-                                 Communicator& comm)
-    : kind_(kind), cfg_(cfg), layout_(layout), part_(part), comm_(comm), car_(comm) {
+                                 Communicator& comm, Communicator* model_parallel)
+    : kind_(kind),
+      cfg_(cfg),
+      layout_(layout),
+      part_(part),
+      comm_(comm),
+      model_parallel_(model_parallel),
+      car_(comm) {
   ZD_CHECK(kind_ != OnebitKind::kNone, "no 1-bit optimizer kind");
   for (int u = 0; u < layout_.num_units(); ++u) {
     const int64_t n = part_.unit(u).shard;

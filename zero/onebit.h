@@ -94,8 +94,12 @@ struct OnebitStep {
 
 class OnebitOptimizer {
  public:
+  // comm: the data-parallel group the momenta are averaged over. model_parallel (null: none):
+  // the pipeline stages' group, over which OneBitLamb's mean momentum scale at the freeze is
+  // taken (each stage holds its own units; a last stage's tied embedding copy is left out).
   OnebitOptimizer(OnebitKind kind, const OnebitConfig& cfg, const ParamLayout& layout,
-                  const Partition& part, Communicator& comm);
+                  const Partition& part, Communicator& comm,
+                  Communicator* model_parallel = nullptr);
 
   OnebitKind kind() const { return kind_; }
   // Whether step `step` is an ordinary step on all-reduced gradients (the warm-up).
@@ -147,6 +151,7 @@ class OnebitOptimizer {
   const ParamLayout& layout_;
   const Partition& part_;
   Communicator& comm_;
+  Communicator* model_parallel_ = nullptr;
   CompressedAllReduce car_;
   // Per unit: the element ranges [begin, end) that hold real parameters.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> live_;

@@ -70,19 +70,25 @@ void OnebitOptimizer::warmup_step(const std::vector<OnebitUnit>& units, const On
 void OnebitOptimizer::lamb_freeze(const std::vector<OnebitUnit>& units) {
   // scaling_t = (mean over every tensor of rms(m)) / rms(m_t): the momenta compressed together
   // get one scale (DeepSpeed computes this once, at the first compressed step).
+  // With pipeline stages the mean is over every stage's tensors (summed over the stages' group),
+  // each once: a last stage's tied embedding copy is the first stage's tensor again.
   std::vector<std::vector<double>> scales(units.size());
-  double total = 0.0;
-  int64_t count = 0;
+  double sums[2] = {0.0, 0.0};  // (sum of rms, tensors)
   for (size_t u = 0; u < units.size(); ++u) {
-    for (const auto& [b, e] : live_[u]) {
+    const std::vector<TensorInfo>& tensors = layout_.unit(static_cast<int>(u)).tensors;
+    for (size_t t = 0; t < live_[u].size(); ++t) {
+      const auto [b, e] = live_[u][t];
       const double rms =
           std::sqrt(sum_squares(units[u].m + b, e - b)) / std::sqrt(static_cast<double>(e - b));
       scales[u].push_back(rms);
-      total += rms;
-      ++count;
+      if (!layout_.counted_in_norm(static_cast<int>(u), tensors[t])) continue;
+      sums[0] += rms;
+      sums[1] += 1.0;
     }
   }
-  const double united = count > 0 ? total / static_cast<double>(count) : 0.0;
+  if (model_parallel_ != nullptr && model_parallel_->size() > 1)
+    model_parallel_->all_reduce(sums, 2, CommType::kF64, ReduceOp::kSum);
+  const double united = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
   fresh_.clear();
   for (size_t u = 0; u < units.size(); ++u) {
     for (size_t t = 0; t < scales[u].size(); ++t)

@@ -89,7 +89,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
                    "{})",
                    opt_.stage);
     onebit_ = std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_,
-                                                partition_, *opt_.comm);
+                                                partition_, *opt_.comm, opt_.model_parallel_comm);
   }
   if (opt_.stage >= 3) {
     GathererOptions go;
@@ -486,9 +486,11 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   // Warm-up (OneBitLamb's LAMB): gradients all-reduced, identical on every rank, their sum.
   // After: each rank holds its own, so the overflow check and the norm sum over the ranks (the
   // norm reported and clipped to is the root mean square of the ranks' local norms).
+  // (Pipeline stages hold disjoint units: their sums add over the stages' group.)
   const bool warm = onebit_->reduces_gradients(adam_steps_ + 1);
   const double local = shard_sum_squares();
-  const double sumsq = warm ? local : sum_over_ranks(local);
+  double sumsq = warm ? local : sum_over_ranks(local);
+  if (opt_.model_parallel_comm != nullptr) sumsq = sum_over_ranks(sumsq, opt_.model_parallel_comm);
   const double divisor = s.loss_scale * (warm ? opt_.world_size : 1);
   r = norm_and_clip(
       warm ? std::sqrt(sumsq) / divisor : std::sqrt(sumsq / opt_.world_size) / divisor,

@@ -85,16 +85,11 @@ void validate_onebit(const JobConfig& cfg, Problems& p) {
                         "over Gloo; zerod's 1-bit optimizers train on the CPU only",
                         train_device_name(cfg.train.device), o.type));
   }
-  if (cfg.parallelism.pipeline > 1) {
-    // (Their step has no pipeline-wide gradient norm or overflow check; never run with stages.)
-    p.error("parallelism.pipeline",
-            fmt::format("{} with optimizer {}: the 1-bit optimizers run on data parallelism only",
-                        cfg.parallelism.pipeline, o.type));
-  }
   if (cfg.parallelism.tensor > 1 || cfg.parallelism.context > 1) {
     p.error(
         cfg.parallelism.tensor > 1 ? "parallelism.tensor" : "parallelism.context",
-        fmt::format("{} with optimizer {}: the 1-bit optimizers run on data parallelism only",
+        fmt::format("{} with optimizer {}: the 1-bit optimizers run on data parallelism and "
+                    "pipeline stages only",
                     cfg.parallelism.tensor > 1 ? cfg.parallelism.tensor : cfg.parallelism.context,
                     o.type));
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 
+#include "comm/mesh.h"
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/fault_points.h"
@@ -34,6 +35,26 @@ namespace {
 
 // The 1-bit optimizer's rank-independent state in a checkpoint (OneBitLamb's).
 constexpr const char* kOnebitSharedFile = "onebit_state.bin";
+
+// The 1-bit optimizer's rank-independent state is per pipeline stage (each holds its own units):
+// onebit_state.bin without pipelines, onebit_state_stage{s}_of_{P}.bin with P stages, written
+// by the stage's first data-parallel rank. (The 1-bit optimizers run without tensor and context
+// parallelism, so a stage's ranks are its data-parallel group.)
+struct OnebitSharedFile {
+  std::string name;
+  bool writer = false;
+};
+OnebitSharedFile onebit_shared_file(const JobConfig& cfg, int rank) {
+  const ParallelismConfig& par = cfg.parallelism;
+  if (par.pipeline <= 1) return {kOnebitSharedFile, rank == 0};
+  const Mesh mesh(MeshShape{.pipeline = par.pipeline,
+                            .data = cfg.data_parallel_size,
+                            .context = par.context,
+                            .tensor = par.tensor});
+  const MeshCoord c = mesh.coord(rank);
+  return {fmt::format("onebit_state_stage{}_of_{}.bin", c.pipeline, par.pipeline),
+          c.data == 0 && c.context == 0 && c.tensor == 0};
+}
 
 std::string read_whole_file(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -402,8 +423,9 @@ void Checkpointer::write_rank_extras(const std::string& dir, const TrainingProgr
     write_file_atomically((fs::path(dir) / onebit_file(ctx_.rank)).string(),
                           ob->serialize(progress.adam_steps));
     // Its rank-independent state (OneBitLamb's coefficients, fresh variance): one file.
-    if (ob->has_shared_state() && ctx_.rank == 0)
-      write_file_atomically((fs::path(dir) / kOnebitSharedFile).string(), ob->serialize_shared());
+    const OnebitSharedFile shared = onebit_shared_file(cfg_, ctx_.rank);
+    if (ob->has_shared_state() && shared.writer)
+      write_file_atomically((fs::path(dir) / shared.name).string(), ob->serialize_shared());
   }
 
   if (const PowerSgd* ps = engine_.powersgd())  // each rank's residuals differ: one file each
@@ -516,10 +538,12 @@ std::string load_rank_file(const fs::path& file,
 void Checkpointer::load_onebit(OnebitOptimizer& ob, const std::string& path) {
   if (ob.has_shared_state()) {
     // Without it the run cannot go on as it was (OneBitLamb's frozen coefficients): refused.
-    const fs::path shared = fs::path(path) / kOnebitSharedFile;
+    const std::string name = onebit_shared_file(cfg_, ctx_.rank).name;
+    const fs::path shared = fs::path(path) / name;
     if (!fs::exists(shared))
-      ZD_THROW_INPUT("{}: no {} (the 1-bit optimizer's state); it cannot be resumed", path,
-                     kOnebitSharedFile);
+      ZD_THROW_INPUT(
+          "{}: no {} (the 1-bit optimizer's state{}); it cannot be resumed", path, name,
+          cfg_.parallelism.pipeline > 1 ? " of this pipeline stage: saved with other stages?" : "");
     ob.deserialize_shared(read_whole_file(shared), shared.string());
   }
   const std::string why =

@@ -203,12 +203,17 @@ TEST(OnebitConfig, ZeroOneAdamKeysDefaultsAndRefusals) {
   EXPECT_TRUE(contains(gpu, "train.device: \"cuda\" with optimizer ZeroOneAdam")) << joined(gpu);
   const auto cp = problems_of(job_with({{"optimizer", zo}, {"parallelism", {{"context", 2}}}}));
   EXPECT_TRUE(contains(cp, "parallelism.context: 2 with optimizer ZeroOneAdam")) << joined(cp);
+  // Pipeline stages combine (each stage over its data-parallel group); not with tensor ranks.
   const auto pp = problems_of(job_with(
       {{"optimizer", zo}, {"parallelism", {{"pipeline", 2}}}, {"gradient_accumulation_steps", 2}}));
-  EXPECT_TRUE(contains(pp,
-                       "parallelism.pipeline: 2 with optimizer ZeroOneAdam: the 1-bit "
-                       "optimizers run on data parallelism only"))
-      << joined(pp);
+  EXPECT_FALSE(contains(pp, "parallelism.pipeline")) << joined(pp);
+  const auto ppt = problems_of(job_with({{"optimizer", zo},
+                                         {"parallelism", {{"pipeline", 2}, {"tensor", 2}}},
+                                         {"gradient_accumulation_steps", 2}}));
+  EXPECT_TRUE(contains(ppt,
+                       "parallelism.tensor: 2 with optimizer ZeroOneAdam: the 1-bit "
+                       "optimizers run on data parallelism and pipeline stages only"))
+      << joined(ppt);
 }
 
 }  // namespace

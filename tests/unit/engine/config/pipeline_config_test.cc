@@ -139,9 +139,9 @@ TEST(PipelineConfig, EveryScheduleRuns) {
   EXPECT_NO_THROW(check_supported(one.config));
 }
 
-// PowerSGD runs with pipelines (per stage, over its data-parallel group); the 1-bit optimizers
-// are refused by their section, naming the key.
-TEST(PipelineConfig, PowerSgdCombinesAndTheOneBitOptimizersAreRefused) {
+// PowerSGD and the 1-bit optimizers run with pipelines (per stage, over its data-parallel
+// group); the 1-bit optimizers with pipelines and tensor parallelism are refused, naming the key.
+TEST(PipelineConfig, PowerSgdAndTheOneBitOptimizersCombine) {
   ParsedJob psgd = parse(job_with({{"gradient_accumulation_steps", 8},
                                    {"model", {{"n_layer", 12}}},
                                    {"parallelism", {{"pipeline", 2}}},
@@ -149,18 +149,23 @@ TEST(PipelineConfig, PowerSgdCombinesAndTheOneBitOptimizersAreRefused) {
   resolve_job(psgd.config, 4);
   EXPECT_NO_THROW(check_supported(psgd.config));
   for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    ParsedJob job = parse(job_with({{"gradient_accumulation_steps", 8},
+                                    {"model", {{"n_layer", 12}}},
+                                    {"parallelism", {{"pipeline", 2}}},
+                                    {"optimizer", {{"type", type}, {"params", {{"lr", 1e-3}}}}}}));
+    resolve_job(job.config, 4);
+    EXPECT_NO_THROW(check_supported(job.config)) << type;
     try {
-      ParsedJob job =
-          parse(job_with({{"gradient_accumulation_steps", 8},
-                          {"model", {{"n_layer", 12}}},
-                          {"parallelism", {{"pipeline", 2}}},
-                          {"optimizer", {{"type", type}, {"params", {{"lr", 1e-3}}}}}}));
-      resolve_job(job.config, 4);
-      check_supported(job.config);
-      ADD_FAILURE() << type << " with a pipeline was accepted";
+      ParsedJob tp = parse(job_with({{"gradient_accumulation_steps", 8},
+                                     {"model", {{"n_layer", 12}}},
+                                     {"parallelism", {{"pipeline", 2}, {"tensor", 2}}},
+                                     {"optimizer", {{"type", type}, {"params", {{"lr", 1e-3}}}}}}));
+      resolve_job(tp.config, 4);
+      check_supported(tp.config);
+      ADD_FAILURE() << type << " with pipeline and tensor parallelism was accepted";
     } catch (const ConfigError& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("parallelism.pipeline"), std::string::npos) << what;
+      EXPECT_NE(what.find("parallelism.tensor"), std::string::npos) << what;
       EXPECT_NE(what.find(type), std::string::npos) << what;
     }
   }
