@@ -250,6 +250,15 @@ TEST_F(Cli, CheckPrintsThePipelinePlanAndTrainRunsIt) {
   const RunResult i = run("train il.json --nproc-per-node 2", dir_);
   ASSERT_EQ(i.code, 0) << i.output;
   EXPECT_NEAR(last_loss(i.output), last_loss(o.output), 1e-5 * last_loss(o.output)) << i.output;
+  // Four processes: two stages of two context ranks each (ring attention), the same loss.
+  std::string cp = p;
+  cp.replace(cp.find(R"("pipeline": 2)"), 13,
+             R"("pipeline": 2, "context": 2, "context_impl": "ring")");
+  write("cp.json", cp);
+  const RunResult c = run("train cp.json --nproc-per-node 4", dir_);
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_NE(c.output.find("context 2"), std::string::npos) << c.output;
+  EXPECT_NEAR(last_loss(c.output), last_loss(o.output), 1e-5 * last_loss(o.output)) << c.output;
 }
 
 // An elastic job: `zerod check` prints the valid world sizes and each one's batch triangle; the
