@@ -94,10 +94,10 @@ int parse_cublaslt_tune(const char* value) {
 }
 
 Matmul::Matmul(Storage dt, cudaStream_t stream, size_t workspace_bytes)
-    : dt_(dt),
+    : tune_(parse_cublaslt_tune(std::getenv("ZEROD_CUBLASLT_TUNE"))),
+      dt_(dt),
       stream_(stream),
-      workspace_bytes_(workspace_bytes),
-      tune_(parse_cublaslt_tune(std::getenv("ZEROD_CUBLASLT_TUNE"))) {
+      workspace_bytes_(workspace_bytes) {
   check_lt(cublaslt().Create(&handle_), "cublasLtCreate");
   if (workspace_bytes_ > 0) {
     const cudaError_t status = cudaMalloc(&workspace_, workspace_bytes_);

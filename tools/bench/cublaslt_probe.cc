@@ -15,7 +15,8 @@
 //   dgelu+BGRAD      DGELU_BGRAD writing dbias too (bias type bf16|f32)
 // Each row: algorithms the heuristic found, microseconds (median of --iters after --warmup, CUDA
 // events), the ratio to the baseline of its group, and whether the epilogue's bias gradient
-// matches bias_backward's (max relative difference). One JSON object per row to --json.
+// matches bias_backward's (max relative difference). Also the product + bias_backward with its
+// vector kernel (ZEROD_BIAS_GRAD_VECTOR). One JSON object per row to --json.
 //   zerod_cublaslt_probe [--rows 32768] [--iters 20] [--warmup 3] [--json FILE]
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -264,6 +265,24 @@ int main(int argc, char** argv) {
         warmup, iters);
     report("wgrad", "plain product", C, OC, plain.found, product_us, base_us, -1);
     report("wgrad", "product+bias_backward", C, OC, plain.found, base_us, base_us, -1);
+    {
+      // The same with bias_backward's vector kernel (ZEROD_BIAS_GRAD_VECTOR).
+      zerod::cuda::set_bias_grad_vector(true);
+      const double us = timer.median_us(
+          [&] {
+            run(plain, inp.p, dout.p, dweight.p, 1.0f);
+            bias_sums();
+          },
+          warmup, iters);
+      cuda_ok(cudaMemset(dbias_ref.p, 0, dbias_ref.bytes), "cudaMemset");
+      bias_sums();
+      const std::vector<float> got = read_vector(dbias_ref.p, OC, true);
+      zerod::cuda::set_bias_grad_vector(false);
+      cuda_ok(cudaMemset(dbias_ref.p, 0, dbias_ref.bytes), "cudaMemset");
+      bias_sums();
+      report("wgrad", "product+vector sums", C, OC, plain.found, us, base_us,
+             max_rel_diff(got, read_vector(dbias_ref.p, OC, true)));
+    }
     cuda_ok(cudaMemset(dbias_ref.p, 0, dbias_ref.bytes), "cudaMemset");
     bias_sums();
     const std::vector<float> want = read_vector(dbias_ref.p, OC, true);
@@ -324,6 +343,15 @@ int main(int argc, char** argv) {
           warmup, iters);
       report("dgelu", "DGELU product", C, OC, dgelu.found, dgelu_us, gbase_us, -1);
       report("dgelu", "DGELU+bias_backward", C, OC, dgelu.found, gbase_us, gbase_us, -1);
+      zerod::cuda::set_bias_grad_vector(true);
+      const double gvec_us = timer.median_us(
+          [&] {
+            run(dgelu, weight.p, dout.p, dpre.p, 0.0f);
+            gsums();
+          },
+          warmup, iters);
+      zerod::cuda::set_bias_grad_vector(false);
+      report("dgelu", "DGELU+vector sums", C, OC, dgelu.found, gvec_us, gbase_us, -1);
       cuda_ok(cudaMemset(gref.p, 0, gref.bytes), "cudaMemset");
       run(dgelu, weight.p, dout.p, dpre.p, 0.0f);
       gsums();
