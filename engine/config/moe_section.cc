@@ -75,10 +75,11 @@ void read_moe_section(ObjectReader& model, ModelConfig& m) {
 }
 
 namespace {
-// parallelism.expert E > 1 (DeepSpeed-MoE's expert parallelism): E divides the experts, ZeRO
-// stage 0 or 1 (stages 2 and 3 shard gradients and parameters over the data-parallel group,
-// which does not know that the experts' slices are per expert rank). That E divides the
-// data-parallel size is checked once the world is known (resolve_job).
+// parallelism.expert E > 1 (DeepSpeed-MoE's expert parallelism): E divides the experts. Every
+// ZeRO stage: the experts' parameters are laid out (and, at stages 1-3, sharded) over the whole
+// data-parallel group like the rest, a rank's gradients of the experts it does not compute are
+// zeros, so the data-parallel reduction sums each expert's over its expert-data-parallel ranks.
+// That E divides the data-parallel size is checked once the world is known (resolve_job).
 void validate_expert_parallelism(const JobConfig& cfg, const std::string& experts_key,
                                  Problems& p) {
   const int E = cfg.parallelism.expert, n = cfg.model.moe.num_experts;
@@ -88,13 +89,6 @@ void validate_expert_parallelism(const JobConfig& cfg, const std::string& expert
             fmt::format("{} does not divide the {} experts ({}): each expert-parallel rank holds "
                         "num_experts / expert of them",
                         E, n, experts_key));
-  }
-  if (cfg.zero.stage > 1) {
-    p.error("zero_optimization.stage",
-            fmt::format("{} cannot be combined with parallelism.expert {}: expert parallelism "
-                        "runs at ZeRO stage 0 or 1 (stages 2 and 3 with experts over the "
-                        "expert-data-parallel group are not implemented)",
-                        cfg.zero.stage, E));
   }
 }
 }  // namespace
