@@ -7,7 +7,10 @@
 // keys.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -43,18 +46,20 @@ struct Outcome {
 };
 
 Outcome train(const TempCorpus& corpus, const TinyModel& model, int expert, int stage,
-              const std::string& zero_extra = "") {
+              const std::string& zero_extra = "", const std::string& train_extra = "",
+              const std::string& resume = "") {
   const std::string par =
       expert > 1 ? R"(, "parallelism": {"expert": )" + std::to_string(expert) + "}" : "";
   const int world = 4;
   const JobConfig cfg =
-      testing::tiny_job(corpus, world, stage, 1, 20, par, "", 8, zero_extra, model);
+      testing::tiny_job(corpus, world, stage, 1, 20, par, train_extra, 8, zero_extra, model);
   EXPECT_EQ(cfg.parallelism.expert, expert);
   Outcome out;
   out.rank_last_loss.resize(world);
   std::mutex mu;
   testing::run_world(world, [&](const RankContext& ctx) {
     Trainer t(cfg, ctx, testing::quiet_trainer());
+    if (!resume.empty()) t.resume(resume);
     const TrainResult res = t.run();
     std::lock_guard<std::mutex> lock(mu);
     out.rank_last_loss[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
@@ -138,6 +143,30 @@ TEST_F(ExpertParallel, AtZeroStagesTwoAndThreeAndWithCpuOffload) {
   const Outcome one = train(*corpus_, m, 1, 3, offload);
   const Outcome ep = train(*corpus_, m, 2, 3, offload);
   expect_close(ep, one, 1e-5, "Llama stage 3 + CPU offload E=2");
+}
+
+// Checkpoints reshard across E (the parameter layout does not depend on it): saved at E = 2 at
+// step 10 (ZeRO-1), resumed at E = 1 and E = 4, the last 10 steps within 1e-5 of the
+// uninterrupted E = 2 run.
+TEST_F(ExpertParallel, ACheckpointSavedAtTwoResumesAtOneAndFour) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("zerod_ep_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const TinyModel m = moe_llama(kDropless);
+  const Outcome whole =
+      train(*corpus_, m, 2, 1, "",
+            R"(, "checkpoint_dir": ")" + dir.string() + R"(", "save_interval": 10)");
+  ASSERT_EQ(whole.losses.size(), 20u);
+  ASSERT_TRUE(std::filesystem::exists(dir / "global_step10"));
+  for (int E : {1, 4}) {
+    const Outcome rest = train(*corpus_, m, E, 1, "",
+                               R"(, "checkpoint_dir": ")" + dir.string() + R"(")", "global_step10");
+    ASSERT_EQ(rest.losses.size(), 10u) << E;
+    for (size_t i = 0; i < 10; ++i)
+      EXPECT_NEAR(rest.losses[i], whole.losses[10 + i], 1e-5 * whole.losses[10 + i])
+          << "resumed at E=" << E << ", step " << 11 + i;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Refused while the job is checked: E not dividing the experts or the data-parallel size, a dense
