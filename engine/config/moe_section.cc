@@ -126,17 +126,31 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
             "true is not supported with experts (Mixtral's experts have no biases)");
   }
   const std::string what = mixtral ? "type \"mixtral\"" : "a model.moe section";
-  if (par.tensor > 1 || par.context > 1 || par.pipeline > 1) {
+  if (par.tensor > 1 || par.context > 1) {
     p.error("parallelism",
-            fmt::format(
-                "{} ({}) cannot be combined with {}: the experts run on one rank of "
-                "each data-parallel replica or expert-parallel group (tensor, context and pipeline "
-                "parallelism for MoE layers are not implemented yet)",
-                model_ranks_text(par),
-                par.tensor > 1    ? "tensor"
-                : par.context > 1 ? "context"
-                                  : "pipeline",
-                what));
+            fmt::format("{} ({}) cannot be combined with {}: the experts run on one rank of "
+                        "each data-parallel replica or expert-parallel group (tensor and context "
+                        "parallelism for MoE layers are not implemented yet)",
+                        model_ranks_text(par), par.tensor > 1 ? "tensor" : "context", what));
+  }
+  if (par.pipeline > 1) {
+    // Pipeline stages run their own MoE blocks. Not yet: expert-parallel groups within a stage,
+    // and Mixtral's one load-balancing loss over every layer's router logits (its statistics
+    // span the stages).
+    if (par.expert > 1) {
+      p.error("parallelism.expert",
+              fmt::format("{} with parallelism.pipeline {}: expert parallelism within pipeline "
+                          "stages is not implemented yet",
+                          par.expert, par.pipeline));
+    }
+    if (mixtral && e.output_router_logits && e.aux_loss_coef > 0.0) {
+      p.error("model.output_router_logits",
+              fmt::format("true with parallelism.pipeline {}: Mixtral's load-balancing loss is "
+                          "one function of every layer's router logits, which the pipeline "
+                          "stages hold apart (not implemented yet; false trains without it, as "
+                          "Hugging Face's default does)",
+                          par.pipeline));
+    }
   }
   if (cfg.train.device == TrainDevice::kCuda) {
     p.error("train.device",

@@ -212,7 +212,25 @@ TEST(MoeSection, WhatMoeLayersDoNotRunWithIsRefusedAtCheck) {
                 .find("parallelism: parallelism.tensor 2 x parallelism.context 1 (tensor) cannot "
                       "be combined with type \"mixtral\""),
             std::string::npos);
-  EXPECT_NE(problems({{"parallelism", {{"pipeline", 2}}}}).find("(pipeline) cannot be combined"),
+  // Pipeline stages run their MoE blocks, not with expert parallelism nor Mixtral's all-layer
+  // load-balancing loss (output_router_logits).
+  json accum = 4;
+  json quiet = json::parse(job_with({{"model", model}}));
+  quiet["model"]["output_router_logits"] = false;
+  quiet["parallelism"] = {{"pipeline", 2}};
+  quiet["gradient_accumulation_steps"] = accum;
+  const std::string staged = joined(problems_of(quiet.dump()));
+  EXPECT_EQ(staged.find("pipeline"), std::string::npos) << staged;
+  EXPECT_NE(problems({{"parallelism", {{"pipeline", 2}, {"expert", 2}}},
+                      {"gradient_accumulation_steps", accum}})
+                .find("parallelism.expert: 2 with parallelism.pipeline 2"),
+            std::string::npos);
+  json logits = json::parse(job_with({{"model", model}}));
+  logits["model"]["output_router_logits"] = true;
+  logits["parallelism"] = {{"pipeline", 2}};
+  logits["gradient_accumulation_steps"] = 4;
+  EXPECT_NE(joined(problems_of(logits.dump()))
+                .find("model.output_router_logits: true with parallelism.pipeline 2"),
             std::string::npos);
   EXPECT_NE(problems({{"parallelism", {{"context", 2}}}}).find("(context) cannot be combined"),
             std::string::npos);

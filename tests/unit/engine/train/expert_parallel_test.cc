@@ -24,9 +24,7 @@ using testing::TempCorpus;
 using testing::TinyModel;
 
 TinyModel moe_gpt2(const std::string& moe) {
-  return {"Gpt2", R"({"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24,
-                      "moe": )" +
-                      moe + "}"};
+  return testing::tiny_moe_gpt2(moe, 2);
 }
 TinyModel moe_llama(const std::string& moe) {
   return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,

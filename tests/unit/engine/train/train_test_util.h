@@ -102,6 +102,12 @@ inline TinyModel tiny_llama_4layers() {
                        "num_key_value_heads": 4, "vocab_size": 123, "rms_norm_eps": 1e-5,
                        "tie_word_embeddings": false, "seq_len": 16})"};
 }
+// GPT-2 (32 wide, 2 heads, seq 24) of `layers` blocks with the model.moe section `moe`.
+inline TinyModel tiny_moe_gpt2(const std::string& moe, int layers = 2) {
+  return {"Gpt2", R"({"n_layer": )" + std::to_string(layers) +
+                      R"(, "n_head": 2, "n_embd": 32, "vocab_size": 256, "seq_len": 24, "moe": )" +
+                      moe + "}"};
+}
 inline TinyModel tiny_llama_split4() {
   return {"Llama", R"({"type": "llama", "hidden_size": 32, "intermediate_size": 48,
                        "num_hidden_layers": 2, "num_attention_heads": 8,
