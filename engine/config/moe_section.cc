@@ -134,15 +134,9 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
                         model_ranks_text(par), par.tensor > 1 ? "tensor" : "context", what));
   }
   if (par.pipeline > 1) {
-    // Pipeline stages run their own MoE blocks. Not yet: expert-parallel groups within a stage,
-    // and Mixtral's one load-balancing loss over every layer's router logits (its statistics
-    // span the stages).
-    if (par.expert > 1) {
-      p.error("parallelism.expert",
-              fmt::format("{} with parallelism.pipeline {}: expert parallelism within pipeline "
-                          "stages is not implemented yet",
-                          par.expert, par.pipeline));
-    }
+    // Pipeline stages run their own MoE blocks (with expert parallelism, over each stage's
+    // data-parallel ranks). Not yet: Mixtral's one load-balancing loss over every layer's router
+    // logits (its statistics span the stages).
     if (mixtral && e.output_router_logits && e.aux_loss_coef > 0.0) {
       p.error("model.output_router_logits",
               fmt::format("true with parallelism.pipeline {}: Mixtral's load-balancing loss is "

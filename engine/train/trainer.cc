@@ -92,21 +92,25 @@ GlooOptions world_gloo_options(const RankContext& ctx) {
 }  // namespace
 
 void Trainer::make_expert_group() {
-  // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without tensor, context and
-  // pipeline parallelism, so they are the world): the expert-parallel group of rank r is the E
-  // consecutive ranks [E floor(r/E), E floor(r/E) + E) (one copy of every expert between them);
-  // the expert-data-parallel group, the ranks with the same r mod E, holds the same experts.
-  const int E = cfg_.parallelism.expert, world = ctx_.world_size;
-  ZD_CHECK_INPUT(world % E == 0 && !device_comm_, "parallelism.expert {} over {} ranks{}", E, world,
+  // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without tensor and context
+  // parallelism; with pipelines, over the data-parallel ranks of this rank's stage): the
+  // expert-parallel group of data-parallel rank d is the E consecutive ones [E floor(d/E),
+  // E floor(d/E) + E) (one copy of every expert between them); the expert-data-parallel group,
+  // the ranks with the same d mod E, holds the same experts.
+  const int E = cfg_.parallelism.expert;
+  const ProcessGroup& dp = groups_->zero();
+  const int dp_size = dp.size(), d = dp.rank();
+  ZD_CHECK_INPUT(dp_size % E == 0 && !device_comm_, "parallelism.expert {} over {} ranks{}", E,
+                 dp_size,
                  device_comm_ ? " on train.device cuda (CPU ranks only)" : " (must divide them)");
-  Communicator* comm = ctx_.comm;
-  if (E < world) {
+  Communicator* comm = &dp.comm();
+  if (E < dp_size) {
     std::vector<int> ranks;
-    const int first = ctx_.rank / E * E;
-    for (int i = 0; i < E; ++i) ranks.push_back(first + i);
+    const int first = d / E * E;
+    for (int i = 0; i < E; ++i) ranks.push_back(dp.global_rank(first + i));
     GlooGroupFactory factory(world_gloo_options(ctx_), "ep");
     expert_comm_ =
-        factory.make("expert." + std::to_string(first), "expert", ranks, ctx_.rank - first);
+        factory.make("expert." + std::to_string(ranks.front()), "expert", ranks, d - first);
     comm = expert_comm_.get();
   }
   expert_exchange_ = std::make_unique<ExpertParallelExchange>(*comm, *backend_);
