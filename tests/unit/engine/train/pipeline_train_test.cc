@@ -330,12 +330,14 @@ TEST_P(PipelineTrain, TwoStagesTimesContextTwoWithEveryScheduleAndTheOtherDimens
 // trainer's tracked peak of every rank less the runner's message staging buffers (whose count
 // depends on when messages complete; each a micro-batch's boundary of T / C positions).
 TEST_P(PipelineTrain, ThePlanCountsEachRanksActivationsUnderContextParallelism) {
-  for (const char* schedule : {"1f1b", "zero_bubble"}) {
+  for (const char* schedule : {"1f1b", "zero_bubble", "interleaved_1f1b"}) {
     for (const char* impl : {"ulysses", "ring"}) {
       const std::string what = std::string(schedule) + " " + impl;
+      const int V = std::string(schedule) == "interleaved_1f1b" ? 2 : 1;
       const std::string extra =
           R"(, "parallelism": {"pipeline": 2, "context": 2, "context_impl": ")" +
-          std::string(impl) + R"(", "pipeline_schedule": ")" + schedule + R"("})";
+          std::string(impl) + R"(", "pipeline_schedule": ")" + schedule +
+          R"(", "virtual_stages": )" + std::to_string(V) + "}";
       const JobConfig cfg = testing::tiny_job(*corpus_, 4, 0, 4, 2, extra, "", 8, "", GetParam());
       const PipelinePlan plan = make_pipeline_plan(cfg);
       ASSERT_EQ(plan.rank_activation_bytes.size(), 2u) << what;
