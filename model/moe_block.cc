@@ -149,6 +149,8 @@ void MoeLayers::begin_forward(bool training, float loss_weight) {
   sl.order.clear();
   sl.kept.clear();
   sl.dropped.clear();
+  sl.layer_aux.clear();
+  sl.layer_z.clear();
 }
 
 void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n) {
@@ -218,6 +220,8 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
   sl.order.push_back(l);
   sl.kept.push_back(a.kept);
   sl.dropped.push_back(a.stats.dropped);
+  sl.layer_aux.push_back(a.stats.aux_loss);
+  sl.layer_z.push_back(a.stats.z_loss);
   sl.tokens = n;
 }
 
@@ -290,6 +294,8 @@ MoeStepStats MoeLayers::stats() const {
   st.tokens = static_cast<int>(sl.tokens);
   st.kept = sl.kept;
   st.dropped = sl.dropped;
+  st.layer_aux = sl.layer_aux;
+  st.layer_z = sl.layer_z;
   const double E = s.moe.num_experts, T = static_cast<double>(sl.total_tokens);
   if (s.moe.aux_loss == MoeAuxLoss::kHuggingFace) {
     double sum = 0;

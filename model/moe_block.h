@@ -126,6 +126,7 @@ class MoeLayers {
     std::vector<int> order;                  // MoE layers in forward order
     std::vector<std::vector<int64_t>> kept;  // per layer in `order`: rows per expert
     std::vector<int64_t> dropped;            // per layer in `order`
+    std::vector<double> layer_aux, layer_z;  // per layer in `order`
     int64_t tokens = 0;
     bool training = true;
     float loss_weight = 0;

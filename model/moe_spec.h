@@ -64,6 +64,7 @@ struct MoeStepStats {
   std::vector<int> layers;                 // the model's MoE layers, in order
   std::vector<std::vector<int64_t>> kept;  // per layer: rows each expert computed (E)
   std::vector<int64_t> dropped;            // per layer: assignments dropped (of N k)
+  std::vector<double> layer_aux, layer_z;  // per layer: its own aux loss (T = N) and z-loss
   double aux_loss = 0;                     // the load-balancing loss (unscaled)
   double z_loss = 0;                       // sum over the layers of each one's z-loss
   double objective = 0;                    // aux_loss_coef x aux_loss + z_loss_coef x z_loss

@@ -21,11 +21,12 @@ constexpr const char* kHeader =
 
 // Writes the header and `rows` to `path` (`append`: after what the file holds, the header only
 // when the file is new).
-void write_rows(const fs::path& path, const std::vector<std::string>& rows, bool append) {
+void write_rows(const fs::path& path, const std::string& header,
+                const std::vector<std::string>& rows, bool append) {
   std::error_code ec;
   const bool fresh = !append || !fs::exists(path, ec);
   std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
-  if (fresh) out << kHeader;
+  if (fresh) out << header;
   for (const std::string& row : rows) out << row << '\n';
   out.flush();
   if (!out)
@@ -52,20 +53,20 @@ int64_t next_monitor_run(const MonitorConfig& config) {
   }
 }
 
-CsvMonitor::CsvMonitor(const std::string& dir_name, int64_t resume_step) {
-  const fs::path dir(dir_name);
+namespace {
+
+// Opens DIR/NAME.csv as CsvMonitor's constructor describes (header: the first line, with its
+// newline).
+std::FILE* open_csv(const fs::path& dir, const std::string& name, const std::string& header,
+                    int64_t resume_step) {
+  const std::string path = (dir / (name + ".csv")).string();
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    ZD_THROW_INPUT("csv_monitor.output_path: cannot create directory '{}': {}", dir.string(),
-                   ec.message());
-  }
-  path_ = (dir / "metrics.csv").string();
-  if (resume_step > 0 && fs::exists(path_, ec)) {
+  std::FILE* file = nullptr;
+  if (resume_step > 0 && fs::exists(path, ec)) {
     // Resumed: the rows up to the checkpoint stay; those of the steps trained again move aside.
     std::vector<std::string> kept, replaced;
     {
-      std::ifstream in(path_);
+      std::ifstream in(path);
       std::string line;
       std::getline(in, line);  // header
       while (std::getline(in, line)) {
@@ -75,32 +76,49 @@ CsvMonitor::CsvMonitor(const std::string& dir_name, int64_t resume_step) {
       }
     }
     if (!replaced.empty()) {
-      write_rows(dir / fmt::format("metrics.replaced-after-step{}.csv", resume_step), replaced,
-                 /*append=*/true);
+      write_rows(dir / fmt::format("{}.replaced-after-step{}.csv", name, resume_step), header,
+                 replaced, /*append=*/true);
     }
     // Rewritten whole (a torn last line of a killed run is not appended to), then appended to.
-    const fs::path tmp = path_ + ".tmp";
-    write_rows(tmp, kept, /*append=*/false);
-    fs::rename(tmp, path_, ec);
-    if (ec) ZD_THROW_INPUT("csv_monitor: cannot replace '{}': {}", path_, ec.message());
-    file_ = std::fopen(path_.c_str(), "a");
+    const fs::path tmp = path + ".tmp";
+    write_rows(tmp, header, kept, /*append=*/false);
+    fs::rename(tmp, path, ec);
+    if (ec) ZD_THROW_INPUT("csv_monitor: cannot replace '{}': {}", path, ec.message());
+    file = std::fopen(path.c_str(), "a");
   } else {
     // A fresh run's file is new: an earlier run's metrics are never truncated.
-    file_ = std::fopen(path_.c_str(), "wx");
-    if (file_ == nullptr && errno == EEXIST) {
+    file = std::fopen(path.c_str(), "wx");
+    if (file == nullptr && errno == EEXIST) {
       ZD_THROW_INPUT("csv_monitor: '{}' already holds an earlier run's metrics; not overwriting it",
-                     path_);
+                     path);
     }
-    if (file_ != nullptr) std::fputs(kHeader, file_);
+    if (file != nullptr) std::fputs(header.c_str(), file);
   }
-  if (file_ == nullptr) {
-    ZD_THROW_INPUT("csv_monitor: cannot open '{}' for writing: {}", path_, std::strerror(errno));
+  if (file == nullptr) {
+    ZD_THROW_INPUT("csv_monitor: cannot open '{}' for writing: {}", path, std::strerror(errno));
   }
-  std::fflush(file_);
+  std::fflush(file);
+  return file;
+}
+
+}  // namespace
+
+CsvMonitor::CsvMonitor(const std::string& dir_name, int64_t resume_step, int moe_experts) {
+  const fs::path dir(dir_name);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    ZD_THROW_INPUT("csv_monitor.output_path: cannot create directory '{}': {}", dir.string(),
+                   ec.message());
+  }
+  path_ = (dir / "metrics.csv").string();
+  file_ = open_csv(dir, "metrics", kHeader, resume_step);
+  if (moe_experts > 0) moe_file_ = open_csv(dir, "moe", moe_csv_header(moe_experts), resume_step);
 }
 
 CsvMonitor::~CsvMonitor() {
   if (file_) std::fclose(file_);
+  if (moe_file_) std::fclose(moe_file_);
 }
 
 void CsvMonitor::write(const StepMetrics& m) {
@@ -108,6 +126,10 @@ void CsvMonitor::write(const StepMetrics& m) {
   fmt::print(file_, "{},{:.9g},{:.9g},{:.9g},{:.9g},{:.6g},{:.6g},{},{}\n", m.step, m.loss, m.lr,
              m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu, m.skipped ? 1 : 0, val);
   std::fflush(file_);
+  if (moe_file_ != nullptr && m.moe) {
+    for (const std::string& row : moe_csv_rows(m.step, *m.moe)) fmt::print(moe_file_, "{}\n", row);
+    std::fflush(moe_file_);
+  }
 }
 
 }  // namespace zerod

@@ -1,6 +1,8 @@
 // csv_monitor: OUTPUT_PATH/JOB_NAME/metrics.csv, one row per optimizer step.
 // Columns: step,loss,lr,grad_norm,loss_scale,tokens_per_s,mfu,skipped,val_loss (val_loss empty
-// on steps without a validation pass). Losses carry 9 significant digits.
+// on steps without a validation pass). Losses carry 9 significant digits. A model with experts
+// also gets OUTPUT_PATH/JOB_NAME/moe.csv (moe_metrics.h: per MoE layer and step, tokens per
+// expert, the dropped fraction, the aux and z losses), kept and resumed as metrics.csv.
 //
 // Runs never overwrite each other's metrics. A fresh run writes into the first of
 // OUTPUT_PATH/JOB_NAME, JOB_NAME_1, JOB_NAME_2, ... that does not exist or is empty (its "run
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "engine/config/job_config.h"
+#include "engine/metrics/moe_metrics.h"
 
 namespace zerod {
 
@@ -30,6 +33,8 @@ struct StepMetrics {
   // Pipeline parallelism: the fraction of the step the pipeline ranks spent outside compute
   // (waiting in receives, idle), measured on each rank and averaged over the world.
   std::optional<double> pipeline_bubble;
+  // Models with experts: the step's routing and router losses over micro-batches and ranks.
+  std::optional<MoeMetrics> moe;
 };
 
 // Where a monitor writes: OUTPUT_PATH/JOB_NAME ("." when output_path is empty), as DeepSpeed's
@@ -47,7 +52,8 @@ class CsvMonitor {
   // `resume_step` steps appends to the file: rows of steps after resume_step (the steps trained
   // again) move to DIR/metrics.replaced-after-step<resume_step>.csv first, so metrics.csv has
   // one row per step and nothing is lost.
-  CsvMonitor(const std::string& dir, int64_t resume_step = 0);
+  // moe_experts > 0 (a model with experts): also DIR/moe.csv, the same way.
+  CsvMonitor(const std::string& dir, int64_t resume_step = 0, int moe_experts = 0);
   ~CsvMonitor();
   CsvMonitor(const CsvMonitor&) = delete;
   CsvMonitor& operator=(const CsvMonitor&) = delete;
@@ -58,6 +64,7 @@ class CsvMonitor {
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  std::FILE* moe_file_ = nullptr;
 };
 
 }  // namespace zerod

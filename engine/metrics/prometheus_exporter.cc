@@ -141,6 +141,41 @@ struct PrometheusExporter::Impl {
   pm::Family<pm::Counter>* coll_seconds = nullptr;
   std::map<std::string, double> last;  // counter key -> value last seen
   std::map<std::string, pm::Family<pm::Gauge>*> plain;  // set_gauge's, by name
+  // Models with experts (registered at their first step, so dense jobs show none).
+  pm::Family<pm::Gauge>*moe_tokens = nullptr, *moe_dropped = nullptr, *moe_aux = nullptr,
+  *moe_z = nullptr;
+
+  void set_moe(const std::string& rank, const MoeMetrics& m) {
+    if (moe_tokens == nullptr) {
+      auto gauge = [&](const char* name, const char* help) {
+        return &pm::BuildGauge().Name(name).Help(help).Register(*registry);
+      };
+      moe_tokens = gauge("zerod_moe_tokens",
+                         "Rows each expert of a MoE layer computed in the last step (all ranks)");
+      moe_dropped = gauge("zerod_moe_dropped_fraction",
+                          "Fraction of a MoE layer's assignments dropped by the capacity");
+      moe_aux = gauge("zerod_moe_aux_loss",
+                      "Load-balancing loss of a MoE layer (layer=\"all\": the objective's)");
+      moe_z = gauge("zerod_moe_z_loss", "Router z-loss of a MoE layer (layer=\"all\": summed)");
+    }
+    for (const MoeLayerMetrics& l : m.layers) {
+      const std::string layer = std::to_string(l.layer);
+      const pm::Labels ll{{"rank", rank}, {"layer", layer}};
+      moe_dropped->Add(ll).Set(l.dropped_fraction());
+      moe_aux->Add(ll).Set(l.aux_loss);
+      moe_z->Add(ll).Set(l.z_loss);
+      for (size_t e = 0; e < l.tokens.size(); ++e) {
+        moe_tokens->Add({{"rank", rank}, {"layer", layer}, {"expert", std::to_string(e)}})
+            .Set(static_cast<double>(l.tokens[e]));
+      }
+    }
+    const pm::Labels all{{"rank", rank}, {"layer", "all"}};
+    const int64_t a = m.assignments();
+    moe_dropped->Add(all).Set(a > 0 ? static_cast<double>(m.dropped()) / static_cast<double>(a)
+                                    : 0.0);
+    moe_aux->Add(all).Set(m.aux_loss);
+    moe_z->Add(all).Set(m.z_loss);
+  }
 
   void advance(pm::Family<pm::Counter>* f, const pm::Labels& labels, double value) {
     std::string key = f->GetName();
@@ -202,6 +237,7 @@ void PrometheusExporter::on_step(int rank, const StepMetrics& m, const RankCount
   i.tokens->Add(l).Set(m.tokens_per_s);
   i.mfu->Add(l).Set(m.mfu);
   if (m.pipeline_bubble) i.bubble->Add(l).Set(*m.pipeline_bubble);
+  if (m.moe) i.set_moe(std::to_string(rank), *m.moe);
   i.step->Add(l).Set(static_cast<double>(m.step));
   i.memory->Add(l).Set(static_cast<double>(c.memory_bytes));
   i.memory_peak->Add(l).Set(static_cast<double>(c.memory_peak_bytes));

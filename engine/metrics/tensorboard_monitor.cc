@@ -140,6 +140,9 @@ void TensorBoardMonitor::write(const StepMetrics& m, int64_t memory_bytes) {
   if (m.val_loss) s.emplace_back("val/loss", static_cast<float>(*m.val_loss));
   if (m.pipeline_bubble)
     s.emplace_back("perf/pipeline_bubble", static_cast<float>(*m.pipeline_bubble));
+  if (m.moe) {
+    for (auto& kv : moe_scalars(*m.moe)) s.push_back(std::move(kv));
+  }
   writer_.add_scalars(m.step, s, now_seconds());
   writer_.flush();
 }

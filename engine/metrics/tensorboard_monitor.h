@@ -47,7 +47,8 @@ class TensorBoardMonitor {
   // DeepSpeed's monitor lays them out) or a numbered sibling (csv_monitor.h).
   explicit TensorBoardMonitor(const std::string& dir);
   // train/loss, train/lr, train/grad_norm, train/loss_scale, perf/tokens_per_s, perf/mfu,
-  // memory/rank0_mib (the rank's tracked bytes), and val/loss when the step validated.
+  // memory/rank0_mib (the rank's tracked bytes), and val/loss when the step validated; with
+  // experts moe_scalars' moe/... (moe_metrics.h).
   void write(const StepMetrics& m, int64_t memory_bytes);
   const std::string& path() const { return writer_.path(); }
 

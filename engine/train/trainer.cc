@@ -438,6 +438,9 @@ StepMetrics Trainer::train_step(int64_t step) {
     phases_.fwd_bwd += sw.seconds() - comm;
     phases_.comm += comm;
   } else {
+    const MoeSpec& moe_spec = model_->spec().moe;
+    std::optional<MoeMetricsAccumulator> moe;
+    if (moe_spec.enabled()) moe.emplace(moe_spec.top_k);
     for (int64_t micro = 0; micro < accum; ++micro) {
       engine_->begin_micro_batch(micro + 1 == accum);
       Stopwatch sw;
@@ -452,10 +455,14 @@ StepMetrics Trainer::train_step(int64_t step) {
       GradSink& grads = tp_grads_ ? *tp_grads_ : static_cast<GradSink&>(*engine_);
       loss_sum += model_->forward_backward(data_->inputs.data(), data_->targets.data(), *engine_,
                                            grads, weight);
+      if (moe) moe->add(model_->moe_stats());
       const double comm = engine_->comm_wait_seconds() - comm_before;
       phases_.fwd_bwd += sw.seconds() - comm;
       phases_.comm += comm;
     }
+    // (MoE runs without tensor and context parallelism: outside pipelines the world is
+    // data-parallel. Pipeline stages' MoE blocks are not reported yet.)
+    if (moe) m.moe = moe->reduce(ctx_.world_size > 1 ? ctx_.comm : nullptr, ctx_.world_size);
   }
   const double comm_before = engine_->comm_wait_seconds();
   Stopwatch opt_sw;
@@ -584,6 +591,7 @@ void Trainer::log_step(const StepMetrics& m) {
       m.step, width, total, m.loss, m.lr, m.grad_norm, m.loss_scale, m.tokens_per_s, m.mfu * 100,
       format_eta(mean * static_cast<double>(total - m.step)));
   if (m.pipeline_bubble) line += fmt::format(" | bubble {:.1f}%", *m.pipeline_bubble * 100);
+  if (m.moe) line += moe_log_fields(*m.moe);
   if (m.skipped) line += " | skipped (overflow)";
   if (m.val_loss) line += fmt::format(" | val {:.6f}", *m.val_loss);
   spdlog::info("{}", line);
@@ -701,7 +709,7 @@ void Trainer::open_monitors() {
   if (csv.enabled) {
     csv_run_ = where(csv, csv_run_);
     const std::string dir = monitor_run_dir(csv, csv_run_);
-    csv_ = std::make_unique<CsvMonitor>(dir, global_step_);
+    csv_ = std::make_unique<CsvMonitor>(dir, global_step_, model_->spec().moe.num_experts);
     if (options_.log_steps) {
       spdlog::info("metrics: {} (csv_monitor{})", csv_->path(),
                    resumed        ? fmt::format(", appending after step {}", global_step_)
