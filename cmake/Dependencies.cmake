@@ -68,9 +68,17 @@ endif()
 option(ZEROD_ONEDNN "Build the CPU bf16 matrix products on oneDNN when it is found" ON)
 set(ZEROD_HAVE_ONEDNN OFF)
 if(ZEROD_ONEDNN)
-  find_package(dnnl CONFIG QUIET)
+  # Debian's dnnl-config.cmake requires OpenCL (its GPU runtime) and fails the configure when
+  # it is missing, QUIET or not: look for OpenCL first and go without oneDNN when it is absent.
+  find_package(OpenCL QUIET)
+  if(OpenCL_FOUND)
+    find_package(dnnl CONFIG QUIET)
+  endif()
   if(dnnl_FOUND)
     set(ZEROD_HAVE_ONEDNN ON)
+  else()
+    message(STATUS "oneDNN not used (libdnnl-dev, or the OpenCL it requires, not found): "
+                   "CPU bf16 matrix products run in fp32")
   endif()
 endif()
 

@@ -23,6 +23,7 @@ packages=(
   python3-sentencepiece  # tests/tokenizer: the reference for libsentencepiece (same version)
   zlib1g-dev libzstd-dev  # zerod-shards: .gz and .zst inputs
   libdnnl-dev  # kernels/cpu/onednn: bf16 matrix products on AVX512-BF16 / AMX CPUs
+  ocl-icd-opencl-dev opencl-headers  # Debian's dnnl-config.cmake requires OpenCL
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)
