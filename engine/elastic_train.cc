@@ -15,6 +15,7 @@
 #include "engine/metrics/prometheus_exporter.h"
 #endif
 #ifdef ZEROD_HAVE_GRPC
+#include "engine/runtime/elastic_host_lease.h"
 #include "engine/runtime/grpc/elastic_agent.h"
 #endif
 
@@ -98,6 +99,9 @@ void publish_elastic_gauges(PrometheusExporter& metrics) {
                     number("ZEROD_ELASTIC_RESTARTS"));
   metrics.set_gauge("zerod_elastic_max_restarts", "--max-restarts",
                     number("ZEROD_ELASTIC_MAX_RESTARTS"));
+  metrics.set_gauge("zerod_elastic_steps_lost_total",
+                    "Steps lost to failures over the job (trained again)",
+                    number("ZEROD_ELASTIC_STEPS_LOST_TOTAL"));
   metrics.set_gauge("zerod_elastic_last_recovery_seconds",
                     "The last failure's detection to its new round (0: none)",
                     number("ZEROD_ELASTIC_LAST_RECOVERY_SECONDS"));
@@ -161,6 +165,7 @@ int run_elastic_train(ElasticLaunch l) {
   o.global_args = std::move(l.global_args);
   o.resume = l.resume;
   if (cfg.snapshot.enabled) o.snapshot_root = cfg.snapshot.dir;
+  o.lease_path = ElasticHostLease::path_in(cfg.train.checkpoint_dir);
   spdlog::info(
       "elastic: {} (admissible node counts {}), node {}, rendezvous {}, --max-restarts "
       "{}, settle {:g} s, config hash {}",

@@ -2,10 +2,12 @@
 """Soak test of elastic training (docs/elastic.md), not run in CI.
 
 Runs `zerod train --nnodes MIN:MAX` agents on 127.0.0.1 for --minutes, and every --interval
-seconds (with jitter) kills a random node other than node 0 with SIGKILL or starts a new one.
+seconds (with jitter) kills a random node with SIGKILL (node 0, the rendezvous host, too, unless
+--spare-node0: the next node takes the rendezvous over) or starts a new one. The job takes
+in-memory snapshots every --snapshot steps (0: none; disk checkpoints every 10 steps either way).
 At the end it stops the job with SIGTERM (an agreed-step save), runs the same job undisturbed
-with MAX nodes to the same step, and reports: failures survived, joins admitted, steps lost per
-failure, recovery times, and the final loss against the undisturbed run's.
+with MAX nodes to the same step, and reports: failures survived, rendezvous takeovers, joins
+admitted, steps lost per failure, and the final loss against the undisturbed run's.
 
     tools/elastic_soak.py --zerod build/engine/zerod --minutes 30 --interval 60
     tools/elastic_soak.py --zerod build/engine/zerod --minutes 2 --interval 15   # a short one
@@ -31,7 +33,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_job(path, data_glob, ckpt, steps, name):
+def write_job(path, data_glob, ckpt, steps, name, snapshot=0, shm=""):
     job = {
         "train_batch_size": 12,
         "train_micro_batch_size_per_gpu": 2,
@@ -44,6 +46,8 @@ def write_job(path, data_glob, ckpt, steps, name):
         "train": {"steps": steps, "save_interval": 10, "checkpoint_dir": ckpt,
                   "collective_timeout": 20, "rendezvous_timeout": 60},
     }
+    if snapshot > 0:
+        job["snapshot"] = {"enabled": True, "interval": snapshot, "dir": shm}
     with open(path, "w") as f:
         json.dump(job, f)
 
@@ -90,33 +94,26 @@ class Nodes:
             p.wait()
 
 
-def node0_log(workdir):
-    return open(os.path.join(workdir, "node0.1.log")).read()
+def all_logs(workdir):
+    """Every agent's log (each with its workers' output), node ranks and starts in order."""
+    names = sorted(f for f in os.listdir(workdir) if re.match(r"node\d+\.\d+\.log$", f))
+    return "\n".join(open(os.path.join(workdir, f), errors="replace").read() for f in names)
 
 
-def step_of(log):
-    m = re.findall(r"\[rank 0\] step +(\d+)/", log)
-    return int(m[-1]) if m else 0
+def step_of(workdir):
+    m = re.findall(r"\[rank 0\] step +(\d+)/", all_logs(workdir))
+    return max(int(x) for x in m) if m else 0
 
 
 def analyse(log):
-    """Failures, joins, steps lost and recovery times from node 0's log (agent + workers)."""
-    failures, joins, lost = 0, 0, []
-    last_step, pending_failure = 0, False
-    for line in log.splitlines():
-        m = re.search(r"\[rank 0\] step +(\d+)/", line)
-        if m:
-            last_step = int(m.group(1))
-        if re.search(r"elastic: epoch \d+ ends: .*\(restart ", line):
-            failures += 1
-            pending_failure = True
-        elif re.search(r"elastic: epoch \d+ ends: ", line):
-            joins += 1
-        m = re.search(r"resumed from \S+ \(step (\d+)", line)
-        if m and pending_failure:
-            lost.append(last_step - int(m.group(1)))
-            pending_failure = False
-    return failures, joins, lost
+    """Failures, takeovers, joins and steps lost from every agent's log. The hosting agent logs
+    each round's end once (a takeover logs the lost host's round end); rank 0 of each round's
+    workers logs its restore once, with the steps lost."""
+    failures = len(re.findall(r"elastic: epoch \d+ ends: .*\(restart ", log))
+    joins = len(re.findall(r"elastic: epoch \d+ ends: .*waiting to join", log))
+    takeovers = len(re.findall(r"took the rendezvous over at epoch", log))
+    lost = [int(x) for x in re.findall(r"elastic: restored step \d+ .*?; (\d+) step\(s\) lost", log)]
+    return failures, takeovers, joins, lost
 
 
 def main():
@@ -130,6 +127,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-restarts", type=int, default=1000)
     ap.add_argument("--tolerance", type=float, default=1e-4, help="relative, final loss")
+    ap.add_argument("--snapshot", type=int, default=2, help="in-memory snapshot interval (0: none)")
+    ap.add_argument("--spare-node0", action="store_true", help="never kill node 0")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     zerod = os.path.abspath(a.zerod)
@@ -146,10 +145,12 @@ def main():
 
     run = os.path.join(work, f"run{int(time.time())}")
     os.makedirs(run)
-    write_job(os.path.join(run, "soak.json"), glob, "ckpt", 10**9, "soak.json")
+    shm = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else run, f"zerod-soak-{os.getpid()}")
+    write_job(os.path.join(run, "soak.json"), glob, "ckpt", 10**9, "soak.json", a.snapshot, shm)
     nodes = Nodes(zerod, run, "soak.json", free_port(), a.min_nodes, a.max_nodes, 1.0,
                   a.max_restarts)
     events = []
+    killed = set()  # node ranks whose agent this script killed (not restarted since)
     t0 = time.time()
     try:
         for r in range(a.max_nodes):
@@ -157,38 +158,43 @@ def main():
         next_event = t0 + a.interval * rng.uniform(0.5, 1.5)
         while time.time() - t0 < a.minutes * 60:
             time.sleep(0.5)
-            if nodes.procs[0].poll() is not None:
-                events.append((time.time() - t0, "node 0 exited", nodes.procs[0].returncode))
+            ended = [(r, p.returncode) for r, p in nodes.procs.items()
+                     if p.poll() is not None and r not in killed]
+            if ended:
+                events.append((time.time() - t0, f"agents exited on their own: {ended}", step_of(run)))
+                print(events[-1], flush=True)
                 break
             if time.time() < next_event:
                 continue
             next_event = time.time() + a.interval * rng.uniform(0.5, 1.5)
             live = nodes.live()
-            others = [r for r in live if r != 0]
+            others = [r for r in live if r != 0 or not a.spare_node0]
             if others and (len(live) > a.min_nodes or rng.random() < 0.2) and \
                     (len(live) == a.max_nodes or rng.random() < 0.5):
                 victim = rng.choice(others)
                 nodes.procs[victim].kill()
                 nodes.procs[victim].wait()
-                events.append((time.time() - t0, f"kill -9 node {victim}",
-                               step_of(node0_log(run))))
+                killed.add(victim)
+                events.append((time.time() - t0, f"kill -9 node {victim}", step_of(run)))
             else:
                 free = [r for r in range(a.max_nodes) if r not in live]
                 if free:
                     r = rng.choice(free)
                     nodes.start(r)
-                    events.append((time.time() - t0, f"start node {r}", step_of(node0_log(run))))
+                    killed.discard(r)
+                    events.append((time.time() - t0, f"start node {r}", step_of(run)))
             print(f"{events[-1][0]:7.1f} s  {events[-1][1]} (step {events[-1][2]})", flush=True)
         # The end: SIGTERM to every live agent, an agreed-step save, exit 0.
         for r in nodes.live():
             nodes.procs[r].send_signal(signal.SIGTERM)
-        codes = {r: p.wait(timeout=120) for r, p in nodes.procs.items()}
+        codes = {r: p.wait(timeout=120) for r, p in nodes.procs.items() if r not in killed}
     finally:
         nodes.kill_all()
-    log = node0_log(run)
+        subprocess.run(["rm", "-rf", shm])
+    log = all_logs(run)
     got = losses(run, "soak.json")
     final_step = max(got)
-    failures, joins, lost = analyse(log)
+    failures, takeovers, joins, lost = analyse(log)
 
     # Undisturbed: MAX nodes of the same job to the same step.
     ref = os.path.join(work, f"ref{int(time.time())}")
@@ -210,9 +216,13 @@ def main():
     report = {
         "minutes": round((time.time() - t0) / 60, 1),
         "disturbances": len(events),
+        "kills": sum(1 for e in events if e[1].startswith("kill")),
+        "kills_of_the_host": sum(1 for e in events if e[1] == "kill -9 node 0"),
         "failures_survived": failures,
+        "rendezvous_takeovers": takeovers,
         "joins_admitted": joins,
         "steps_lost_per_failure": lost,
+        "steps_lost_total": sum(lost),
         "final_step": final_step,
         "final_loss": got[final_step],
         "undisturbed_final_loss": want[final_step],
@@ -222,7 +232,8 @@ def main():
         "workdir": run,
     }
     print(json.dumps(report, indent=1))
-    ok = (codes.get(0) == 0 and all(c == 0 for c in ref_codes) and rel <= a.tolerance)
+    ok = (codes and all(c == 0 for c in codes.values()) and all(c == 0 for c in ref_codes)
+          and rel <= a.tolerance)
     return 0 if ok else 1
 
 

@@ -22,6 +22,11 @@ class MetricsSink {
   virtual ~MetricsSink() = default;
   // Called by every rank after each step (concurrently from the ranks of one process).
   virtual void on_step(int rank, const StepMetrics& m, const RankCounters& c) = 0;
+  // A job-level value outside the steps (the elastic membership, the steps a failure lost);
+  // sinks without gauges ignore it.
+  virtual void set_gauge(const std::string& name, const std::string& help, double value) {
+    (void)name, (void)help, (void)value;
+  }
 };
 
 }  // namespace zerod

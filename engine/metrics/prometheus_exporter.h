@@ -23,7 +23,7 @@ class PrometheusExporter : public MetricsSink {
 
   void on_step(int rank, const StepMetrics& m, const RankCounters& c) override;
   // A gauge without labels, registered at its first call (the elastic membership: zerod_elastic_*).
-  void set_gauge(const std::string& name, const std::string& help, double value);
+  void set_gauge(const std::string& name, const std::string& help, double value) override;
 
  private:
   struct Impl;

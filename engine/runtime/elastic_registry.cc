@@ -21,6 +21,54 @@ ElasticRegistry::ElasticRegistry(ElasticConfig config) : cfg_(std::move(config))
   gathering_since_ = Clock::now();
 }
 
+ElasticRegistry::ElasticRegistry(ElasticConfig config, const ElasticTakeover& t)
+    : cfg_(std::move(config)) {
+  const auto now = Clock::now();
+  epoch_ = t.epoch;
+  restarts_used_ = t.restarts_used;
+  steps_lost_total_ = t.steps_lost_total;
+  // The survivors are expected back (their workers lost the host's): each is dropped like any
+  // silent agent when it does not rejoin within the heartbeat timeout.
+  for (const ElasticPeer& p : t.agents) {
+    Agent& a = agents_[p.node_rank];
+    a.rank = p.node_rank;
+    a.instance = p.instance;
+    a.hostname = p.hostname;
+    a.address = p.address;
+    a.last_beat = now;
+  }
+  if (t.lost_rank >= 0 && !agents_.count(t.lost_rank)) {
+    Agent& lost = agents_[t.lost_rank];
+    lost.rank = t.lost_rank;
+    lost.instance = t.lost_instance;
+    lost.alive = false;
+    lost.epoch = t.epoch;
+    lost.left = t.why;
+  }
+  last_change_ = t.lost_rank >= 0 ? fmt::format("node {} left: {}", t.lost_rank, t.why) : t.why;
+  spdlog::warn("elastic: took the rendezvous over at epoch {}: {}", epoch_, last_change_);
+  // As close_round(kRestart) of the lost host's running round; the recovery counts from the
+  // host's last sign of life.
+  failed_at_ = now - std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(t.silent_seconds));
+  phase_ = Phase::kRunning;
+  close_round(Closing::kRestart, last_change_, now);
+}
+
+void ElasticRegistry::abandon(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail(why, false);
+}
+
+std::vector<ElasticPeer> ElasticRegistry::peers() const {
+  std::vector<ElasticPeer> out;
+  for (const auto& [rank, a] : agents_) {
+    if (a.alive && a.instance != cfg_.host_instance)
+      out.push_back({a.rank, a.instance, a.hostname, a.address});
+  }
+  return out;
+}
+
 std::string ElasticRegistry::describe(const Agent& a) const {
   return fmt::format("node {} ({}, {})", a.rank, a.hostname, a.address);
 }
@@ -99,6 +147,8 @@ ElasticRound ElasticRegistry::round_for(const Agent& a) const {
   r.restarts_used = restarts_used_;
   r.max_restarts = cfg_.max_restarts;
   r.last_recovery_seconds = last_recovery_seconds_;
+  r.peers = peers();
+  r.steps_lost_total = steps_lost_total_;
   if (over()) {
     r.over = true;
     r.reason = phase_ == Phase::kFailed ? failure_ : "the job is over";
@@ -316,7 +366,7 @@ void ElasticRegistry::fail(const std::string& why, bool fatal) {
 
 AgentReply ElasticRegistry::beat(int node_rank, const std::string& instance, int64_t epoch,
                                  WorkerEventKind event, const std::string& detail,
-                                 Clock::time_point now) {
+                                 Clock::time_point now, int64_t steps_lost) {
   std::lock_guard<std::mutex> lock(mu_);
   AgentReply r;
   r.epoch = epoch_;
@@ -332,6 +382,7 @@ AgentReply ElasticRegistry::beat(int node_rank, const std::string& instance, int
   }
   Agent& a = it->second;
   a.last_beat = now;
+  r.peers = peers();
   const bool current = a.member && epoch == epoch_;
   switch (event) {
     case WorkerEventKind::kRunning:
@@ -339,6 +390,10 @@ AgentReply ElasticRegistry::beat(int node_rank, const std::string& instance, int
       if (current && !detail.empty() && restore_epoch_ != epoch_) {
         restore_epoch_ = epoch_;
         last_change_ += (last_change_.empty() ? "" : "; ") + detail;
+        if (steps_lost >= 0) {
+          steps_lost_ = steps_lost;
+          steps_lost_total_ += steps_lost;
+        }
         spdlog::info("elastic: epoch {}: {}", epoch_, detail);
       }
       break;
@@ -409,6 +464,7 @@ AgentReply ElasticRegistry::beat(int node_rank, const std::string& instance, int
     case Phase::kRunning:
       break;
   }
+  r.restarts_used = restarts_used_;
   cv_.notify_all();
   return r;
 }
@@ -444,6 +500,8 @@ ElasticView ElasticRegistry::view(Clock::time_point now) const {
       last_recovered_at_ ? seconds_between(*last_recovered_at_, now) : -1.0;
   v.last_change = last_change_;
   v.failure = failure_;
+  v.steps_lost = steps_lost_;
+  v.steps_lost_total = steps_lost_total_;
   return v;
 }
 

@@ -37,6 +37,27 @@ struct ElasticConfig {
   std::chrono::milliseconds below_min_timeout{300000};
   int max_restarts = 3;
   std::string master_host;  // for messages
+  // The instance of the agent hosting this registry: not its own successor (peers()).
+  std::string host_instance;
+};
+
+// A live agent as the others see it: the successors of a lost rendezvous host, in node-rank
+// order (docs/elastic.md, "Node 0 dies").
+struct ElasticPeer {
+  int node_rank = -1;
+  std::string instance, hostname, address;
+};
+
+// What the agent taking the rendezvous over knew from the lost host's last reply: the new
+// registry starts gathering after a failure (the lost host's), expecting these agents back.
+struct ElasticTakeover {
+  int64_t epoch = 0;
+  int restarts_used = 0;
+  int64_t steps_lost_total = 0;
+  std::vector<ElasticPeer> agents;  // the live agents but the lost host
+  int lost_rank = -1;
+  std::string lost_instance, why;
+  double silent_seconds = 0;  // since the lost host last renewed its lease: the recovery's start
 };
 
 // A refused registration (a bad joiner): the message says why.
@@ -67,6 +88,8 @@ struct ElasticRound {
   std::string master;        // HOST:PORT of the round's worker rendezvous
   int restarts_used = 0, max_restarts = 0;
   double last_recovery_seconds = 0;
+  std::vector<ElasticPeer> peers;  // who takes the rendezvous over, in order
+  int64_t steps_lost_total = 0;
 };
 
 enum class WorkerEventKind { kRunning, kFailed, kStopped, kFinished, kStopRequested, kFatal };
@@ -77,6 +100,8 @@ struct AgentReply {
   std::string reason;
   int64_t epoch = 0;
   bool failed = false, fatal = false;
+  int restarts_used = 0;
+  std::vector<ElasticPeer> peers;  // who takes the rendezvous over, in order
 };
 
 struct ElasticView {
@@ -87,23 +112,30 @@ struct ElasticView {
   double last_recovery_seconds = 0;
   double since_last_recovery_seconds = -1;
   std::string last_change, failure;
+  int64_t steps_lost = -1, steps_lost_total = 0;
 };
 
 class ElasticRegistry {
  public:
   explicit ElasticRegistry(ElasticConfig config);
+  // A registry taking over from a lost host: gathering after a failure at `t.epoch`, the
+  // restart counted (the job fails when that uses up --max-restarts).
+  ElasticRegistry(ElasticConfig config, const ElasticTakeover& t);
 
   // Registers (or re-registers) an agent and returns at once: formed when a round including it
   // runs now. Throws ElasticRefusal for a bad joiner.
   ElasticRound join(const ElasticJoin& req, Clock::time_point now);
   // join(), then waits until a round includes it, the job is over, or `deadline`.
   ElasticRound join_and_wait(const ElasticJoin& req, Clock::time_point deadline);
+  // `steps_lost` >= 0 with a worker's restore in `detail`: the steps that failure lost.
   AgentReply beat(int node_rank, const std::string& instance, int64_t epoch, WorkerEventKind event,
-                  const std::string& detail, Clock::time_point now);
+                  const std::string& detail, Clock::time_point now, int64_t steps_lost = -1);
   // Silent agents, formation deadlines, the below-MIN timeout.
   void tick(Clock::time_point now);
   ElasticView view(Clock::time_point now) const;
   const ElasticConfig& config() const { return cfg_; }
+  // Ends the job as failed (a host that was taken over: docs/elastic.md).
+  void abandon(const std::string& why);
 
  private:
   enum class Phase { kGathering, kRunning, kStopping, kFinished, kStopped, kFailed };
@@ -134,6 +166,7 @@ class ElasticRegistry {
   std::string describe(const Agent& a) const;
   std::string names(const std::vector<int>& ranks) const;
   int largest_admissible(int count) const;
+  std::vector<ElasticPeer> peers() const;
 
   const ElasticConfig cfg_;
   mutable std::mutex mu_;
@@ -150,6 +183,7 @@ class ElasticRegistry {
   int restarts_used_ = 0;
   double last_recovery_seconds_ = 0;
   int64_t restore_epoch_ = 0;  // the round whose restore last_change_ reports
+  int64_t steps_lost_ = -1, steps_lost_total_ = 0;
   std::optional<Clock::time_point> last_recovered_at_;
   std::string last_change_, failure_;
   bool fatal_ = false;

@@ -182,9 +182,12 @@ void MemorySnapshots::take(int64_t step, Checkpointer& ckpt, const TrainingProgr
   }
 }
 
-void MemorySnapshots::report(const std::string& line) {
+void MemorySnapshots::report(const std::string& line, int64_t steps_lost) {
+  steps_lost_ = steps_lost;
   if (ctx_.rank == 0) spdlog::warn("elastic: {}", line);
-  if (ctx_.rank % nproc_ == 0) write_shared(fs::path(node_dir_) / "recovery", line, ctx_.rank);
+  if (ctx_.rank % nproc_ == 0)
+    write_shared(fs::path(node_dir_) / "recovery",
+                 fmt::format("{}\nsteps_lost {}\n", line, steps_lost), ctx_.rank);
 }
 
 std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::string& checkpoint_dir) {
@@ -261,10 +264,11 @@ std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::strin
                    "snapshot (step {})",
                    disk_step, *best)
              : incomplete;
-    report(fmt::format(
-        "restored step {} from the disk checkpoint, not memory: {}; {} step(s) "
-        "lost (trained to step {})",
-        std::max<int64_t>(0, disk_step), why, lost(std::max<int64_t>(0, disk_step)), trained_to));
+    report(fmt::format("restored step {} from the disk checkpoint, not memory: {}; {} step(s) "
+                       "lost (trained to step {})",
+                       std::max<int64_t>(0, disk_step), why, lost(std::max<int64_t>(0, disk_step)),
+                       trained_to),
+           lost(std::max<int64_t>(0, disk_step)));
     return std::nullopt;
   }
   const int64_t step = *best;
@@ -304,12 +308,12 @@ std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::strin
   Manifest m = Manifest::from_json(json::parse(manifest_text), (sdir / "manifest.json").string());
   m.tag = tag;
   commit_save(rdir.string(), m);
-  report(
-      fmt::format("restored step {} from the in-memory snapshot (old world {}; {:.1f} MB "
-                  "pooled from the survivors' and buddies' copies in {:.3f} s), not the disk "
-                  "checkpoint (step {}); {} step(s) lost (trained to step {})",
-                  step, h.world, static_cast<double>(bytes) / 1e6, watch.seconds(),
-                  std::max<int64_t>(0, disk_step), lost(step), trained_to));
+  report(fmt::format("restored step {} from the in-memory snapshot (old world {}; {:.1f} MB "
+                     "pooled from the survivors' and buddies' copies in {:.3f} s), not the disk "
+                     "checkpoint (step {}); {} step(s) lost (trained to step {})",
+                     step, h.world, static_cast<double>(bytes) / 1e6, watch.seconds(),
+                     std::max<int64_t>(0, disk_step), lost(step), trained_to),
+         lost(step));
   return SnapshotRestore{rdir.string(), step, trained_to};
 }
 

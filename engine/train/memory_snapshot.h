@@ -18,7 +18,7 @@
 //   stepS/manifest.json      snapshot of step S: the manifest ...
 //   stepS/rankO/             ... and old rank O's files (O: this node's ranks and the buddy's)
 //   restore.rankR/           the checkpoint directory rank R loads after a failure
-//   recovery                 "restored ...": one line for the agent
+//   recovery                 "restored ...": one line for the agent, then "steps_lost N"
 #pragma once
 
 #include <memory>
@@ -52,15 +52,19 @@ class MemorySnapshots {
   // snapshot from, when it is newer than the disk checkpoint in `checkpoint_dir`; nullopt to
   // resume from disk (logged with why, and the steps lost).
   std::optional<SnapshotRestore> prepare_restore(const std::string& checkpoint_dir);
+  // After prepare_restore: the steps the failure lost (the newest step a survivor trained less
+  // the step restored, from memory or disk); nullopt before, or when nothing was restored.
+  std::optional<int64_t> steps_lost() const { return steps_lost_; }
 
  private:
   void take(int64_t step, Checkpointer& ckpt, const TrainingProgress& progress);
-  void report(const std::string& line);
+  void report(const std::string& line, int64_t steps_lost);
 
   SnapshotConfig config_;
   RankContext ctx_;
   int nproc_;
   std::string node_dir_;
+  std::optional<int64_t> steps_lost_;
 };
 
 // The snapshots of this worker: null unless snapshot.enabled and an elastic agent gave it a

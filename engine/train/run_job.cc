@@ -1,6 +1,7 @@
 #include "engine/train/run_job.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 
 #include "core/error.h"
@@ -62,6 +63,17 @@ JobOutcome run_job(const JobConfig& cfg, NodeSession& session, const RunJobOptio
       trainer.resume_from_dir(restore->dir);
     } else if (!options.resume.empty()) {
       trainer.resume(options.resume);
+    }
+    if (snapshots && ctx.rank == 0 && options.metrics) {
+      if (const auto lost = snapshots->steps_lost()) {
+        const char* before = std::getenv("ZEROD_ELASTIC_STEPS_LOST_TOTAL");
+        options.metrics->set_gauge("zerod_elastic_steps_lost",
+                                   "Steps the last failure lost (trained again after its restore)",
+                                   static_cast<double>(*lost));
+        options.metrics->set_gauge("zerod_elastic_steps_lost_total",
+                                   "Steps lost to failures over the job (trained again)",
+                                   static_cast<double>(*lost) + (before ? std::atof(before) : 0.0));
+      }
     }
     trainer.set_snapshots(snapshots.get());
     TrainResult r = trainer.run();

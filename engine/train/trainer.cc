@@ -3,7 +3,9 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "comm/collective_log.h"
@@ -842,6 +844,13 @@ TrainResult Trainer::run() {
   result.peak_flops = peak_flops_;
   result.first_step = global_step_ + 1;
   if (leader()) open_monitors();
+  if (ctx_.world_size > 1 && (cfg_.csv_monitor.enabled || cfg_.tensorboard.enabled)) {
+    // Every rank records the leader's run directories in the checkpoints it writes: a restore
+    // from another rank's manifest (an in-memory snapshot whose rank 0 was lost) appends there.
+    const std::string runs =
+        broadcast_string(*ctx_.comm, fmt::format("{} {}", csv_run_, tb_run_), 0);
+    std::sscanf(runs.c_str(), "%" SCNd64 " %" SCNd64, &csv_run_, &tb_run_);
+  }
   if (options_.control)
     options_.control->set_world(ctx_.world_size, cfg_.train.steps, cfg_.global_batch());
   if (options_.log_steps) log_memory("at the start");

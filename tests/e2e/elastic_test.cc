@@ -58,6 +58,28 @@ class Elastic : public ::testing::Test {
                                << R"(, "collective_timeout": 10, "rendezvous_timeout": )"
                                << rendezvous_timeout << "}}";
   }
+  // The tests' tiny job with metrics.csv under runs/NAME: `train` holds the train section's
+  // keys after "steps" (", \"checkpoint_dir\": ..."), `sections` more top-level sections.
+  void write_tiny_job(const std::string& name, int steps, const std::string& train,
+                      const std::string& sections = "") {
+    std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 2},
+      "steps_per_print": 1,
+      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
+                               << name << R"("},
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
+      "data": {"train": "data/c_train_*.bin"},)"
+                               << sections << R"(
+      "train": {"steps": )" << steps
+                               << train
+                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
+  }
+  // snapshot.dir in the test's directory (a tmpfs is not needed for the test).
+  std::string snapshot_section() const {
+    return R"("snapshot": {"enabled": true, "interval": 2, "dir": ")" + (dir_ / "shm").string() +
+           R"("},)";
+  }
   std::unique_ptr<Process> start(const std::vector<std::string>& args, const std::string& log) {
     std::vector<std::string> argv = {zerod_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -144,6 +166,39 @@ class Elastic : public ::testing::Test {
     }
     return false;
   }
+  // Waits (until `limit` s after t0) for p's rank 0 to print a step after the line `round`
+  // ("elastic epoch 2"); returns p's output then.
+  static std::string wait_round_step(Process& p, const std::string& round,
+                                     std::chrono::steady_clock::time_point t0, double limit) {
+    std::string out;
+    while (elapsed(t0) < limit) {
+      out = p.output();
+      const auto at = out.find(round);
+      if (at != std::string::npos && out.find("[rank 0] step ", at) != std::string::npos) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return out;
+  }
+  // zeroctl status once it shows the workers' restore from memory (the agent passes the restore
+  // line on at its next beat, every 200 ms); printed.
+  std::string status_after_restore(int port) {
+    std::string status;
+    for (int i = 0; i < 20; ++i) {
+      status = zeroctl_status(port);
+      if (status.find("from the in-memory snapshot") != std::string::npos) break;
+      std::this_thread::sleep_for(250ms);
+    }
+    std::printf("zeroctl status: %s", status.c_str());
+    return status;
+  }
+  // The restore from memory in `log`: {restored step, steps lost, trained to}; {} when none.
+  static std::vector<int> memory_restore(const std::string& log) {
+    static const std::regex re(
+        R"(restored step ([0-9]+) from the in-memory snapshot .*; ([0-9]+) step\(s\) lost \(trained to step ([0-9]+)\))");
+    std::smatch m;
+    if (!std::regex_search(log, m, re)) return {};
+    return {std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3])};
+  }
   static double elapsed(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -164,13 +219,7 @@ TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLoss
   ASSERT_TRUE(n0->wait_output("elastic epoch 2", 30s)) << n0->output();
   ASSERT_TRUE(n0->wait_output("nodes 0,1 (--nnodes 2:3)", 1s)) << n0->output();
   // The survivors' new round trains within 2 x the heartbeat timeout (2 s) of the kill.
-  std::string out;
-  while (elapsed(t0) < 10) {
-    out = n0->output();
-    const auto at = out.find("elastic epoch 2");
-    if (at != std::string::npos && out.find("[rank 0] step ", at) != std::string::npos) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  const std::string out = wait_round_step(*n0, "elastic epoch 2", t0, 10);
   const double recovery = elapsed(t0);
   EXPECT_LT(recovery, 4.0) << out;
   std::printf("kill -9 to the first step of the 2-node round: %.2f s\n", recovery);
@@ -222,24 +271,7 @@ TEST_F(Elastic, AKilledNodeLeavesTwoThatGoOnAndAJoinerMakesThreeAgainWithTheLoss
 // those of a run that switched 3 -> 2 nodes at the restored step by checkpoint-and-resume.
 TEST_F(Elastic, AKilledNodesShardsComeFromItsBuddysInMemorySnapshotNotDisk) {
   constexpr int kSteps = 30;
-  auto job = [&](const std::string& name, const std::string& extra_train,
-                 const std::string& sections) {
-    std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
-      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
-      "zero_optimization": {"stage": 2},
-      "steps_per_print": 1,
-      "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": ")"
-                               << name << R"("},
-      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16},
-      "data": {"train": "data/c_train_*.bin"},)"
-                               << sections << R"(
-      "train": {"steps": )" << kSteps
-                               << extra_train
-                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
-  };
-  job("sn.json", R"(, "checkpoint_dir": "sn_ckpt")",
-      R"("snapshot": {"enabled": true, "interval": 2, "dir": ")" + (dir_ / "shm").string() +
-          R"("},)");
+  write_tiny_job("sn.json", kSteps, R"(, "checkpoint_dir": "sn_ckpt")", snapshot_section());
   const int port = free_port();
   auto n0 = agent("sn.json", 0, port, "m0.log");
   auto n1 = agent("sn.json", 1, port, "m1.log");
@@ -247,24 +279,13 @@ TEST_F(Elastic, AKilledNodesShardsComeFromItsBuddysInMemorySnapshotNotDisk) {
   ASSERT_TRUE(wait_step(*n0, 13, 60s)) << n0->output() << n2->output();
   n2->kill9();
   ASSERT_TRUE(n0->wait_output("from the in-memory snapshot", 30s)) << n0->output();
-  // The agent passes the worker's restore line on at its next beat (every 200 ms).
-  std::string status;
-  for (int i = 0; i < 20; ++i) {
-    status = zeroctl_status(port);
-    if (status.find("from the in-memory snapshot") != std::string::npos) break;
-    std::this_thread::sleep_for(250ms);
-  }
-  std::printf("zeroctl status: %s", status.c_str());
+  const std::string status = status_after_restore(port);
   ASSERT_EQ(n0->wait_for(120s), 0) << n0->output();
   ASSERT_EQ(n1->wait_for(30s), 0) << n1->output();
   const std::string out = n0->output();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(
-      out, m,
-      std::regex(
-          R"(restored step ([0-9]+) from the in-memory snapshot .*; ([0-9]+) step\(s\) lost \(trained to step ([0-9]+)\))")))
-      << out;
-  const int restored = std::stoi(m[1]), lost = std::stoi(m[2]), trained = std::stoi(m[3]);
+  const std::vector<int> rs = memory_restore(out);
+  ASSERT_EQ(rs.size(), 3u) << out;
+  const int restored = rs[0], lost = rs[1], trained = rs[2];
   std::printf("restored step %d from memory, %d step(s) lost (trained to %d)\n", restored, lost,
               trained);
   EXPECT_EQ(restored % 2, 0);
@@ -280,7 +301,7 @@ TEST_F(Elastic, AKilledNodesShardsComeFromItsBuddysInMemorySnapshotNotDisk) {
   ASSERT_EQ(static_cast<int>(got.size()), kSteps);
 
   // Reference: 3 nodes to the restored step (a checkpoint at each step), then 2 from it.
-  job("ref.json", R"(, "checkpoint_dir": "ref_ckpt", "save_interval": 1)", "");
+  write_tiny_job("ref.json", kSteps, R"(, "checkpoint_dir": "ref_ckpt", "save_interval": 1)");
   auto run = [&](int nnodes, const std::vector<std::string>& extra, const std::string& tag) {
     run_static("ref.json", nnodes, extra, tag);
   };
@@ -292,6 +313,85 @@ TEST_F(Elastic, AKilledNodesShardsComeFromItsBuddysInMemorySnapshotNotDisk) {
     EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * std::abs(want.at(s))) << "step " << s;
   }
   std::printf("final loss %.8f (snapshot restore at %d) vs %.8f (checkpoint-and-resume)\n",
+              got.at(kSteps), restored, want.at(kSteps));
+}
+
+// Node 0 dies (kill -9 of its agent, which hosts the elastic rendezvous, and its worker): node 1,
+// the first live successor in the host's last list, takes the rendezvous over at --master's port
+// once the host lease in the checkpoint directory went stale; nodes 1 and 2 form the next round
+// within 2 x the heartbeat timeout, restore node 0's shards from its buddy (node 2) in memory,
+// and train to the end with the losses of a run that switched 3 -> 2 nodes at the restored step
+// by checkpoint-and-resume. zeroctl status (same address: node 1 listens there now) and node 1's
+// worker's Prometheus gauges say who hosts, the restart and the steps lost.
+TEST_F(Elastic, Node0sDeathHandsTheRendezvousToNode1AndTheOthersGoOnFromMemory) {
+  constexpr int kSteps = 30;
+  write_tiny_job("h0.json", kSteps, R"(, "checkpoint_dir": "h0_ckpt")", snapshot_section());
+  const int port = free_port();
+  auto n0 = agent("h0.json", 0, port, "h0.log");
+  auto n1 = agent("h0.json", 1, port, "h1.log", "0.5", {"--metrics-port", "0"});
+  auto n2 = agent("h0.json", 2, port, "h2.log");
+  ASSERT_TRUE(wait_step(*n0, 13, 60s)) << n0->output() << n1->output();
+  n0->kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(n1->wait_output("took the rendezvous over at 127.0.0.1:" + std::to_string(port), 30s))
+      << n1->output();
+  ASSERT_TRUE(n1->wait_output("elastic: epoch 2 formed: nodes 1, 2", 30s)) << n1->output();
+  const double formed = elapsed(t0);
+  const std::string out = wait_round_step(*n1, "elastic epoch 2", t0, 20);
+  const double first_step = elapsed(t0);
+  std::printf("kill -9 of node 0 to the 2-node round: formed %.2f s, first step %.2f s\n", formed,
+              first_step);
+  EXPECT_LT(formed, 4.0) << out;  // 2 x the heartbeat timeout
+  EXPECT_NE(n2->output().find("node 1 took the rendezvous over at"), std::string::npos)
+      << n2->output();
+  const std::vector<int> rs = memory_restore(out);
+  ASSERT_EQ(rs.size(), 3u) << out;
+  const int restored = rs[0], lost = rs[1];
+  EXPECT_GE(restored, 12);
+  EXPECT_LE(lost, 2);
+  const std::string status = status_after_restore(port);
+  EXPECT_NE(status.find("epoch 2, nodes [1, 2] of 2:3, restarts 1/3"), std::string::npos) << status;
+  EXPECT_NE(
+      status.find("steps lost " + std::to_string(lost) + " (total " + std::to_string(lost) + ")"),
+      std::string::npos)
+      << status;
+  EXPECT_NE(status.find("rendezvous on node 1 at 127.0.0.1:" + std::to_string(port) + " (term 2)"),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.find("node 0 left: the rendezvous host stopped answering"), std::string::npos)
+      << status;
+#ifdef ZEROD_HAVE_PROMETHEUS
+  {
+    // Node 1's current worker (the last metrics address in its log) exports the recovery.
+    const std::string log = n1->output();
+    std::string last_port;
+    static const std::regex re("127\\.0\\.0\\.1:([0-9]+)/metrics");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it)
+      last_port = (*it)[1].str();
+    ASSERT_FALSE(last_port.empty()) << log;
+    const std::string text = testing::scrape(std::stoi(last_port));
+    EXPECT_EQ(testing::metric(text, "zerod_elastic_epoch"), 2.0) << text;
+    EXPECT_EQ(testing::metric(text, "zerod_elastic_nodes"), 2.0) << text;
+    EXPECT_EQ(testing::metric(text, "zerod_elastic_restarts"), 1.0) << text;
+    EXPECT_EQ(testing::metric(text, "zerod_elastic_steps_lost"), lost) << text;
+    EXPECT_EQ(testing::metric(text, "zerod_elastic_steps_lost_total"), lost) << text;
+  }
+#endif
+  ASSERT_EQ(n1->wait_for(120s), 0) << n1->output();
+  ASSERT_EQ(n2->wait_for(30s), 0) << n2->output();
+  const auto got = losses("h0.json");
+  ASSERT_EQ(static_cast<int>(got.size()), kSteps) << n1->output();
+
+  write_tiny_job("ref.json", kSteps, R"(, "checkpoint_dir": "ref_ckpt", "save_interval": 1)");
+  run_static("ref.json", 3, {"--steps", std::to_string(restored)}, "ra");
+  run_static("ref.json", 2, {"--resume", "latest"}, "rb");
+  const auto want = losses("ref.json");
+  ASSERT_EQ(static_cast<int>(want.size()), kSteps);
+  for (int s = 1; s <= kSteps; ++s) {
+    EXPECT_NEAR(got.at(s), want.at(s), 1e-5 * std::abs(want.at(s))) << "step " << s;
+  }
+  std::printf("final loss %.8f (node 0 lost, restore at %d) vs %.8f (checkpoint-and-resume)\n",
               got.at(kSteps), restored, want.at(kSteps));
 }
 

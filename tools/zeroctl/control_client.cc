@@ -215,6 +215,12 @@ std::string elastic_line(const zerod::v1::ElasticMembership& e) {
                   duration(std::max(1.0, e.since_last_recovery_seconds())).c_str());
     o << buf;
   }
+  if (e.steps_lost_total() > 0 || e.steps_lost() >= 0)
+    o << ", steps lost " << std::max<int64_t>(0, e.steps_lost()) << " (total "
+      << e.steps_lost_total() << ")";
+  if (e.host_term() > 1)
+    o << ", rendezvous on node " << e.host_node() << " at " << e.host_address() << " (term "
+      << e.host_term() << ")";
   if (!e.last_change().empty()) o << ": " << e.last_change();
   return o.str();
 }

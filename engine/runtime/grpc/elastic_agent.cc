@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/runtime/elastic_host_lease.h"
 #include "engine/runtime/grpc/channel.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/net.h"
@@ -124,17 +125,38 @@ class Agent {
   int run() {
     // Node 0 hosts the rendezvous; so does a node without a rank that can bind --master. A
     // node 0 finding it taken joins as a client: a second node 0 is refused by the first.
+    // A fresh lease names the live host of this job (another node took the rendezvous over
+    // from node 0): join there rather than host a second rendezvous.
+    std::optional<ElasticHostRecord> live_host;
+    if (!o_.lease_path.empty()) {
+      live_host = ElasticHostLease::read(o_.lease_path);
+      if (live_host && live_host->age_seconds >= heartbeat_seconds()) live_host.reset();
+    }
     const BindResult bind = probe_tcp_bind(o_.master_host, o_.master_port);
-    if (node_rank_ == 0 && bind == BindResult::kNotLocal) {
+    if (node_rank_ == 0 && bind == BindResult::kNotLocal && !live_host) {
       ZD_THROW_INPUT(
           "cannot host the elastic rendezvous at {}: {} is not an address of this "
           "machine (node 0 must run on the --master host)",
           master_, o_.master_host);
     }
-    const bool host = node_rank_ <= 0 && bind == BindResult::kFree;
+    const bool host = node_rank_ <= 0 && bind == BindResult::kFree && !live_host;
+    if (live_host && live_host->address != master_) {
+      spdlog::info(
+          "elastic: node {}: node {} hosts the rendezvous at {} now (term {}, {}), not {}: "
+          "joining there",
+          node_rank_, live_host->node_rank, live_host->address, live_host->term, o_.lease_path,
+          master_);
+      master_ = live_host->address;
+    }
     if (host) {
-      server_ =
-          std::make_unique<ElasticServer>(o_.master_host, o_.master_port, o_.config, o_.status);
+      const auto old = o_.lease_path.empty() ? std::nullopt : ElasticHostLease::read(o_.lease_path);
+      ElasticConfig c = o_.config;
+      c.host_instance = instance_;
+      server_ = std::make_unique<ElasticServer>(o_.master_host, o_.master_port, c, o_.status,
+                                                ElasticHosting{.lease_path = o_.lease_path,
+                                                               .term = old ? old->term + 1 : 1,
+                                                               .node_rank = std::max(node_rank_, 0),
+                                                               .instance = instance_});
     }
     if (!o_.snapshot_root.empty()) {
       snapshot_dir_ = fmt::format("{}/zerod-snapshot-{}", o_.snapshot_root, instance_);
@@ -218,12 +240,14 @@ class Agent {
         return done ? 0 : 3;
       }
       if (!st.ok()) {
-        const auto limit = epoch_ == 0 ? o_.first_round_timeout
-                                       : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             2 * o_.config.heartbeat_timeout);
+        const auto limit = host_term_ == 0 ? o_.first_round_timeout : o_.config.heartbeat_timeout;
         if (Clock::now() - unreachable_since > limit) {
+          if (host_term_ > 0 && find_new_host(describe_status(st))) {
+            unreachable_since = Clock::now();
+            continue;
+          }
           ZD_THROW_KIND(ErrorKind::kPeerLost,
-                        "the elastic rendezvous at {} (node 0) is unreachable ({}): the job "
+                        "the elastic rendezvous at {} is unreachable ({}): the job "
                         "cannot go on without it",
                         master_, describe_status(st));
         }
@@ -231,6 +255,8 @@ class Agent {
         continue;
       }
       unreachable_since = Clock::now();
+      heard_from_host(round.peers(), round.host_term(), round.epoch(), round.restarts_used(),
+                      round.steps_lost_total());
       node_rank_ = round.node_rank();
       if (round.formed()) return std::nullopt;
       if (round.reason() != said) {
@@ -273,7 +299,8 @@ class Agent {
         fmt::format("ZEROD_ELASTIC_RESTARTS={}", round.restarts_used()),
         fmt::format("ZEROD_ELASTIC_MAX_RESTARTS={}", round.max_restarts()),
         fmt::format("ZEROD_ELASTIC_LAST_RECOVERY_SECONDS={}", round.last_recovery_seconds()),
-        fmt::format("ZEROD_ELASTIC_SNAPSHOT_DIR={}", snapshot_dir_)};
+        fmt::format("ZEROD_ELASTIC_SNAPSHOT_DIR={}", snapshot_dir_),
+        fmt::format("ZEROD_ELASTIC_STEPS_LOST_TOTAL={}", round.steps_lost_total())};
     // The worker writes how it restored (memory_snapshot.h): passed on once, in a beat.
     std::string reported;
     if (!snapshot_dir_.empty()) std::filesystem::remove(snapshot_dir_ + "/recovery");
@@ -299,11 +326,12 @@ class Agent {
       }
       if (Clock::now() >= next_beat) {
         next_beat = Clock::now() + kBeatInterval;
-        std::string restored = read_recovery();
+        auto [restored, steps_lost] = read_recovery();
         if (restored == reported) restored.clear();
-        if (auto r = beat(v1::WORKER_EVENT_RUNNING, restored)) {
+        if (auto r = beat(v1::WORKER_EVENT_RUNNING, restored, restored.empty() ? -1 : steps_lost)) {
           if (!restored.empty()) reported = restored;
           last_reply = Clock::now();
+          heard_from_host(r->peers(), r->host_term(), r->epoch(), r->restarts_used());
           switch (r->action()) {
             case v1::ROUND_ACTION_RESTART:
               spdlog::warn("elastic: node {}: restarting the worker: {}", node_rank_, r->reason());
@@ -326,11 +354,13 @@ class Agent {
             default:
               break;
           }
-        } else if (Clock::now() - last_reply > 2 * o_.config.heartbeat_timeout) {
+        } else if (Clock::now() - last_reply > o_.config.heartbeat_timeout) {
+          // The host is lost (its node died, or its worker's round with it): this round is over.
           ::kill(pid, SIGKILL);
           wait_exit(pid);
+          if (find_new_host("no beat answered")) return -1;
           ZD_THROW_KIND(ErrorKind::kPeerLost,
-                        "the elastic rendezvous at {} (node 0) stopped answering: the job cannot "
+                        "the elastic rendezvous at {} stopped answering: the job cannot "
                         "go on without it",
                         master_);
         }
@@ -347,15 +377,17 @@ class Agent {
     for (;;) {
       if (auto r = beat(ev, describe_exit(*code))) {
         last = Clock::now();
+        heard_from_host(r->peers(), r->host_term(), r->epoch(), r->restarts_used());
         if (r->action() == v1::ROUND_ACTION_EXIT) return exit_code(*r);
         if (r->action() == v1::ROUND_ACTION_RESTART || r->action() == v1::ROUND_ACTION_REJOIN)
           return -1;
-      } else if (Clock::now() - last > 2 * o_.config.heartbeat_timeout) {
-        // Node 0 ended (its agent exits once the job is over): a finished or stopped worker
+      } else if (Clock::now() - last > o_.config.heartbeat_timeout) {
+        // The host ended (its agent exits once the job is over): a finished or stopped worker
         // has nothing left to do.
         if (ev == v1::WORKER_EVENT_FINISHED || ev == v1::WORKER_EVENT_STOPPED) return 0;
+        if (find_new_host("no beat answered after the worker's " + describe_exit(*code))) return -1;
         ZD_THROW_KIND(ErrorKind::kPeerLost,
-                      "the elastic rendezvous at {} (node 0) stopped answering after the worker's "
+                      "the elastic rendezvous at {} stopped answering after the worker's "
                       "{}",
                       master_, describe_exit(*code));
       }
@@ -380,13 +412,15 @@ class Agent {
     return exit_code(r);
   }
 
-  std::optional<v1::AgentBeatResponse> beat(v1::WorkerEvent ev, const std::string& detail) {
+  std::optional<v1::AgentBeatResponse> beat(v1::WorkerEvent ev, const std::string& detail,
+                                            int64_t steps_lost = -1) {
     v1::AgentBeatRequest req;
     req.set_node_rank(node_rank_);
     req.set_epoch(epoch_);
     req.set_event(ev);
     req.set_detail(detail);
     req.set_instance(instance_);
+    req.set_steps_lost(steps_lost);
     v1::AgentBeatResponse resp;
     grpc::ClientContext ctx;
     prepare_context(ctx, 1s);
@@ -394,23 +428,126 @@ class Agent {
     return resp;
   }
 
-  std::string read_recovery() const {
-    if (snapshot_dir_.empty()) return "";
+  double heartbeat_seconds() const {
+    return std::chrono::duration<double>(o_.config.heartbeat_timeout).count();
+  }
+
+  // What the host's last reply said about who would take it over.
+  template <class Peers>
+  void heard_from_host(const Peers& peers, int64_t term, int64_t epoch, int restarts,
+                       int64_t steps_lost_total = -1) {
+    peers_.clear();
+    for (const auto& p : peers)
+      peers_.push_back({p.node_rank(), p.instance(), p.hostname(), p.address()});
+    host_term_ = term;
+    job_epoch_ = std::max(job_epoch_, epoch);
+    restarts_used_ = restarts;
+    if (steps_lost_total >= 0) steps_lost_total_ = steps_lost_total;
+  }
+
+  // The rendezvous host stopped answering (docs/elastic.md, "Node 0 dies"). The lease file
+  // decides who hosts next: a higher term written by another node -> join there; still the lost
+  // host's term, stale for (1 + i) heartbeat timeouts, and this agent the i-th live successor in
+  // the host's last list -> take the rendezvous over at this node's address and --master's
+  // port. The lost host's term still fresh -> it lives but cannot be reached: wait, then give
+  // up. Returns false when no host took over.
+  bool find_new_host(const std::string& why) {
+    if (o_.lease_path.empty() || host_term_ == 0 || server_) return false;
+    int index = -1;
+    for (size_t i = 0; i < peers_.size(); ++i)
+      if (peers_[i].instance == instance_) index = static_cast<int>(i);
+    const double hb = heartbeat_seconds();
+    const auto deadline = Clock::now() + (peers_.size() + 2) * o_.config.heartbeat_timeout;
+    spdlog::warn(
+        "elastic: node {}: the rendezvous at {} (term {}) is lost ({}); the next host by the "
+        "lease {}: node {}",
+        node_rank_, master_, host_term_, why, o_.lease_path,
+        peers_.empty() ? std::string("none") : std::to_string(peers_.front().node_rank));
+    while (Clock::now() < deadline) {
+      const auto rec = ElasticHostLease::read(o_.lease_path);
+      if (rec && rec->term > host_term_ && rec->age_seconds < hb) {
+        spdlog::warn("elastic: node {}: node {} took the rendezvous over at {} (term {})",
+                     node_rank_, rec->node_rank, rec->address, rec->term);
+        switch_host(rec->address, rec->term);
+        return true;
+      }
+      const bool stale = !rec || (rec->term == host_term_ && rec->age_seconds > hb * (1 + index));
+      if (index >= 0 && stale) {
+        try {
+          take_over(rec, why);
+        } catch (const std::exception& e) {
+          spdlog::error("elastic: node {}: cannot take the rendezvous over: {}", node_rank_,
+                        e.what());
+          return false;
+        }
+        return true;
+      }
+      if (stop_requested()) return false;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+
+  void take_over(const std::optional<ElasticHostRecord>& lost, const std::string& why) {
+    ElasticTakeover t;
+    t.epoch = job_epoch_;
+    t.restarts_used = restarts_used_;
+    t.steps_lost_total = steps_lost_total_;
+    t.agents = peers_;
+    t.lost_rank = lost ? lost->node_rank : -1;
+    t.lost_instance = lost ? lost->instance : "";
+    t.silent_seconds = lost ? lost->age_seconds : 0.0;
+    t.why = fmt::format(
+        "the rendezvous host stopped answering ({}; its lease {} not renewed "
+        "for {:.1f} s)",
+        why, o_.lease_path, lost ? lost->age_seconds : 0.0);
+    ElasticConfig c = o_.config;
+    c.host_instance = instance_;
+    const int64_t term = host_term_ + 1;
+    server_ = std::make_unique<ElasticServer>(address_, o_.master_port, c, o_.status,
+                                              ElasticHosting{.lease_path = o_.lease_path,
+                                                             .term = term,
+                                                             .node_rank = node_rank_,
+                                                             .instance = instance_,
+                                                             .takeover = t});
+    spdlog::warn("elastic: node {}: took the rendezvous over at {} (term {}): {}", node_rank_,
+                 server_->address(), term, t.why);
+    switch_host(server_->address(), term);
+  }
+
+  void switch_host(const std::string& address, int64_t term) {
+    master_ = address;
+    host_term_ = term;
+    stub_ = v1::ElasticRendezvous::NewStub(make_rendezvous_channel(master_));
+  }
+
+  // The worker's restore line and the steps it lost (-1: not said).
+  std::pair<std::string, int64_t> read_recovery() const {
+    if (snapshot_dir_.empty()) return {"", -1};
     std::ifstream in(snapshot_dir_ + "/recovery");
-    std::string line;
+    std::string line, key;
+    int64_t lost = -1;
     std::getline(in, line);
-    return line;
+    if (!(in >> key >> lost) || key != "steps_lost") lost = -1;
+    return {line, lost};
   }
 
   std::string snapshot_dir_;
   const ElasticAgentOptions& o_;
-  const std::string master_;
+  std::string master_;
   const std::string instance_;
   int node_rank_;
   int64_t epoch_ = 0;
   std::string address_;
   std::unique_ptr<ElasticServer> server_;
   std::unique_ptr<v1::ElasticRendezvous::Stub> stub_;
+  // From the host's last reply: the live agents but the host, by node rank (its successors),
+  // its lease term, the job's epoch and restarts.
+  std::vector<ElasticPeer> peers_;
+  int64_t host_term_ = 0;
+  int64_t job_epoch_ = 0;
+  int restarts_used_ = 0;
+  int64_t steps_lost_total_ = 0;
 };
 
 }  // namespace

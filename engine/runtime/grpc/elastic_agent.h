@@ -36,6 +36,9 @@ struct ElasticAgentOptions {
   // snapshot.enabled: the memory file system (snapshot.dir) where this agent keeps its node's
   // in-memory snapshots (a directory of its own, removed when it exits); "" none.
   std::string snapshot_root;
+  // The host lease (elastic_host_lease.h) in the job's checkpoint directory: how a lost
+  // rendezvous host is taken over by the next live node ("" never: the job ends with node 0).
+  std::string lease_path;
 };
 
 // Runs the agent until the job ends; returns the process exit code: 0 finished or stopped on

@@ -1,8 +1,10 @@
 #include "engine/runtime/grpc/elastic_service.h"
 
+#include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "core/error.h"
@@ -54,12 +56,23 @@ v1::JobState state_of(const std::string& phase) {
   return v1::JOB_STATE_FINISHED;
 }
 
+template <class Msg>
+void add_peers(Msg* m, const std::vector<ElasticPeer>& peers) {
+  for (const ElasticPeer& p : peers) {
+    v1::ElasticPeer* e = m->add_peers();
+    e->set_node_rank(p.node_rank);
+    e->set_instance(p.instance);
+    e->set_hostname(p.hostname);
+    e->set_address(p.address);
+  }
+}
+
 }  // namespace
 
 struct ElasticServer::Services {
   class Rendezvous final : public v1::ElasticRendezvous::Service {
    public:
-    explicit Rendezvous(ElasticRegistry& reg) : reg_(reg) {}
+    Rendezvous(ElasticRegistry& reg, int64_t term) : reg_(reg), term_(term) {}
     grpc::Status JoinRound(grpc::ServerContext*, const v1::RoundRequest* req,
                            v1::RoundResponse* resp) override {
       ElasticJoin j;
@@ -92,28 +105,38 @@ struct ElasticServer::Services {
       resp->set_restarts_used(r.restarts_used);
       resp->set_max_restarts(r.max_restarts);
       resp->set_last_recovery_seconds(r.last_recovery_seconds);
+      add_peers(resp, r.peers);
+      resp->set_host_term(term_);
+      resp->set_steps_lost_total(r.steps_lost_total);
       return grpc::Status::OK;
     }
     grpc::Status AgentBeat(grpc::ServerContext*, const v1::AgentBeatRequest* req,
                            v1::AgentBeatResponse* resp) override {
-      const AgentReply r = reg_.beat(req->node_rank(), req->instance(), req->epoch(),
-                                     event_of(req->event()), req->detail(), Clock::now());
+      const AgentReply r =
+          reg_.beat(req->node_rank(), req->instance(), req->epoch(), event_of(req->event()),
+                    req->detail(), Clock::now(), req->steps_lost());
       resp->set_action(action_of(r.action));
       resp->set_reason(r.reason);
       resp->set_epoch(r.epoch);
       resp->set_failed(r.failed);
       resp->set_fatal(r.fatal);
+      add_peers(resp, r.peers);
+      resp->set_host_term(term_);
+      resp->set_restarts_used(r.restarts_used);
       return grpc::Status::OK;
     }
 
    private:
     ElasticRegistry& reg_;
+    const int64_t term_;
   };
 
   // zeroctl status: the membership, and the newest checkpoint as the job's progress.
   class Status final : public v1::Control::Service {
    public:
-    Status(ElasticRegistry& reg, ElasticStatusInfo info) : reg_(reg), info_(std::move(info)) {}
+    Status(ElasticRegistry& reg, ElasticStatusInfo info, const ElasticHosting& hosting,
+           std::string address)
+        : reg_(reg), info_(std::move(info)), hosting_(hosting), address_(std::move(address)) {}
     grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                            v1::JobStatus* s) override {
       const ElasticView v = reg_.view(Clock::now());
@@ -143,24 +166,35 @@ struct ElasticServer::Services {
       e->set_last_recovery_seconds(v.last_recovery_seconds);
       e->set_since_last_recovery_seconds(v.since_last_recovery_seconds);
       e->set_last_change(v.last_change);
+      e->set_host_node(hosting_.node_rank);
+      e->set_host_term(hosting_.term);
+      e->set_host_address(address_);
+      e->set_steps_lost(v.steps_lost);
+      e->set_steps_lost_total(v.steps_lost_total);
       return grpc::Status::OK;
     }
 
    private:
     ElasticRegistry& reg_;
     const ElasticStatusInfo info_;
+    const ElasticHosting& hosting_;
+    const std::string address_;
   };
 
-  Services(ElasticRegistry& reg, ElasticStatusInfo info)
-      : rdzv(reg), status(reg, std::move(info)) {}
+  Services(ElasticRegistry& reg, ElasticStatusInfo info, const ElasticHosting& hosting,
+           const std::string& address)
+      : rdzv(reg, hosting.term), status(reg, std::move(info), hosting, address) {}
   Rendezvous rdzv;
   Status status;
 };
 
 ElasticServer::ElasticServer(const std::string& host, int port, ElasticConfig config,
-                             ElasticStatusInfo info)
+                             ElasticStatusInfo info, ElasticHosting hosting)
     : address_(join_host_port(host, port)),
-      registry_(std::make_unique<ElasticRegistry>(std::move(config))) {
+      hosting_(std::move(hosting)),
+      registry_(hosting_.takeover
+                    ? std::make_unique<ElasticRegistry>(std::move(config), *hosting_.takeover)
+                    : std::make_unique<ElasticRegistry>(std::move(config))) {
   switch (probe_tcp_bind(host, port)) {
     case BindResult::kFree:
       break;
@@ -175,7 +209,7 @@ ElasticServer::ElasticServer(const std::string& host, int port, ElasticConfig co
           "machine (node 0 must run on the --master host)",
           address_, host);
   }
-  services_ = std::make_unique<Services>(*registry_, std::move(info));
+  services_ = std::make_unique<Services>(*registry_, std::move(info), hosting_, address_);
   grpc::ServerBuilder builder;
   int bound = 0;
   builder.AddListeningPort(address_, grpc::InsecureServerCredentials(), &bound);
@@ -186,13 +220,37 @@ ElasticServer::ElasticServer(const std::string& host, int port, ElasticConfig co
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   server_ = builder.BuildAndStart();
   if (!server_ || bound == 0) ZD_THROW_INPUT("{} is already in use", address_);
+  if (!hosting_.lease_path.empty()) {
+    lease_ = std::make_unique<ElasticHostLease>(hosting_.lease_path, hosting_.term, address_,
+                                                hosting_.node_rank, hosting_.instance);
+  }
   timer_ = std::thread([this] {
-    while (!stopping_.load()) {
+    bool fenced = false;
+    for (int tick = 0; !stopping_.load(); ++tick) {
       registry_->tick(Clock::now());
+      // The lease every 4 ticks (200 ms, the beat interval); a higher term there means another
+      // node took the rendezvous over while this one was presumed dead: this one must not go on.
+      if (lease_ && !fenced && tick % 4 == 0) {
+        bool mine = true;
+        try {
+          mine = lease_->refresh();
+        } catch (const std::exception& e) {
+          spdlog::warn("elastic: {}", e.what());
+        }
+        if (!mine) {
+          fenced = true;
+          const auto rec = ElasticHostLease::read(lease_->path());
+          registry_->abandon(fmt::format(
+              "this rendezvous (term {}) was taken over by node {} at {} (term {}, {}) while it "
+              "was presumed dead: its agents stop; the job goes on there",
+              lease_->term(), rec ? rec->node_rank : -1, rec ? rec->address : "?",
+              rec ? rec->term : 0, lease_->path()));
+        }
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  spdlog::info("elastic: rendezvous serving at {}", address_);
+  spdlog::info("elastic: rendezvous serving at {} (term {})", address_, hosting_.term);
 }
 
 ElasticServer::~ElasticServer() {
@@ -202,6 +260,12 @@ ElasticServer::~ElasticServer() {
 void ElasticServer::stop() {
   if (stopping_.exchange(true)) return;
   if (timer_.joinable()) timer_.join();
+  // The job is over here: the lease goes with its host (unless another node's term is there).
+  if (lease_) {
+    const auto rec = ElasticHostLease::read(lease_->path());
+    std::error_code ec;
+    if (rec && rec->term == lease_->term()) std::filesystem::remove(lease_->path(), ec);
+  }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     server_->Wait();

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "engine/runtime/elastic_host_lease.h"
 #include "engine/runtime/elastic_registry.h"
 
 namespace grpc {
@@ -29,22 +31,36 @@ struct ElasticStatusInfo {
   int64_t total_steps = 0;
 };
 
+// Who hosts: the lease file the server keeps fresh (elastic_host_lease.h), and for a node taking
+// the rendezvous over from a lost host, what it knew.
+struct ElasticHosting {
+  std::string lease_path;  // "" none (unit tests)
+  int64_t term = 1;
+  int node_rank = -1;
+  std::string instance;
+  std::optional<ElasticTakeover> takeover;
+};
+
 class ElasticServer {
  public:
   // Binds host:port (InputError naming the address when taken or not local) and serves.
-  ElasticServer(const std::string& host, int port, ElasticConfig config, ElasticStatusInfo info);
+  ElasticServer(const std::string& host, int port, ElasticConfig config, ElasticStatusInfo info,
+                ElasticHosting hosting = {});
   ~ElasticServer();
   ElasticServer(const ElasticServer&) = delete;
   ElasticServer& operator=(const ElasticServer&) = delete;
 
   ElasticRegistry& registry() { return *registry_; }
   const std::string& address() const { return address_; }
+  int64_t term() const { return hosting_.term; }
   // Ends the timer and the server (waiting calls end). Idempotent.
   void stop();
 
  private:
   struct Services;
   std::string address_;
+  ElasticHosting hosting_;
+  std::unique_ptr<ElasticHostLease> lease_;
   std::unique_ptr<ElasticRegistry> registry_;
   std::unique_ptr<Services> services_;
   std::unique_ptr<grpc::Server> server_;

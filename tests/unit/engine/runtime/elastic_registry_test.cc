@@ -225,3 +225,112 @@ TEST(ElasticRegistry, AStopRequestStopsEveryMemberThenExits) {
 
 }  // namespace
 }  // namespace zerod
+
+namespace zerod {
+namespace {
+
+// Node 0's agent hosts (instance i0): its successors are the other live agents by node rank.
+TEST(ElasticRegistry, TheSuccessorsAreTheLiveAgentsButTheHostInNodeRankOrder) {
+  ElasticConfig c = config(2, 3, {2, 3});
+  c.host_instance = "i0";
+  ElasticRegistry reg(c);
+  auto t = Clock::now();
+  for (int i : {2, 0, 1}) reg.join(joiner(i), t);
+  auto ranks = [](const std::vector<ElasticPeer>& ps) {
+    std::vector<int> out;
+    for (const auto& p : ps) out.push_back(p.node_rank);
+    return out;
+  };
+  const AgentReply r = beat(reg, 2, 1, WorkerEventKind::kRunning, t);
+  EXPECT_EQ(ranks(r.peers), (std::vector<int>{1, 2}));
+  EXPECT_EQ(r.peers[0].instance, "i1");
+  EXPECT_EQ(r.peers[0].address, "127.0.0.1");
+  beat(reg, 0, 1, WorkerEventKind::kRunning, t + 1500ms);
+  beat(reg, 2, 1, WorkerEventKind::kRunning, t + 1500ms);
+  reg.tick(t + 2001ms);  // node 1 silent: no longer a successor
+  EXPECT_EQ(ranks(beat(reg, 2, 1, WorkerEventKind::kRunning, t + 2001ms).peers),
+            (std::vector<int>{2}));
+}
+
+ElasticTakeover takeover_of_node0(int64_t epoch, int restarts) {
+  ElasticTakeover t;
+  t.epoch = epoch;
+  t.restarts_used = restarts;
+  t.steps_lost_total = 4;
+  t.agents = {{1, "i1", "h1", "127.0.0.1"}, {2, "i2", "h2", "127.0.0.1"}};
+  t.lost_rank = 0;
+  t.lost_instance = "i0";
+  t.why = "the rendezvous host stopped answering";
+  t.silent_seconds = 2.5;
+  return t;
+}
+
+// Node 1 takes the rendezvous over from node 0 (lost at epoch 3, one restart used before): the
+// new registry gathers the survivors as after any failure, counts the restart, forms epoch 4
+// with nodes 1 and 2 once both rejoined, refuses the lost host's agent and admits a new node 0.
+TEST(ElasticRegistry, ATakeoverGathersTheSurvivorsCountsTheRestartAndRefusesTheLostHost) {
+  ElasticConfig c = config(2, 3, {2, 3});
+  c.host_instance = "i1";
+  ElasticRegistry reg(c, takeover_of_node0(3, 1));
+  auto t = Clock::now();
+  ElasticView v = reg.view(t);
+  EXPECT_EQ(v.phase, "gathering");
+  EXPECT_EQ(v.epoch, 3);
+  EXPECT_EQ(v.restarts_used, 2);
+  EXPECT_EQ(v.steps_lost_total, 4);
+  EXPECT_NE(v.last_change.find("node 0 left: the rendezvous host stopped answering"),
+            std::string::npos)
+      << v.last_change;
+  EXPECT_FALSE(reg.join(joiner(1, 3), t).formed);  // node 2 is expected back
+  const ElasticRound r = reg.join(joiner(2, 3), t);
+  ASSERT_TRUE(r.formed) << r.reason;
+  EXPECT_GE(r.last_recovery_seconds, 2.5);  // from the host's last renewal of its lease
+  EXPECT_EQ(r.epoch, 4);
+  EXPECT_EQ(r.members, (std::vector<int>{1, 2}));
+  EXPECT_EQ(r.master, "127.0.0.1:40001");  // the round's workers meet at node 1's
+  EXPECT_EQ(r.restarts_used, 2);
+  ASSERT_EQ(r.peers.size(), 1u);  // node 1 hosts now: node 2 would take over from it
+  EXPECT_EQ(r.peers[0].node_rank, 2);
+  try {
+    reg.join(joiner(0, 3, "i0"), t);  // the lost host's agent, back from a pause
+    ADD_FAILURE() << "the lost host rejoined";
+  } catch (const ElasticRefusal& e) {
+    EXPECT_NE(std::string(e.what()).find("was dropped from the job"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(reg.join(joiner(0, 0, "new0"), t).formed);  // a new node 0: the next boundary
+  EXPECT_EQ(reg.beat(1, "i1", 4, WorkerEventKind::kRunning, "", t).action, AgentAction::kRejoin);
+}
+
+TEST(ElasticRegistry, ATakeoverThatExceedsTheRestartBudgetFailsTheJob) {
+  ElasticRegistry reg(config(2, 3, {2, 3}), takeover_of_node0(5, 2));  // --max-restarts 2
+  const ElasticView v = reg.view(Clock::now());
+  EXPECT_EQ(v.phase, "failed");
+  EXPECT_NE(v.failure.find("--max-restarts 2 used up (3 failures)"), std::string::npos)
+      << v.failure;
+}
+
+// A worker's restore reports the steps its failure lost, once per round; they add up.
+TEST(ElasticRegistry, TheStepsLostPerFailureAddUpOncePerRound) {
+  ElasticRegistry reg(config(2, 3, {2, 3}));
+  auto t = Clock::now();
+  for (int i = 0; i < 3; ++i) reg.join(joiner(i), t);
+  EXPECT_EQ(reg.view(t).steps_lost, -1);
+  beat(reg, 2, 1, WorkerEventKind::kFailed, t);
+  for (int i = 0; i < 3; ++i) reg.join(joiner(i, 1), t);
+  reg.beat(0, "i0", 2, WorkerEventKind::kRunning, "restored step 12; 3 step(s) lost", t, 3);
+  reg.beat(1, "i1", 2, WorkerEventKind::kRunning, "restored step 12; 3 step(s) lost", t, 3);
+  EXPECT_EQ(reg.view(t).steps_lost, 3);
+  EXPECT_EQ(reg.view(t).steps_lost_total, 3);
+  beat(reg, 1, 2, WorkerEventKind::kFailed, t);
+  for (int i = 0; i < 3; ++i) reg.join(joiner(i, 2), t);
+  const ElasticRound r = reg.join(joiner(0, 2), t);
+  EXPECT_EQ(r.steps_lost_total, 3);
+  reg.beat(0, "i0", 3, WorkerEventKind::kRunning, "restored step 20; 0 step(s) lost", t, 0);
+  EXPECT_EQ(reg.view(t).steps_lost, 0);
+  EXPECT_EQ(reg.view(t).steps_lost_total, 3);
+  EXPECT_NE(reg.view(t).last_change.find("restored step 20"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zerod
