@@ -95,9 +95,19 @@ class Nodes:
 
 
 def all_logs(workdir):
-    """Every agent's log (each with its workers' output), node ranks and starts in order."""
+    """Every agent's log (each with its workers' output) as one, its lines in time order (each
+    starts with [HH:MM:SS.mmm]; a line without one stays after the line before it)."""
     names = sorted(f for f in os.listdir(workdir) if re.match(r"node\d+\.\d+\.log$", f))
-    return "\n".join(open(os.path.join(workdir, f), errors="replace").read() for f in names)
+    lines = []
+    for f in names:
+        stamp = ""
+        for i, line in enumerate(open(os.path.join(workdir, f), errors="replace")):
+            m = re.match(r"\[(\d\d:\d\d:\d\d\.\d+)\]", line)
+            if m:
+                stamp = m.group(1)
+            lines.append((stamp, f, i, line.rstrip("\n")))
+    lines.sort()
+    return "\n".join(x[3] for x in lines)
 
 
 def step_of(workdir):
@@ -106,13 +116,35 @@ def step_of(workdir):
 
 
 def analyse(log):
-    """Failures, takeovers, joins and steps lost from every agent's log. The hosting agent logs
-    each round's end once (a takeover logs the lost host's round end); rank 0 of each round's
-    workers logs its restore once, with the steps lost."""
-    failures = len(re.findall(r"elastic: epoch \d+ ends: .*\(restart ", log))
-    joins = len(re.findall(r"elastic: epoch \d+ ends: .*waiting to join", log))
-    takeovers = len(re.findall(r"took the rendezvous over at epoch", log))
-    lost = [int(x) for x in re.findall(r"elastic: restored step \d+ .*?; (\d+) step\(s\) lost", log)]
+    """Failures, takeovers, joins and the steps each failure lost, from every agent's log in time
+    order. The hosting agent logs each round's end once (a takeover logs the lost host's round
+    end); rank 0 of the next round's workers logs its restore once: with snapshots it says the
+    steps lost; without, they are the newest step trained less the step resumed from."""
+    failures, joins, takeovers, lost = 0, 0, 0, []
+    pending, last_step = None, 0
+    for line in log.splitlines():
+        m = re.search(r"\[rank 0\] step +(\d+)/", line)
+        if m:
+            last_step = max(last_step, int(m.group(1)))
+        if "took the rendezvous over at epoch" in line:
+            takeovers += 1
+        if re.search(r"elastic: epoch \d+ ends: .*\(restart ", line):
+            failures += 1
+            pending = "failure"
+        elif re.search(r"elastic: epoch \d+ ends: .*waiting to join", line):
+            joins += 1
+            pending = "join"
+        m = re.search(r"\[rank 0\] elastic: restored step \d+ .*?; (\d+) step\(s\) lost", line)
+        if m and pending:
+            if pending == "failure":
+                lost.append(int(m.group(1)))
+            pending = None
+            continue
+        m = re.search(r"\[rank 0\] resumed from \S+ \(step (\d+)", line)
+        if m and pending:
+            if pending == "failure":
+                lost.append(last_step - int(m.group(1)))
+            pending = None
     return failures, takeovers, joins, lost
 
 
@@ -217,7 +249,7 @@ def main():
         "minutes": round((time.time() - t0) / 60, 1),
         "disturbances": len(events),
         "kills": sum(1 for e in events if e[1].startswith("kill")),
-        "kills_of_the_host": sum(1 for e in events if e[1] == "kill -9 node 0"),
+        "kills_of_node_0": sum(1 for e in events if e[1] == "kill -9 node 0"),
         "failures_survived": failures,
         "rendezvous_takeovers": takeovers,
         "joins_admitted": joins,
