@@ -10,6 +10,8 @@
 //   save.fsync     an fsync of such a file or of its directory
 //   save.rename    a rename that publishes a save (TAG.tmp -> TAG, latest.tmp -> latest)
 //   save.rank_file a rank's file of a synchronous save is complete, before the commit (kill)
+//   expert.all_to_all  an expert-parallel exchange of rows (dispatch or combine, forward or
+//                  backward) is about to start (kill: a rank dies inside the MoE dispatch)
 // Actions: enospc, edquot, eio (the operation fails with that errno), kill (SIGKILL).
 // "count" among the entries makes the process print its arrivals at each point when it exits.
 // Without ZEROD_FAULTS (production), a point is one atomic load.

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault_points.h"
 #include "model/op_timing.h"
 
 namespace zerod {
@@ -27,6 +28,7 @@ void ExpertParallelExchange::exchange_counts(const int64_t* send, int64_t* recv,
 
 void ExpertParallelExchange::all_to_all_v(const void* send, const int64_t* send_rows, void* recv,
                                           const int64_t* recv_rows, int64_t width) {
+  (void)fault_point("expert.all_to_all");  // tests: a rank killed inside the dispatch
   const int P = comm_.size(), me = comm_.rank();
   const size_t esz = be_.compute_elem_size();
   std::vector<P2POp> ops;

@@ -2,6 +2,7 @@
 // a killed node makes the survivor exit 3 naming the lost rank, a node that never joins fails
 // the rendezvous after its timeout, and bad launches end with a clear error, never a hang.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -252,6 +253,44 @@ TEST_F(MultiNode, KilledNodeMakesTheSurvivorExit3NamingTheLostRank) {
     EXPECT_NE(out.find("rank " + std::to_string(victim)), std::string::npos) << out;
     EXPECT_LT(seconds, 10.0);
   }
+}
+
+// Expert parallelism across two processes (a GPT-2 MoE block, 4 experts, expert 2): node 1 is
+// killed inside the expert dispatch (ZEROD_FAULTS: the 13th row exchange of its process, the
+// first of step 4; each step makes 4: dispatch and combine, forward and backward). Node 0, whose
+// step 4 waits on the dead rank's rows or counts, exits 3 naming rank 1 within 2 x the
+// collective timeout: no hang inside the all-to-all.
+TEST_F(MultiNode, ARankKilledInsideTheExpertDispatchEndsTheOtherWithExit3NotAHang) {
+  std::ofstream(dir_ / "moe.json")
+      << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "zero_optimization": {"stage": 1},
+      "steps_per_print": 1,
+      "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "vocab_size": 256, "seq_len": 16,
+                "moe": {"num_experts": 4, "top_k": 2}},
+      "parallelism": {"expert": 2},
+      "data": {"train": "data/m_train_*.bin"},
+      "train": {"steps": 1000000, "collective_timeout": 5, "rendezvous_timeout": 60}})";
+  const int port = free_port();
+  auto n0 = start(node_args("moe.json", 2, 0, port), "e0.log");
+  ::setenv("ZEROD_FAULTS", "expert.all_to_all@13=kill", 1);
+  auto n1 = start(node_args("moe.json", 2, 1, port), "e1.log");
+  ::unsetenv("ZEROD_FAULTS");
+  const int killed = n1->wait_for(60s);
+  ASSERT_EQ(killed, -SIGKILL) << n1->output();  // the fault point, not a failure of its own
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = n0->wait_for(10s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_NE(code, Process::kTimedOut) << "node 0 still running 10 s after node 1 died\n"
+                                      << n0->output();
+  EXPECT_EQ(code, 3) << n0->output();
+  const std::string out = n0->output();
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 3/1000000 | loss"), std::string::npos) << out;  // trained until the kill
+  EXPECT_EQ(out.find(" 4/1000000 | loss"), std::string::npos) << out;
+  std::printf("node 0 exited %d %.2f s after node 1 was killed inside the expert dispatch\n", code,
+              seconds);
 }
 
 // A hung node (SIGSTOP: its connections stay open, nothing breaks) is declared dead by the
