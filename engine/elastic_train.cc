@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/checkpoint/checkpoint_dir.h"
 #include "engine/train/job_environment.h"
+#include "engine/train/memory_snapshot.h"
 #include "engine/train/run_job.h"
 
 #ifdef ZEROD_HAVE_PROMETHEUS
@@ -166,6 +167,9 @@ int run_elastic_train(ElasticLaunch l) {
   o.resume = l.resume;
   if (cfg.snapshot.enabled) o.snapshot_root = cfg.snapshot.dir;
   o.lease_path = ElasticHostLease::path_in(cfg.train.checkpoint_dir);
+  o.save_snapshot = [dir = cfg.train.checkpoint_dir](const std::string& node_dir) {
+    return save_held_snapshot(node_dir, dir);
+  };
   spdlog::info(
       "elastic: {} (admissible node counts {}), node {}, rendezvous {}, --max-restarts "
       "{}, settle {:g} s, config hash {}",

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "comm/strings.h"
@@ -315,6 +316,47 @@ std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::strin
                      std::max<int64_t>(0, disk_step), lost(step), trained_to),
          lost(step));
   return SnapshotRestore{rdir.string(), step, trained_to};
+}
+
+std::string save_held_snapshot(const std::string& node_dir, const std::string& checkpoint_dir) {
+  const fs::path node(node_dir);
+  std::optional<int64_t> best;
+  int64_t world = 0;
+  const auto held = list_held(node);
+  for (auto it = held.rbegin(); it != held.rend() && !best; ++it) {
+    bool whole = it->second.world > 0;
+    for (int o = 0; o < it->second.world; ++o) whole = whole && it->second.ranks.count(o) > 0;
+    if (whole) {
+      best = it->first;
+      world = it->second.world;
+    }
+  }
+  if (!best) return "";
+  int64_t disk_step = -1;
+  try {
+    if (const auto tag = read_latest(checkpoint_dir))
+      disk_step = read_manifest((fs::path(checkpoint_dir) / *tag).string()).progress.global_step;
+  } catch (const std::exception&) {
+  }
+  if (*best <= disk_step) return "";
+  const fs::path sdir = node / fmt::format("step{}", *best);
+  const std::string tag = default_tag(*best);
+  const fs::path tmp = prepare_save(checkpoint_dir, tag);
+  for (int o = 0; o < world; ++o) {
+    for (const auto& e : fs::directory_iterator(sdir / fmt::format("rank{}", o))) {
+      if (e.is_regular_file())
+        write_file_synced((tmp / e.path().filename()).string(), read_file(e.path()));
+    }
+  }
+  Manifest m = Manifest::from_json(json::parse(read_file(sdir / "manifest.json")),
+                                   (sdir / "manifest.json").string());
+  m.tag = tag;
+  commit_save(checkpoint_dir, m);
+  return fmt::format(
+      "saved the in-memory snapshot of step {} (old world {}, every rank's files held here) to "
+      "{}: newer than the disk checkpoint ({}); restart with --resume latest",
+      *best, world, (fs::path(checkpoint_dir) / tag).string(),
+      disk_step < 0 ? std::string("none") : fmt::format("step {}", disk_step));
 }
 
 std::unique_ptr<MemorySnapshots> make_memory_snapshots(const JobConfig& cfg, const RankContext& ctx,

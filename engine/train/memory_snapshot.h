@@ -67,6 +67,13 @@ class MemorySnapshots {
   std::optional<int64_t> steps_lost_;
 };
 
+// For an elastic agent whose job failed (below MIN, restarts used up; docs/elastic.md): the newest
+// snapshot in `node_dir` whose every old rank's files this node holds (its own and its buddy's:
+// all of them when the old world was at most two nodes), committed into `checkpoint_dir` as its
+// checkpoint (global_stepS, `latest`) when newer than the one there. Returns what it did, for
+// the log ("" when no complete snapshot is newer).
+std::string save_held_snapshot(const std::string& node_dir, const std::string& checkpoint_dir);
+
 // The snapshots of this worker: null unless snapshot.enabled and an elastic agent gave it a
 // node directory (a static job warns, once, that it takes none).
 std::unique_ptr<MemorySnapshots> make_memory_snapshots(const JobConfig& cfg, const RankContext& ctx,

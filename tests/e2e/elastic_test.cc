@@ -61,7 +61,7 @@ class Elastic : public ::testing::Test {
   // The tests' tiny job with metrics.csv under runs/NAME: `train` holds the train section's
   // keys after "steps" (", \"checkpoint_dir\": ..."), `sections` more top-level sections.
   void write_tiny_job(const std::string& name, int steps, const std::string& train,
-                      const std::string& sections = "") {
+                      const std::string& sections = "", int rendezvous_timeout = 20) {
     std::ofstream(dir_ / name) << R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
       "zero_optimization": {"stage": 2},
@@ -72,8 +72,8 @@ class Elastic : public ::testing::Test {
       "data": {"train": "data/c_train_*.bin"},)"
                                << sections << R"(
       "train": {"steps": )" << steps
-                               << train
-                               << R"(, "collective_timeout": 10, "rendezvous_timeout": 20}})";
+                               << train << R"(, "collective_timeout": 10, "rendezvous_timeout": )"
+                               << rendezvous_timeout << "}}";
   }
   // snapshot.dir in the test's directory (a tmpfs is not needed for the test).
   std::string snapshot_section() const {
@@ -466,9 +466,12 @@ TEST_F(Elastic, SigtermToEveryAgentSavesAtAnAgreedStepAndExits0) {
 }
 
 // Below MIN the survivor waits train.rendezvous_timeout for nodes to come back, then exits 3
-// saying why.
+// saying why; it held both nodes' snapshot files (its own and its buddy's copy), so it saves the
+// newest snapshot, newer than the disk checkpoint, into the checkpoint directory, and a static
+// run resumes from it.
 TEST_F(Elastic, BelowMinTheSurvivorWaitsTheRendezvousTimeoutThenExits3) {
-  write_job("few.json", 100000, "ckpt", 3e-3, /*rendezvous_timeout=*/3);
+  write_tiny_job("few.json", 100000, R"(, "checkpoint_dir": "ckpt", "save_interval": 50)",
+                 snapshot_section(), /*rendezvous_timeout=*/3);
   const int port = free_port();
   auto n0 = agent("few.json", 0, port, "f0.log");
   auto n1 = agent("few.json", 1, port, "f1.log");
@@ -477,9 +480,26 @@ TEST_F(Elastic, BelowMinTheSurvivorWaitsTheRendezvousTimeoutThenExits3) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(n0->wait_for(30s), 3) << n0->output();
   EXPECT_LT(elapsed(t0), 15.0);  // heartbeat timeout 2 s + rendezvous timeout 3 s + slack
-  EXPECT_NE(n0->output().find("below the smallest node count it can train at (2 of --nnodes 2:3)"),
+  const std::string out = n0->output();
+  EXPECT_NE(out.find("below the smallest node count it can train at (2 of --nnodes 2:3)"),
             std::string::npos)
-      << n0->output();
+      << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m, std::regex(R"(saved the in-memory snapshot of step ([0-9]+) \(old world 2)")))
+      << out;
+  const int saved = std::stoi(m[1]);
+  EXPECT_EQ(saved % 2, 0);
+  EXPECT_GE(saved, 2);
+  std::ifstream latest(dir_ / "ckpt" / "latest");
+  std::string tag;
+  latest >> tag;
+  EXPECT_EQ(tag, "global_step" + std::to_string(saved));
+  auto resumed =
+      start({"train", "few.json", "--resume", "latest", "--steps", std::to_string(saved + 1)},
+            "f_resume.log");
+  ASSERT_EQ(resumed->wait_for(60s), 0) << resumed->output();
+  EXPECT_EQ(resumed_steps(resumed->output()), std::vector<int>{saved}) << resumed->output();
 }
 
 TEST_F(Elastic, BadJoinersAndFlagsAreRefused) {

@@ -26,6 +26,9 @@ void BenchShape::add_model_options(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--kv-heads", kv_heads, "Llama: num_key_value_heads (default 2)");
   app.add_option("--intermediate", intermediate, "Llama: intermediate_size (default 688)");
+  app.add_option("--experts", experts, "dropless experts per block (0: a dense MLP)")
+      ->capture_default_str();
+  app.add_option("--top-k", top_k, "experts per token (with --experts)")->capture_default_str();
 }
 
 void BenchShape::apply_model_defaults(const CLI::App& app) {
@@ -52,15 +55,20 @@ SyntheticData::~SyntheticData() {
 
 JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t steps,
                     int world_size, const std::string& zero, const std::string& extra) {
+  const std::string moe =
+      shape.experts > 0
+          ? fmt::format(R"(, "moe": {{"num_experts": {}, "top_k": {}, "drop_tokens": false}})",
+                        shape.experts, shape.top_k)
+          : std::string();
   const std::string model =
       shape.model == "llama"
           ? fmt::format(
-                R"({{"type": "llama", "hidden_size": {}, "intermediate_size": {}, "num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {}, "vocab_size": {}, "seq_len": {}}})",
+                R"({{"type": "llama", "hidden_size": {}, "intermediate_size": {}, "num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {}, "vocab_size": {}, "seq_len": {}{}}})",
                 shape.embd, shape.intermediate, shape.layers, shape.heads,
-                shape.kv_heads > 0 ? shape.kv_heads : shape.heads, shape.vocab, shape.seq)
+                shape.kv_heads > 0 ? shape.kv_heads : shape.heads, shape.vocab, shape.seq, moe)
           : fmt::format(
-                R"({{"n_layer": {}, "n_head": {}, "n_embd": {}, "vocab_size": {}, "seq_len": {}}})",
-                shape.layers, shape.heads, shape.embd, shape.vocab, shape.seq);
+                R"({{"n_layer": {}, "n_head": {}, "n_embd": {}, "vocab_size": {}, "seq_len": {}{}}})",
+                shape.layers, shape.heads, shape.embd, shape.vocab, shape.seq, moe);
   const std::string text = fmt::format(R"({{
     "train_micro_batch_size_per_gpu": {}, "gradient_accumulation_steps": 1,
     "optimizer": {{"type": "AdamW", "params": {{"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}}},

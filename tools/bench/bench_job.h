@@ -18,9 +18,13 @@ struct BenchShape {
   int layers = 4, embd = 256, heads = 4, seq = 256, batch = 4, vocab = 50257;
   int kv_heads = 0, intermediate = 0;  // Llama only: num_key_value_heads, intermediate_size
   std::string dtype = "fp32";
+  // > 0: every block's MLP becomes `experts` dropless experts of the model's MLP, top `top_k`
+  // (the model section's "moe"; docs/moe.md).
+  int experts = 0, top_k = 2;
   // Registers --layers, --embd, --heads, --seq, --batch (micro-batch per rank), --vocab, --dtype.
   void add_options(CLI::App& app);
-  // Registers --model, --kv-heads and --intermediate (the benchmarks that can train a Llama).
+  // Registers --model, --kv-heads, --intermediate (the benchmarks that can train a Llama),
+  // --experts and --top-k.
   void add_model_options(CLI::App& app);
   // After parsing: with --model llama, the Llama bench shape's defaults for what the command line
   // left out (vocabulary 32000, 2 KV heads, intermediate 688; the rest as GPT-2's).

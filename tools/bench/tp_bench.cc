@@ -6,13 +6,20 @@
 //   T x DP     parallelism.tensor T: each tensor group of T ranks trains one replica's
 //              micro-batch of B x T sequences (global batch B x W either way)
 //
+// or, with --expert E (and --experts N: a model whose MLPs are N dropless experts), expert
+// parallelism against E = 1 at the same micro-batch per rank:
+//
+//   E=1        every rank computes all N experts for its own tokens
+//   E=E        groups of E ranks exchange tokens in all-to-alls and each computes N / E experts
+//
 // Both are measured in the same run, alternating for --rounds rounds (the median over all of a
 // setting's measured steps), so a load that drifts during the run touches both. Besides the step
 // time: tokens/s, the bytes per step on rank 0's communicators (the tensor group's all-reduces of
 // activations against data parallelism's gradient reduction), rank 0's model states and peak
 // activations.
 //
-//   zerod_tp_bench [--world 2] [--tensor 2] [--stage 0] [--steps 6] [--warmup 2] [--rounds 2]
+//   zerod_tp_bench [--world 2] [--tensor 2 | --expert 2 --experts 4 [--top-k 2]] [--stage 0]
+//                  [--steps 6] [--warmup 2] [--rounds 2]
 //                  [shape flags as zerod_train_bench, --model gpt2|llama]
 #include <CLI/CLI.hpp>
 
@@ -36,8 +43,8 @@ using namespace zerod;
 namespace {
 
 struct Setting {
-  std::string name;  // "DP=2", "T=2"
-  int tensor = 1;
+  std::string name;  // "DP=2", "T=2", "E=1", "E=2"
+  int tensor = 1, expert = 1;
   std::vector<double> seconds;  // rank 0's measured steps, every round
   double comm_bytes_per_step = 0, states_mib = 0, activations_mib = 0;
 };
@@ -63,10 +70,13 @@ double comm_bytes(const Trainer& t) {
 int main(int argc, char** argv) {
   log::init();
   CLI::App app{"zerod tensor-parallel step-time benchmark (T x DP against DP at one global batch)"};
-  int world = 2, tensor = 2, stage = 0, steps = 6, warmup = 2, rounds = 2;
+  int world = 2, tensor = 2, expert = 1, stage = 0, steps = 6, warmup = 2, rounds = 2;
   bench::BenchShape shape;
   app.add_option("--world", world, "ranks (threads)")->capture_default_str();
   app.add_option("--tensor", tensor, "parallelism.tensor of the contender")->capture_default_str();
+  app.add_option("--expert", expert,
+                 "parallelism.expert of the contender, against 1 (with --experts; no tensor)")
+      ->capture_default_str();
   app.add_option("--stage", stage, "ZeRO stage of both (over their data-parallel groups)")
       ->capture_default_str();
   app.add_option("--steps", steps, "measured steps per run")->capture_default_str();
@@ -78,30 +88,45 @@ int main(int argc, char** argv) {
   shape.apply_model_defaults(app);
   spdlog::set_level(spdlog::level::warn);
   try {
-    ZD_CHECK_INPUT(tensor > 1 && world % tensor == 0,
-                   "--tensor {} must be > 1 and divide --world {}", tensor, world);
+    const bool moe = expert > 1;
+    if (moe) {
+      ZD_CHECK_INPUT(shape.experts > 0 && shape.experts % expert == 0 && world % expert == 0,
+                     "--expert {} needs --experts (a multiple of it) and must divide --world {}",
+                     expert, world);
+      tensor = 1;
+    } else {
+      ZD_CHECK_INPUT(tensor > 1 && world % tensor == 0,
+                     "--tensor {} must be > 1 and divide --world {}", tensor, world);
+    }
     const int64_t global = int64_t{shape.batch} * world;  // sequences per step, both settings
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
-    std::vector<Setting> settings = {
-        {fmt::format("DP={}", world), 1, {}},
-        {world == tensor ? fmt::format("T={}", tensor)
-                         : fmt::format("T={} x DP={}", tensor, world / tensor),
-         tensor,
-         {}}};
+    std::vector<Setting> settings =
+        moe ? std::vector<Setting>{{"E=1", 1, 1, {}}, {fmt::format("E={}", expert), 1, expert, {}}}
+            : std::vector<Setting>{
+                  {fmt::format("DP={}", world), 1, 1, {}},
+                  {world == tensor ? fmt::format("T={}", tensor)
+                                   : fmt::format("T={} x DP={}", tensor, world / tensor),
+                   tensor,
+                   1,
+                   {}}};
     fmt::print(
-        "tensor-parallel benchmark: world {} (threads, {} core(s)), {} {} layers, {} wide, {} "
+        "{} benchmark: world {} (threads, {} core(s)), {} {} layers{}, {} wide, {} "
         "heads, seq {}, vocab {}, {}, ZeRO stage {}; global batch {} sequences ({} tokens) a "
         "step; {} x ({} warm-up + {} measured steps) per setting\n",
-        world, std::thread::hardware_concurrency(), shape.model, shape.layers, shape.embd,
-        shape.heads, shape.seq, shape.vocab, shape.dtype, stage, global, global * shape.seq, rounds,
-        warmup, steps);
+        moe ? "expert-parallel" : "tensor-parallel", world, std::thread::hardware_concurrency(),
+        shape.model, shape.layers,
+        moe ? fmt::format(" ({} dropless experts, top-{})", shape.experts, shape.top_k) : "",
+        shape.embd, shape.heads, shape.seq, shape.vocab, shape.dtype, stage, global,
+        global * shape.seq, rounds, warmup, steps);
     for (int round = 0; round < rounds; ++round) {
       for (Setting& s : settings) {
         // The tensor group's ranks share one replica's data: its micro-batch is T times larger.
         bench::BenchShape run_shape = shape;
         run_shape.batch = shape.batch * s.tensor;
         const std::string extra =
-            s.tensor > 1 ? fmt::format(R"(, "parallelism": {{"tensor": {}}})", s.tensor) : "";
+            s.tensor > 1   ? fmt::format(R"(, "parallelism": {{"tensor": {}}})", s.tensor)
+            : s.expert > 1 ? fmt::format(R"(, "parallelism": {{"expert": {}}})", s.expert)
+                           : "";
         JobConfig job = bench::bench_job(run_shape, data, steps + warmup, world,
                                          fmt::format(R"({{"stage": {}}})", stage), extra);
         job.wall_clock_breakdown = false;
@@ -112,7 +137,7 @@ int main(int argc, char** argv) {
         o.world_size = world;
         o.local_world_size = world;
         o.store = std::make_shared<MemoryStore>();
-        o.store_prefix = fmt::format("tp_bench_{}_{}", round, s.tensor);
+        o.store_prefix = fmt::format("tp_bench_{}_{}_{}", round, s.tensor, s.expert);
         run_local_ranks(o, [&](const RankContext& ctx) {
           TrainerOptions opts;
           opts.log_steps = false;

@@ -176,6 +176,16 @@ class Agent {
     stub_ = v1::ElasticRendezvous::NewStub(make_rendezvous_channel(master_));
     address_ = local_address_towards(o_.master_host, o_.master_port);
     int code = loop();
+    if (code == 3 && server_ && o_.save_snapshot && !snapshot_dir_.empty()) {
+      // Below MIN or out of restarts: what this node holds in memory may be newer than disk.
+      try {
+        if (const std::string saved = o_.save_snapshot(snapshot_dir_); !saved.empty())
+          spdlog::warn("elastic: node {}: {}", node_rank_, saved);
+      } catch (const std::exception& e) {
+        spdlog::error("elastic: node {}: the in-memory snapshot could not be saved: {}", node_rank_,
+                      e.what());
+      }
+    }
     if (server_) {
       // The other agents learn the end from their next beat: serve them a moment longer.
       std::this_thread::sleep_for(3 * kBeatInterval + 200ms);

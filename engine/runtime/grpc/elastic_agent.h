@@ -8,6 +8,7 @@
 // tells a stop from the end of the job; it exports the membership as Prometheus gauges.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct ElasticAgentOptions {
   // The host lease (elastic_host_lease.h) in the job's checkpoint directory: how a lost
   // rendezvous host is taken over by the next live node ("" never: the job ends with node 0).
   std::string lease_path;
+  // The job failed (below MIN, restarts used up): saves the node's newest in-memory snapshot
+  // into the checkpoint directory when it holds every rank's files and is newer than the disk
+  // checkpoint (memory_snapshot.h save_held_snapshot); returns the log line ("" nothing saved).
+  // Called by the rendezvous host's agent only (one save per job).
+  std::function<std::string(const std::string& node_dir)> save_snapshot;
 };
 
 // Runs the agent until the job ends; returns the process exit code: 0 finished or stopped on
