@@ -58,7 +58,8 @@ class Exchange {
   virtual void forward(ExchangePoint p, void* part, void* full, int64_t rows, int64_t width) = 0;
   virtual void backward(ExchangePoint p, void* part, void* full, int64_t rows, int64_t width) = 0;
   // Statistics of the vocabulary-parallel cross-entropy (fp32, the backend's memory), in place:
-  // the maximum, or the sum, over the tensor group.
+  // the maximum, or the sum, over the tensor group. (loss_sum also sums a MoE block's combine
+  // weights' gradient, partial on each tensor rank: model/moe_block.h.)
   virtual void loss_max(float* x, int64_t n) = 0;
   virtual void loss_sum(float* x, int64_t n) = 0;
 

@@ -88,8 +88,8 @@ int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int 
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (4 * A + 2 * F) * BT) * e + (4 * R + NH * BT) * 4;
   // A MoE block saves no fch / fch_gelu (its MLP's state is MoeLayers').
-  const MoeLayers::ModelBytes moe =
-      MoeLayers::model_bytes(s, BT, stage, activation_checkpointing, esz, 2 * F * BT * e);
+  const MoeLayers::ModelBytes moe = MoeLayers::model_bytes(s, BT, stage, activation_checkpointing,
+                                                           esz, 2 * F * BT * e, shard.size);
   const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
                            (n + 1) * R * C * e + (last ? R * C * e + 2 * R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);

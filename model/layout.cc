@@ -193,35 +193,39 @@ class UnitBuilder {
   bool packed_ = false;
   UnitLayout unit_;
 };
-// The MLP of a MoE block (ParamLayout::MoeBlockOffsets), its names under prefix p. Experts are
-// replicated under tensor parallelism (refused with experts by the configuration).
+// The MLP of a MoE block (ParamLayout::MoeBlockOffsets), its names under prefix p. Under tensor
+// parallelism each expert (and the shared experts) splits as the dense MLP does: the first
+// matmul's rows (w1 and w3, c_fc and its bias) and the second's columns (w2, c_proj; c_proj's
+// bias on rank 0 only); the router (gate) is replicated.
 ParamLayout::MoeBlockOffsets add_experts(UnitBuilder& u, const ModelSpec& s, const std::string& p) {
   const int64_t C = s.n_embd, I = s.ffn(), E = s.moe.num_experts;
   const int64_t Is = int64_t{s.moe.shared_experts} * I;
   const InitKind normal = InitKind::kNormal;
+  const Split rows = Split::kRows, cols = Split::kColumns, rank0 = Split::kOwnerOnly;
   ParamLayout::MoeBlockOffsets o;
   if (s.llama_family()) {  // Mixtral: gate, experts.E.{w1, w3, w2}
     o.gate_w = u.add(p + "gate.weight", {E, C}, normal);
     u.begin_packed();
     for (int64_t e = 0; e < E; ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
-      const int64_t off = u.add(x + "w1.weight", {I, C}, normal);
-      u.add(x + "w3.weight", {I, C}, normal);
+      const int64_t off = u.add(x + "w1.weight", {I, C}, normal, false, -1, rows);
+      u.add(x + "w3.weight", {I, C}, normal, false, -1, rows);
       if (e == 0) o.w13 = off;
     }
     u.end_packed();
     u.begin_packed();
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t off = u.add(p + "experts." + std::to_string(e) + ".w2.weight", {C, I}, normal);
+      const int64_t off =
+          u.add(p + "experts." + std::to_string(e) + ".w2.weight", {C, I}, normal, false, -1, cols);
       if (e == 0) o.w2 = off;
     }
     u.end_packed();
     if (Is > 0) {
       u.begin_packed();
-      o.shared_w13 = u.add(p + "shared_experts.gate_proj.weight", {Is, C}, normal);
-      u.add(p + "shared_experts.up_proj.weight", {Is, C}, normal);
+      o.shared_w13 = u.add(p + "shared_experts.gate_proj.weight", {Is, C}, normal, false, -1, rows);
+      u.add(p + "shared_experts.up_proj.weight", {Is, C}, normal, false, -1, rows);
       u.end_packed();
-      o.shared_w2 = u.add(p + "shared_experts.down_proj.weight", {C, Is}, normal);
+      o.shared_w2 = u.add(p + "shared_experts.down_proj.weight", {C, Is}, normal, false, -1, cols);
     }
     return o;
   }
@@ -230,25 +234,25 @@ ParamLayout::MoeBlockOffsets add_experts(UnitBuilder& u, const ModelSpec& s, con
   const InitKind resid = InitKind::kNormalResidual;
   const std::string x = p + "experts.deepspeed_experts.";
   o.gate_w = u.add(p + "gate.wg.weight", {E, C}, normal);
-  auto each = [&](const std::string& name, std::vector<int64_t> shape, InitKind init) {
+  auto each = [&](const std::string& name, std::vector<int64_t> shape, InitKind init, Split split) {
     u.begin_packed();
     int64_t first = -1;
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t off = u.add(x + std::to_string(e) + "." + name, shape, init);
+      const int64_t off = u.add(x + std::to_string(e) + "." + name, shape, init, false, -1, split);
       if (e == 0) first = off;
     }
     u.end_packed();
     return first;
   };
-  o.w13 = each("c_fc.weight", {I, C}, normal);
-  o.b13 = each("c_fc.bias", {I}, InitKind::kZeros);
-  o.w2 = each("c_proj.weight", {C, I}, resid);
-  o.b2 = each("c_proj.bias", {C}, InitKind::kZeros);
+  o.w13 = each("c_fc.weight", {I, C}, normal, rows);
+  o.b13 = each("c_fc.bias", {I}, InitKind::kZeros, rows);
+  o.w2 = each("c_proj.weight", {C, I}, resid, cols);
+  o.b2 = each("c_proj.bias", {C}, InitKind::kZeros, rank0);
   if (Is > 0) {
-    o.shared_w13 = u.add(p + "shared_experts.c_fc.weight", {Is, C}, normal);
-    o.shared_b13 = u.add(p + "shared_experts.c_fc.bias", {Is}, InitKind::kZeros);
-    o.shared_w2 = u.add(p + "shared_experts.c_proj.weight", {C, Is}, resid);
-    o.shared_b2 = u.add(p + "shared_experts.c_proj.bias", {C}, InitKind::kZeros);
+    o.shared_w13 = u.add(p + "shared_experts.c_fc.weight", {Is, C}, normal, false, -1, rows);
+    o.shared_b13 = u.add(p + "shared_experts.c_fc.bias", {Is}, InitKind::kZeros, false, -1, rows);
+    o.shared_w2 = u.add(p + "shared_experts.c_proj.weight", {C, Is}, resid, false, -1, cols);
+    o.shared_b2 = u.add(p + "shared_experts.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
   }
   return o;
 }

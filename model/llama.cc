@@ -160,7 +160,7 @@ int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, in
   const int64_t block = (3 * C * R + (QKV + Q + 3 * I) * N) * e + (2 * R + NH * N) * 4;
   // A MoE block saves no gu / act (its MLP's state is MoeLayers').
   const MoeLayers::ModelBytes moe =
-      MoeLayers::model_bytes(s, N, stage, activation_checkpointing, esz, 3 * I * N * e);
+      MoeLayers::model_bytes(s, N, stage, activation_checkpointing, esz, 3 * I * N * e, shard.size);
   const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
                            (n + 1) * R * C * e + (last ? R * C * e + R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);

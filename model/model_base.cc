@@ -69,16 +69,17 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
   loss_stats_ = slots_[0].loss_stats;
   res_ = slots_[0].res;
   if (s.moe.enabled()) {
-    ZD_CHECK_INPUT(!tensor_parallel() && !context_parallel(),
-                   "mixture-of-experts layers are not supported with tensor or context "
-                   "parallelism (tensor {}, context {})",
-                   shard.size, context.size);
+    ZD_CHECK_INPUT(!context_parallel() && !(tensor_parallel() && shard.sequence_parallel),
+                   "mixture-of-experts layers are not supported with context or sequence "
+                   "parallelism (context {}, sequence_parallel {})",
+                   context.size, shard.sequence_parallel);
     MoeHost host;
     host.act = [this](size_t n) { return act(n); };
     host.stat = [this](size_t n) { return stat(n); };
     host.round = [this](void* x, int64_t n) { round(x, n); };
     host.timer = [this] { return timer(); };
     host.times = &times_;
+    host.tensor_sum = [this](float* x, int64_t n) { exchange_->loss_sum(x, n); };
     moe_ = std::make_unique<MoeLayers>(layout_, be_, static_cast<int64_t>(N), checkpointing_, slots,
                                        std::move(host));
   }

@@ -8,17 +8,18 @@
 namespace zerod {
 
 namespace {
-// The widths of a spec's experts: I (the activation), H (the first matmul's output: gate | up
-// for SwiGLU) and the shared experts' Is, Hs.
+// The widths of a spec's experts on a rank of a tensor group of `tensor`: I (the activation), H
+// (the first matmul's output: gate | up for SwiGLU) and the shared experts' Is, Hs (each split
+// `tensor` ways as the dense MLP's width).
 struct ExpertDims {
   int64_t E, k, C, I, H, Is, Hs;
 };
-ExpertDims expert_dims(const ModelSpec& s) {
+ExpertDims expert_dims(const ModelSpec& s, int tensor) {
   ExpertDims d{};
   d.E = s.moe.num_experts;
   d.k = s.moe.top_k;
   d.C = s.n_embd;
-  d.I = s.ffn();
+  d.I = s.ffn() / std::max(tensor, 1);
   const int64_t mult = s.llama_family() ? 2 : 1;
   d.H = mult * d.I;
   d.Is = int64_t{s.moe.shared_experts} * d.I;
@@ -28,9 +29,9 @@ ExpertDims expert_dims(const ModelSpec& s) {
 }  // namespace
 
 int64_t MoeLayers::saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
-                               bool activation_checkpointing, size_t esz) {
+                               bool activation_checkpointing, size_t esz, int tensor) {
   if (activation_checkpointing || n_moe == 0) return 0;
-  const ExpertDims d = expert_dims(s);
+  const ExpertDims d = expert_dims(s, tensor);
   const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
   // logits, xp, h, a, yp, sh, sa (compute dtype); probs, lse, expert, weight, slot_row,
   // row_token (4 bytes).
@@ -40,10 +41,10 @@ int64_t MoeLayers::saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
 }
 
 int64_t MoeLayers::shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
-                                size_t esz) {
-  const ExpertDims d = expert_dims(s);
+                                size_t esz, int tensor) {
+  const ExpertDims d = expert_dims(s, tensor);
   const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
-  const int64_t work = activation_checkpointing ? saved_bytes(s, N, 1, false, esz) : 0;
+  const int64_t work = activation_checkpointing ? saved_bytes(s, N, 1, false, esz, tensor) : 0;
   // dlogits (N,E), dyp (R,C), dh, da; dweight (N,k) fp32.
   return work +
          (N * d.E + R * d.C + std::max(R * d.H, N * d.Hs) + std::max(R * d.I, N * d.Is)) * e +
@@ -52,15 +53,15 @@ int64_t MoeLayers::shared_bytes(const ModelSpec& s, int64_t N, bool activation_c
 
 MoeLayers::ModelBytes MoeLayers::model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
                                              bool activation_checkpointing, size_t esz,
-                                             int64_t dense_mlp) {
+                                             int64_t dense_mlp, int tensor) {
   ModelBytes b;
   if (!s.moe.enabled()) return b;
   int n_moe = 0;
   for (int l = stage.begin; l < stage.end; ++l) n_moe += s.moe.is_moe_layer(l) ? 1 : 0;
   const bool any_dense = s.moe.moe_layers(s.n_layer) < s.n_layer;
-  b.per_slot = saved_bytes(s, N, n_moe, activation_checkpointing, esz) -
+  b.per_slot = saved_bytes(s, N, n_moe, activation_checkpointing, esz, tensor) -
                (activation_checkpointing ? 0 : n_moe * dense_mlp);
-  b.shared = shared_bytes(s, N, activation_checkpointing, esz) -
+  b.shared = shared_bytes(s, N, activation_checkpointing, esz, tensor) -
              (activation_checkpointing && !any_dense ? dense_mlp : 0);
   return b;
 }
@@ -75,7 +76,7 @@ MoeLayers::MoeLayers(const ParamLayout& layout, Backend& be, int64_t N,
       checkpointing_(activation_checkpointing) {
   const ModelSpec& s = layout_.spec();
   ZD_CHECK(s.moe.enabled(), "MoE layers for a dense model");
-  const ExpertDims d = expert_dims(s);
+  const ExpertDims d = expert_dims(s, layout_.shard().size);
   slots_.resize(static_cast<size_t>(slots));
   const LayerRange& st = layout_.stage();
   for (Slot& sl : slots_) {
@@ -105,7 +106,7 @@ void MoeLayers::set_expert_exchange(ExpertExchange* x) {
 }
 
 MoeLayers::Acts MoeLayers::make_acts() {
-  const ExpertDims d = expert_dims(layout_.spec());
+  const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
   const size_t n = static_cast<size_t>(N_), R = n * static_cast<size_t>(d.k);
   auto ints = [&](size_t elems) { return reinterpret_cast<int32_t*>(host_.stat(elems)); };
   Acts a;
@@ -155,7 +156,7 @@ void MoeLayers::begin_forward(bool training, float loss_weight) {
 
 void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n) {
   const ModelSpec& s = layout_.spec();
-  const ExpertDims d = expert_dims(s);
+  const ExpertDims d = expert_dims(s, layout_.shard().size);
   const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
   ZD_CHECK(n <= N_, "{} rows into MoE layers sized for {}", n, N_);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
@@ -227,7 +228,7 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
 
 void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx) {
   const ModelSpec& s = layout_.spec();
-  const ExpertDims d = expert_dims(s);
+  const ExpertDims d = expert_dims(s, layout_.shard().size);
   const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   const Slot& sl = slots_.at(static_cast<size_t>(slot_));
@@ -243,6 +244,10 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
     be_.moe_unpermute_backward(dyp_, dweight_, dy, a.yp, a.weight, a.slot_row, n, k, C);
   });
   host_.round(dyp_, R * C);
+  // Tensor parallelism: each rank's expert outputs are partial sums over its slice of the
+  // experts' width, and so is the combine weights' gradient (dy . yp): summed over the group.
+  const bool tensor_parallel = layout_.shard().size > 1;
+  if (tensor_parallel) host_.tensor_sum(dweight_, n * k);
   if (ep_ != nullptr) {
     dispatch_backward(a, w, dw);
   } else {  // dxp into dyp_ (read first)
@@ -280,8 +285,13 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
   timed(tm, t.moe,
         [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
   host_.round(dlogits_, n * E);
+  // The router is replicated: every tensor rank computes the same input gradient through it,
+  // which the tensor group's sum of dx (the MLP's input exchange) must count once: rank 0 adds
+  // it, the others compute it into a scratch buffer (dyp_, free now) for the weight gradient.
+  const bool router_dx = !tensor_parallel || layout_.shard().rank == 0;
   timed(tm, t.matmul_bwd, [&] {
-    be_.matmul_backward(dx, dat(o.gate_w), nullptr, dlogits_, x, at(o.gate_w), n, C, E, true);
+    be_.matmul_backward(router_dx ? dx : dyp_, dat(o.gate_w), nullptr, dlogits_, x, at(o.gate_w), n,
+                        C, E, router_dx);
   });
   host_.round(dx, n * C);
 }
@@ -312,7 +322,7 @@ MoeStepStats MoeLayers::stats() const {
 
 void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act, void* out,
                                 const int64_t* offsets, int experts, int first, int64_t R) {
-  const ExpertDims d = expert_dims(layout_.spec());
+  const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
   const int C = static_cast<int>(d.C), I = static_cast<int>(d.I), H = static_cast<int>(d.H);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   OpTimes& t = *host_.times;
@@ -343,7 +353,7 @@ void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act
 void MoeLayers::experts_backward(const void* w, void* dw, const void* x, const void* h,
                                  const void* act, const void* dout, void* dx, void* da, void* dh,
                                  const int64_t* offsets, int experts, int first, int64_t R) {
-  const ExpertDims d = expert_dims(layout_.spec());
+  const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
   const int C = static_cast<int>(d.C), I = static_cast<int>(d.I), H = static_cast<int>(d.H);
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   OpTimes& t = *host_.times;
@@ -406,7 +416,7 @@ void regroup(Backend& be, void* dst, const void* src, const std::vector<int64_t>
 }  // namespace
 
 void MoeLayers::dispatch_forward(Acts& a, const void* w, int64_t R) {
-  const ExpertDims d = expert_dims(layout_.spec());
+  const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
   const int E = static_cast<int>(d.E), P = ep_->size(), r = ep_->rank(), El = E / P;
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();
@@ -452,7 +462,7 @@ void MoeLayers::dispatch_forward(Acts& a, const void* w, int64_t R) {
 }
 
 void MoeLayers::dispatch_backward(const Acts& a, const void* w, void* dw) {
-  const ExpertDims d = expert_dims(layout_.spec());
+  const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
   const int E = static_cast<int>(d.E), P = ep_->size(), r = ep_->rank(), El = E / P;
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();

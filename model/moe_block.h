@@ -40,6 +40,9 @@ struct MoeHost {
   std::function<void(void* x, int64_t n)> round;
   std::function<Backend*()> timer;  // null when not timing
   OpTimes* times = nullptr;
+  // Tensor parallelism (the layout's shard size > 1): x (fp32, n elements, the backend's
+  // memory) summed over the tensor group, in place.
+  std::function<void(float* x, int64_t n)> tensor_sum;
 };
 
 class MoeLayers {
@@ -51,10 +54,11 @@ class MoeLayers {
   // Activation bytes (MemCategory::kActivations): per slot (its MoE layers' saved state, none
   // when checkpointing) and shared (recompute and backward buffers), for N rows and n_moe MoE
   // layers held.
+  // `tensor`: the tensor group's size (each expert's width split that many ways).
   static int64_t saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
-                             bool activation_checkpointing, size_t esz);
+                             bool activation_checkpointing, size_t esz, int tensor = 1);
   static int64_t shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
-                              size_t esz);
+                              size_t esz, int tensor = 1);
   // What a model's activation estimate changes with experts, for a stage's blocks of which the
   // MoE ones save no dense MLP state (dense_mlp bytes per block): per slot (the MoE layers'
   // state, less their dense MLP state unless checkpointing) and shared (the MoE work buffers,
@@ -63,7 +67,8 @@ class MoeLayers {
     int64_t per_slot = 0, shared = 0;
   };
   static ModelBytes model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
-                                bool activation_checkpointing, size_t esz, int64_t dense_mlp);
+                                bool activation_checkpointing, size_t esz, int64_t dense_mlp,
+                                int tensor = 1);
 
   // Expert parallelism (null: every expert on this rank): the experts are spread over the
   // exchange's P ranks, this rank computing experts [r E/P, (r+1) E/P) for the rows every rank

@@ -126,12 +126,19 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
             "true is not supported with experts (Mixtral's experts have no biases)");
   }
   const std::string what = mixtral ? "type \"mixtral\"" : "a model.moe section";
-  if (par.tensor > 1 || par.context > 1) {
-    p.error("parallelism",
-            fmt::format("{} ({}) cannot be combined with {}: the experts run on one rank of "
-                        "each data-parallel replica or expert-parallel group (tensor and context "
-                        "parallelism for MoE layers are not implemented yet)",
-                        model_ranks_text(par), par.tensor > 1 ? "tensor" : "context", what));
+  // Tensor parallelism splits every expert's width as the dense MLP's (model/layout.cc).
+  if (par.context > 1) {
+    p.error("parallelism.context",
+            fmt::format("{} cannot be combined with {}: context parallelism for MoE layers is "
+                        "not implemented yet (the router's losses would be per context rank)",
+                        par.context, what));
+  }
+  if (par.tensor > 1 && par.sequence_parallel) {
+    p.error("parallelism.sequence_parallel",
+            fmt::format("true with parallelism.tensor {} cannot run {}: the MoE layers take the "
+                        "whole sequence on every tensor rank (not implemented for sequence "
+                        "parallelism yet; false runs tensor parallelism without it)",
+                        par.tensor, what));
   }
   if (par.pipeline > 1) {
     // Pipeline stages run their own MoE blocks (with expert parallelism, over each stage's

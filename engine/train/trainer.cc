@@ -94,8 +94,10 @@ GlooOptions world_gloo_options(const RankContext& ctx) {
 }  // namespace
 
 void Trainer::make_expert_group() {
-  // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without tensor and context
-  // parallelism; with pipelines, over the data-parallel ranks of this rank's stage): the
+  // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without context parallelism;
+  // with tensor parallelism the data-parallel ranks hold one tensor slice of every expert, so
+  // each slice is dispatched among its holders; with pipelines, over the data-parallel ranks of
+  // this rank's stage): the
   // expert-parallel group of data-parallel rank d is the E consecutive ones [E floor(d/E),
   // E floor(d/E) + E) (one copy of every expert between them); the expert-data-parallel group,
   // the ranks with the same d mod E, holds the same experts.

@@ -38,10 +38,7 @@ constexpr const char* kDropless =
 constexpr const char* kCapacity =
     R"({"num_experts": 4, "top_k": 2, "capacity_factor": 1.0, "min_capacity": 1})";
 
-struct Outcome {
-  std::vector<double> losses, norms;
-  std::vector<double> rank_last_loss;
-};
+using Outcome = testing::RunOutcome;
 
 Outcome train(const TempCorpus& corpus, const TinyModel& model, int expert, int stage,
               const std::string& zero_extra = "", const std::string& train_extra = "",
@@ -52,35 +49,11 @@ Outcome train(const TempCorpus& corpus, const TinyModel& model, int expert, int 
   const JobConfig cfg =
       testing::tiny_job(corpus, world, stage, 1, 20, par, train_extra, 8, zero_extra, model);
   EXPECT_EQ(cfg.parallelism.expert, expert);
-  Outcome out;
-  out.rank_last_loss.resize(world);
-  std::mutex mu;
-  testing::run_world(world, [&](const RankContext& ctx) {
-    Trainer t(cfg, ctx, testing::quiet_trainer());
-    if (!resume.empty()) t.resume(resume);
-    const TrainResult res = t.run();
-    std::lock_guard<std::mutex> lock(mu);
-    out.rank_last_loss[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
-    if (ctx.rank == 0) {
-      for (const auto& s : res.steps) {
-        out.losses.push_back(s.loss);
-        out.norms.push_back(s.grad_norm);
-      }
-    }
-  });
-  return out;
+  return testing::train_outcome(cfg, world, resume);
 }
 
 void expect_close(const Outcome& a, const Outcome& ref, double rel, const std::string& what) {
-  ASSERT_EQ(a.losses.size(), ref.losses.size()) << what;
-  double worst = 0;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_NEAR(a.losses[i], ref.losses[i], rel * std::abs(ref.losses[i])) << what << " step " << i;
-    EXPECT_NEAR(a.norms[i], ref.norms[i], rel * std::abs(ref.norms[i])) << what << " norm " << i;
-    worst = std::max(worst, std::abs(a.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]));
-  }
-  std::printf("%s: worst relative loss difference %.3g over %zu steps\n", what.c_str(), worst,
-              a.losses.size());
+  testing::expect_outcome_close(a, ref, rel, what);
 }
 
 class ExpertParallel : public ::testing::Test {

@@ -4,6 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -12,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <sstream>
@@ -220,6 +224,55 @@ inline TrainerOptions quiet_trainer() {
   TrainerOptions o;
   o.log_steps = false;
   return o;
+}
+
+// Rank 0's losses and gradient norms per step, and every rank's last loss; rank 0's tensor
+// group size and the elements of its model unit 1 (the first block: a tensor slice of it under
+// tensor parallelism).
+struct RunOutcome {
+  std::vector<double> losses, norms;
+  std::vector<double> rank_last_loss;
+  int tensor_size = 0;
+  int64_t block_elems = 0;
+};
+
+// Trains `cfg` on `world` ranks (threads), resumed from `resume` first when given.
+inline RunOutcome train_outcome(const JobConfig& cfg, int world, const std::string& resume = "") {
+  RunOutcome out;
+  out.rank_last_loss.resize(static_cast<size_t>(world));
+  std::mutex mu;
+  run_world(world, [&](const RankContext& ctx) {
+    Trainer t(cfg, ctx, quiet_trainer());
+    if (!resume.empty()) t.resume(resume);
+    const TrainResult res = t.run();
+    std::lock_guard<std::mutex> lock(mu);
+    out.rank_last_loss[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
+    if (ctx.rank == 0) {
+      for (const auto& s : res.steps) {
+        out.losses.push_back(s.loss);
+        out.norms.push_back(s.grad_norm);
+      }
+      out.tensor_size = t.groups().tensor().size();
+      const ParamLayout& layout = t.model().layout();
+      out.block_elems = layout.unit(layout.block_unit(0)).numel;
+    }
+  });
+  return out;
+}
+
+// a's losses and norms within `rel` (relative) of ref's, step by step; prints the worst loss
+// difference.
+inline void expect_outcome_close(const RunOutcome& a, const RunOutcome& ref, double rel,
+                                 const std::string& what) {
+  ASSERT_EQ(a.losses.size(), ref.losses.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_NEAR(a.losses[i], ref.losses[i], rel * std::abs(ref.losses[i])) << what << " step " << i;
+    EXPECT_NEAR(a.norms[i], ref.norms[i], rel * std::abs(ref.norms[i])) << what << " norm " << i;
+    worst = std::max(worst, std::abs(a.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]));
+  }
+  std::printf("%s: worst relative loss difference %.3g over %zu steps\n", what.c_str(), worst,
+              a.losses.size());
 }
 
 }  // namespace zerod::testing
