@@ -88,8 +88,9 @@ int64_t Gpt::activation_bytes(const ModelSpec& s, const TensorShard& shard, int 
   const int64_t e = static_cast<int64_t>(esz);
   const int64_t block = (3 * C * R + (4 * A + 2 * F) * BT) * e + (4 * R + NH * BT) * 4;
   // A MoE block saves no fch / fch_gelu (its MLP's state is MoeLayers').
-  const MoeLayers::ModelBytes moe = MoeLayers::model_bytes(s, BT, stage, activation_checkpointing,
-                                                           esz, 2 * F * BT * e, shard.size);
+  const MoeLayers::ModelBytes moe =
+      MoeLayers::model_bytes(s, BT, stage, activation_checkpointing, esz, 2 * F * BT * e,
+                             shard.size, shard.size > 1 && shard.sequence_parallel);
   const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
                            (n + 1) * R * C * e + (last ? R * C * e + 2 * R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);
@@ -172,8 +173,12 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   round(a.ln2, R * C);
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
+  // The experts' MLP (model/moe_block.h) writes d_c_ (free in forward) under sequence
+  // parallelism, where ln2 is proj_tmp_ (its input, gathered).
+  void* mlp_out = proj_tmp_;
   if (s.moe.is_moe_layer(l)) {
-    moe_->forward(l, w, ln2, proj_tmp_, N);  // (the experts' MLP, model/moe_block.h)
+    mlp_out = sp_or(d_c_, proj_tmp_);
+    moe_->forward(l, w, ln2, mlp_out, N);
   } else {
     if (be_.fuses_matmul_gelu()) {  // one op (no rounding to emulate: a real 16-bit backend)
       timed(timer(), times_.matmul_fwd, [&] {
@@ -194,7 +199,7 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
     });
     round(proj_tmp_, N * C);
   }
-  exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
+  exchange_forward(ExchangePoint::kMlpOut, proj, mlp_out, C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
   round(res_out, R * C);
 }

@@ -160,7 +160,8 @@ int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, in
   const int64_t block = (3 * C * R + (QKV + Q + 3 * I) * N) * e + (2 * R + NH * N) * 4;
   // A MoE block saves no gu / act (its MLP's state is MoeLayers').
   const MoeLayers::ModelBytes moe =
-      MoeLayers::model_bytes(s, N, stage, activation_checkpointing, esz, 3 * I * N * e, shard.size);
+      MoeLayers::model_bytes(s, N, stage, activation_checkpointing, esz, 3 * I * N * e, shard.size,
+                             shard.size > 1 && shard.sequence_parallel);
   const int64_t per_slot = (activation_checkpointing ? 0 : n * block) + moe.per_slot +
                            (n + 1) * R * C * e + (last ? R * C * e + R * 4 : 0) +
                            base_activation_bytes(d, shard.size, B, T, esz, last);
@@ -233,8 +234,12 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   round(a.ln2, R * C);
   void* ln2 = sp_or(proj_tmp_, a.ln2);
   exchange_forward(ExchangePoint::kMlpIn, a.ln2, ln2, C);
+  // The experts' MLP (model/moe_block.h) writes d_c_ (free in forward) under sequence
+  // parallelism, where ln2 is proj_tmp_ (its input, gathered).
+  void* mlp_out = proj_tmp_;
   if (s.moe.is_moe_layer(l)) {
-    moe_->forward(l, w, ln2, proj_tmp_, N);  // (the experts' MLP, model/moe_block.h)
+    mlp_out = sp_or(d_c_, proj_tmp_);
+    moe_->forward(l, w, ln2, mlp_out, N);
   } else {
     timed(timer(), times_.matmul_fwd, [&] {
       be_.matmul_forward(a.gu, ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
@@ -247,7 +252,7 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
     });
     round(proj_tmp_, N * C);
   }
-  exchange_forward(ExchangePoint::kMlpOut, proj, proj_tmp_, C);
+  exchange_forward(ExchangePoint::kMlpOut, proj, mlp_out, C);
   timed(timer(), times_.residual, [&] { be_.residual_forward(res_out, a.res2, proj, R * C); });
   round(res_out, R * C);
 }

@@ -69,10 +69,10 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
   loss_stats_ = slots_[0].loss_stats;
   res_ = slots_[0].res;
   if (s.moe.enabled()) {
-    ZD_CHECK_INPUT(!context_parallel() && !(tensor_parallel() && shard.sequence_parallel),
-                   "mixture-of-experts layers are not supported with context or sequence "
-                   "parallelism (context {}, sequence_parallel {})",
-                   context.size, shard.sequence_parallel);
+    ZD_CHECK_INPUT(!context_parallel(),
+                   "mixture-of-experts layers are not supported with context parallelism "
+                   "(context {})",
+                   context.size);
     MoeHost host;
     host.act = [this](size_t n) { return act(n); };
     host.stat = [this](size_t n) { return stat(n); };
@@ -80,6 +80,7 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
     host.timer = [this] { return timer(); };
     host.times = &times_;
     host.tensor_sum = [this](float* x, int64_t n) { exchange_->loss_sum(x, n); };
+    host.sequence_parallel = sequence_parallel();
     moe_ = std::make_unique<MoeLayers>(layout_, be_, static_cast<int64_t>(N), checkpointing_, slots,
                                        std::move(host));
   }

@@ -29,22 +29,25 @@ ExpertDims expert_dims(const ModelSpec& s, int tensor) {
 }  // namespace
 
 int64_t MoeLayers::saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
-                               bool activation_checkpointing, size_t esz, int tensor) {
+                               bool activation_checkpointing, size_t esz, int tensor,
+                               bool keep_input) {
   if (activation_checkpointing || n_moe == 0) return 0;
   const ExpertDims d = expert_dims(s, tensor);
   const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
   // logits, xp, h, a, yp, sh, sa (compute dtype); probs, lse, expert, weight, slot_row,
   // row_token (4 bytes).
-  const int64_t layer = (N * d.E + R * (2 * d.C + d.H + d.I) + N * (d.Hs + d.Is)) * e +
-                        (N * d.E + N + 3 * N * d.k + R) * 4;
+  const int64_t layer =
+      (N * d.E + R * (2 * d.C + d.H + d.I) + N * (d.Hs + d.Is) + (keep_input ? N * d.C : 0)) * e +
+      (N * d.E + N + 3 * N * d.k + R) * 4;
   return n_moe * layer;
 }
 
 int64_t MoeLayers::shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
-                                size_t esz, int tensor) {
+                                size_t esz, int tensor, bool keep_input) {
   const ExpertDims d = expert_dims(s, tensor);
   const int64_t R = N * d.k, e = static_cast<int64_t>(esz);
-  const int64_t work = activation_checkpointing ? saved_bytes(s, N, 1, false, esz, tensor) : 0;
+  const int64_t work =
+      activation_checkpointing ? saved_bytes(s, N, 1, false, esz, tensor, keep_input) : 0;
   // dlogits (N,E), dyp (R,C), dh, da; dweight (N,k) fp32.
   return work +
          (N * d.E + R * d.C + std::max(R * d.H, N * d.Hs) + std::max(R * d.I, N * d.Is)) * e +
@@ -53,15 +56,15 @@ int64_t MoeLayers::shared_bytes(const ModelSpec& s, int64_t N, bool activation_c
 
 MoeLayers::ModelBytes MoeLayers::model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
                                              bool activation_checkpointing, size_t esz,
-                                             int64_t dense_mlp, int tensor) {
+                                             int64_t dense_mlp, int tensor, bool keep_input) {
   ModelBytes b;
   if (!s.moe.enabled()) return b;
   int n_moe = 0;
   for (int l = stage.begin; l < stage.end; ++l) n_moe += s.moe.is_moe_layer(l) ? 1 : 0;
   const bool any_dense = s.moe.moe_layers(s.n_layer) < s.n_layer;
-  b.per_slot = saved_bytes(s, N, n_moe, activation_checkpointing, esz, tensor) -
+  b.per_slot = saved_bytes(s, N, n_moe, activation_checkpointing, esz, tensor, keep_input) -
                (activation_checkpointing ? 0 : n_moe * dense_mlp);
-  b.shared = shared_bytes(s, N, activation_checkpointing, esz, tensor) -
+  b.shared = shared_bytes(s, N, activation_checkpointing, esz, tensor, keep_input) -
              (activation_checkpointing && !any_dense ? dense_mlp : 0);
   return b;
 }
@@ -125,6 +128,7 @@ MoeLayers::Acts MoeLayers::make_acts() {
     a.sh = host_.act(n * d.Hs);
     a.sa = host_.act(n * d.Is);
   }
+  if (host_.sequence_parallel) a.x = host_.act(n * d.C);
   a.offsets.assign(static_cast<size_t>(d.E) + 1, 0);
   a.counts.assign(static_cast<size_t>(d.E), 0);
   a.kept.assign(static_cast<size_t>(d.E), 0);
@@ -165,6 +169,7 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
   const bool recompute = std::find(sl.order.begin(), sl.order.end(), l) != sl.order.end();
   Acts& a = acts_for(l);
   a.n = n;
+  if (a.x != nullptr) be_.copy(a.x, x, static_cast<size_t>(n * C) * esz_);
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();
   auto at = [&](int64_t off) -> const void* { return off >= 0 ? elem_at(w, off, esz_) : nullptr; };
@@ -236,6 +241,7 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
   const float loss_weight = sl.loss_weight;
   const Acts& a = acts_for(l);
   const int64_t n = a.n, R = a.offsets.back();
+  if (a.x != nullptr) x = a.x;  // sequence parallelism: the gathered input kept in forward
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();
   auto at = [&](int64_t off) -> const void* { return off >= 0 ? elem_at(w, off, esz_) : nullptr; };
@@ -285,13 +291,22 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
   timed(tm, t.moe,
         [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
   host_.round(dlogits_, n * E);
-  // The router is replicated: every tensor rank computes the same input gradient through it,
-  // which the tensor group's sum of dx (the MLP's input exchange) must count once: rank 0 adds
-  // it, the others compute it into a scratch buffer (dyp_, free now) for the weight gradient.
-  const bool router_dx = !tensor_parallel || layout_.shard().rank == 0;
+  // The router is replicated: every tensor rank computes the same gradients through it, which
+  // the tensor group's sums must count once. Without sequence parallelism (the group sums the
+  // input gradient, not the replicated weights') rank 0 adds the input gradient and the others
+  // compute it into a scratch buffer (dyp_, free now) for the weight gradient; with it (the group
+  // sums both) each rank takes its part's rows [r n/T, (r+1) n/T) of both.
+  const TensorShard& sh = layout_.shard();
+  int64_t r0 = 0, rn = n;
+  if (host_.sequence_parallel) {
+    rn = n / sh.size;
+    r0 = sh.rank * rn;
+  }
+  const bool router_dx = !tensor_parallel || host_.sequence_parallel || sh.rank == 0;
   timed(tm, t.matmul_bwd, [&] {
-    be_.matmul_backward(router_dx ? dx : dyp_, dat(o.gate_w), nullptr, dlogits_, x, at(o.gate_w), n,
-                        C, E, router_dx);
+    be_.matmul_backward(router_dx ? elem_at(dx, r0 * C, esz_) : dyp_, dat(o.gate_w), nullptr,
+                        elem_at(dlogits_, r0 * E, esz_), elem_at(x, r0 * C, esz_), at(o.gate_w),
+                        static_cast<int>(rn), C, E, router_dx);
   });
   host_.round(dx, n * C);
 }

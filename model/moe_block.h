@@ -43,6 +43,12 @@ struct MoeHost {
   // Tensor parallelism (the layout's shard size > 1): x (fp32, n elements, the backend's
   // memory) summed over the tensor group, in place.
   std::function<void(float* x, int64_t n)> tensor_sum;
+  // Sequence parallelism (with tensor parallelism): the model keeps only its part of the
+  // block's input, so the layers keep their own copy of the gathered input (N,C) per layer for
+  // the backward (ignoring the x passed to it); and the router's gradients are computed on this
+  // rank's rows of the N only (the part), since the tensor group sums the replicated tensors'
+  // gradients and the block's input gradient.
+  bool sequence_parallel = false;
 };
 
 class MoeLayers {
@@ -55,10 +61,12 @@ class MoeLayers {
   // when checkpointing) and shared (recompute and backward buffers), for N rows and n_moe MoE
   // layers held.
   // `tensor`: the tensor group's size (each expert's width split that many ways).
+  // `keep_input`: MoeHost::sequence_parallel (the layers keep their input).
   static int64_t saved_bytes(const ModelSpec& s, int64_t N, int n_moe,
-                             bool activation_checkpointing, size_t esz, int tensor = 1);
+                             bool activation_checkpointing, size_t esz, int tensor = 1,
+                             bool keep_input = false);
   static int64_t shared_bytes(const ModelSpec& s, int64_t N, bool activation_checkpointing,
-                              size_t esz, int tensor = 1);
+                              size_t esz, int tensor = 1, bool keep_input = false);
   // What a model's activation estimate changes with experts, for a stage's blocks of which the
   // MoE ones save no dense MLP state (dense_mlp bytes per block): per slot (the MoE layers'
   // state, less their dense MLP state unless checkpointing) and shared (the MoE work buffers,
@@ -68,7 +76,7 @@ class MoeLayers {
   };
   static ModelBytes model_bytes(const ModelSpec& s, int64_t N, const LayerRange& stage,
                                 bool activation_checkpointing, size_t esz, int64_t dense_mlp,
-                                int tensor = 1);
+                                int tensor = 1, bool keep_input = false);
 
   // Expert parallelism (null: every expert on this rank): the experts are spread over the
   // exchange's P ranks, this rank computing experts [r E/P, (r+1) E/P) for the rows every rank
@@ -110,6 +118,7 @@ class MoeLayers {
     void* yp = nullptr;            // (Rmax,C)
     void* sh = nullptr;            // shared experts: (N,Hs)
     void* sa = nullptr;            // (N,Is)
+    void* x = nullptr;             // (N,C) the input, kept under sequence parallelism
     std::vector<int64_t> offsets;  // (E+1) host
     std::vector<int64_t> counts;   // (E) the aux loss's counts
     std::vector<int64_t> kept;     // (E)

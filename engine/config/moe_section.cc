@@ -133,13 +133,6 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
                         "not implemented yet (the router's losses would be per context rank)",
                         par.context, what));
   }
-  if (par.tensor > 1 && par.sequence_parallel) {
-    p.error("parallelism.sequence_parallel",
-            fmt::format("true with parallelism.tensor {} cannot run {}: the MoE layers take the "
-                        "whole sequence on every tensor rank (not implemented for sequence "
-                        "parallelism yet; false runs tensor parallelism without it)",
-                        par.tensor, what));
-  }
   if (par.pipeline > 1) {
     // Pipeline stages run their own MoE blocks (with expert parallelism, over each stage's
     // data-parallel ranks). Not yet: Mixtral's one load-balancing loss over every layer's router

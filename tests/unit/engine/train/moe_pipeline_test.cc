@@ -40,7 +40,7 @@ constexpr const char* kCapacity =
     R"({"num_experts": 4, "top_k": 2, "capacity_factor": 1.0, "min_capacity": 1})";
 
 struct Layout {  // the mesh and schedule of a run
-  int pipeline = 1, data = 1, stage = 0, virtual_stages = 1, expert = 1;
+  int pipeline = 1, data = 1, stage = 0, virtual_stages = 1, expert = 1, tensor = 1;
   int accum = 4;  // micro-batches per step and data-parallel rank (8 sequences a step)
   std::string schedule = "1f1b";
   bool checkpointing = false;
@@ -64,18 +64,19 @@ class MoePipeline : public ::testing::Test {
       m.json += R"(, "activation_checkpointing": true})";
     }
     const std::string par = R"(, "parallelism": {"pipeline": )" + std::to_string(r.pipeline) +
-                            R"(, "expert": )" + std::to_string(r.expert) +
-                            R"(, "virtual_stages": )" + std::to_string(r.virtual_stages) +
-                            R"(, "pipeline_schedule": ")" + r.schedule + R"("})";
-    return testing::tiny_job(*corpus_, r.pipeline * r.data, r.stage, r.accum, steps, par, "", 8, "",
-                             m);
+                            R"(, "expert": )" + std::to_string(r.expert) + R"(, "tensor": )" +
+                            std::to_string(r.tensor) + R"(, "virtual_stages": )" +
+                            std::to_string(r.virtual_stages) + R"(, "pipeline_schedule": ")" +
+                            r.schedule + R"("})";
+    return testing::tiny_job(*corpus_, r.pipeline * r.data * r.tensor, r.stage, r.accum, steps, par,
+                             "", 8, "", m);
   }
 
   static Outcome train(const TinyModel& model, const Layout& r) {
     const JobConfig cfg = job(model, r, 20);
     Outcome out;
     std::mutex mu;
-    testing::run_world(r.pipeline * r.data, [&](const RankContext& ctx) {
+    testing::run_world(r.pipeline * r.data * r.tensor, [&](const RankContext& ctx) {
       Trainer t(cfg, ctx, testing::quiet_trainer());
       const TrainResult res = t.run();
       std::lock_guard<std::mutex> lock(mu);
@@ -160,9 +161,18 @@ TEST_F(MoePipeline, WhatStagesDoNotRunYetIsRefusedNamingTheKeys) {
             std::string::npos)
       << hf;
   EXPECT_EQ(problems(mixtral(false), 2, R"(, "parallelism": {"pipeline": 2})"), "");
-  const std::string tp = problems(moe_gpt2(kDropless), 2, R"(, "parallelism": {"tensor": 2})");
-  EXPECT_NE(tp.find("(tensor) cannot be combined with a model.moe section"), std::string::npos)
-      << tp;
+  const std::string cp = problems(moe_gpt2(kDropless), 2, R"(, "parallelism": {"context": 2})");
+  EXPECT_NE(cp.find("parallelism.context: 2 cannot be combined with a model.moe section"),
+            std::string::npos)
+      << cp;
+}
+
+// Stages whose MoE blocks are split over a tensor group (docs/moe.md): P = 2 x T = 2 trains one
+// rank's losses.
+TEST_F(MoePipeline, StagesTimesTensorTwoTrainTheLossesOfOneRank) {
+  expect_single(moe_gpt2(kDropless), {.pipeline = 2, .tensor = 2}, "P=2 x T=2 1f1b");
+  expect_single(mixtral(false), {.pipeline = 2, .tensor = 2, .schedule = "zero_bubble"},
+                "P=2 x T=2 zero_bubble");
 }
 
 }  // namespace

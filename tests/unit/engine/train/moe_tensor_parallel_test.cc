@@ -4,7 +4,8 @@
 // one rank within 1e-5 relative over 20 steps: GPT-2 with a moe section (dropless with z-loss and
 // a shared expert; capacity 1.0 with dropping) and Mixtral (Hugging Face's all-layer aux loss);
 // and T = 2 x DP = 2 with expert parallelism E = 2 over the data-parallel ranks, at ZeRO-1 and
-// ZeRO-3, those of DP = 2.
+// ZeRO-3, those of DP = 2; T = 2 with sequence parallelism trains one rank's losses too; a
+// checkpoint saved at T = 2 resumes at T = 1.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -46,11 +47,13 @@ class MoeTensorParallel : public ::testing::Test {
   }
 
   static Outcome train(const TinyModel& model, int world, int tensor, int expert, int stage,
-                       const std::string& train_extra = "", const std::string& resume = "") {
+                       const std::string& train_extra = "", const std::string& resume = "",
+                       bool sequence_parallel = false) {
     std::string par;
     if (tensor > 1 || expert > 1) {
       par = R"(, "parallelism": {"tensor": )" + std::to_string(tensor) + R"(, "expert": )" +
-            std::to_string(expert) + "}";
+            std::to_string(expert) + (sequence_parallel ? R"(, "sequence_parallel": true)" : "") +
+            "}";
     }
     const JobConfig cfg =
         testing::tiny_job(*corpus_, world, stage, 1, 20, par, train_extra, 8, "", model);
@@ -79,6 +82,17 @@ TEST_F(MoeTensorParallel, TensorTwoTrainsTheLossesOfOneRank) {
     // The block (mostly experts) is split: about half of it on each tensor rank.
     EXPECT_LT(tp.block_elems, one.block_elems * 6 / 10) << m.name;
     expect_close(tp, one, 1e-5, std::string(m.name) + " T=2");
+  }
+}
+
+// Megatron's sequence parallelism around the MoE blocks: the block's input is gathered for the
+// router and experts (and kept for the backward), its output reduce-scattered.
+TEST_F(MoeTensorParallel, SequenceParallelTrainsTheLossesOfOneRank) {
+  for (const TinyModel& m : {testing::tiny_moe_gpt2(kDroplessShared), mixtral()}) {
+    const Outcome one = train(m, 1, 1, 1, 0);
+    const Outcome sp = train(m, 2, 2, 1, 0, "", "", true);
+    EXPECT_EQ(sp.tensor_size, 2);
+    expect_close(sp, one, 1e-5, std::string(m.name) + " T=2 sequence parallel");
   }
 }
 
