@@ -41,12 +41,12 @@ ElasticHostLease::ElasticHostLease(std::string path, int64_t term, std::string a
       address_(std::move(address)),
       node_rank_(node_rank),
       instance_(std::move(instance)) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path_).parent_path(), ec);
   write();
 }
 
 void ElasticHostLease::write() {
-  std::error_code ec;
-  fs::create_directories(fs::path(path_).parent_path(), ec);
   const std::string tmp = path_ + "." + instance_ + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -54,6 +54,7 @@ void ElasticHostLease::write() {
                        instance_);
     if (!out) ZD_THROW("cannot write the elastic host lease {}", tmp);
   }
+  std::error_code ec;
   fs::rename(tmp, path_, ec);
   if (ec) ZD_THROW("cannot write the elastic host lease {}: {}", path_, ec.message());
 }

@@ -106,6 +106,24 @@ std::map<int64_t, Held> list_held(const fs::path& node_dir) {
   return out;
 }
 
+// The old ranks of h whose files are not held (none: the snapshot is complete).
+std::vector<int> missing_ranks(const Held& h) {
+  std::vector<int> missing;
+  for (int o = 0; o < h.world; ++o)
+    if (!h.ranks.count(o)) missing.push_back(o);
+  return missing;
+}
+
+// The step of the newest checkpoint in `dir` (-1: none, or unreadable).
+int64_t disk_checkpoint_step(const std::string& dir) {
+  try {
+    if (const auto tag = read_latest(dir))
+      return read_manifest((fs::path(dir) / *tag).string()).progress.global_step;
+  } catch (const std::exception&) {
+  }
+  return -1;
+}
+
 }  // namespace
 
 MemorySnapshots::MemorySnapshots(const SnapshotConfig& config, const RankContext& ctx,
@@ -229,14 +247,7 @@ std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::strin
   }
   // The disk checkpoint's step (rank 0 reads it; a shared file system).
   std::string disk = "-1";
-  if (ctx_.rank == 0) {
-    try {
-      if (const auto tag = read_latest(checkpoint_dir))
-        disk = std::to_string(
-            read_manifest((fs::path(checkpoint_dir) / *tag).string()).progress.global_step);
-    } catch (const std::exception&) {
-    }
-  }
+  if (ctx_.rank == 0) disk = std::to_string(disk_checkpoint_step(checkpoint_dir));
   if (ctx_.world_size > 1) disk = broadcast_string(*ctx_.comm, disk, 0);
   const int64_t disk_step = std::stoll(disk);
   if (pooled.empty()) return std::nullopt;  // none taken yet (or a fresh agent's round)
@@ -244,9 +255,7 @@ std::optional<SnapshotRestore> MemorySnapshots::prepare_restore(const std::strin
   std::optional<int64_t> best;
   std::string incomplete;
   for (auto it = pooled.rbegin(); it != pooled.rend(); ++it) {
-    std::vector<int> missing;
-    for (int o = 0; o < it->second.world; ++o)
-      if (!it->second.ranks.count(o)) missing.push_back(o);
+    const std::vector<int> missing = missing_ranks(it->second);
     if (missing.empty()) {
       best = it->first;
       break;
@@ -324,20 +333,13 @@ std::string save_held_snapshot(const std::string& node_dir, const std::string& c
   int64_t world = 0;
   const auto held = list_held(node);
   for (auto it = held.rbegin(); it != held.rend() && !best; ++it) {
-    bool whole = it->second.world > 0;
-    for (int o = 0; o < it->second.world; ++o) whole = whole && it->second.ranks.count(o) > 0;
-    if (whole) {
+    if (it->second.world > 0 && missing_ranks(it->second).empty()) {
       best = it->first;
       world = it->second.world;
     }
   }
   if (!best) return "";
-  int64_t disk_step = -1;
-  try {
-    if (const auto tag = read_latest(checkpoint_dir))
-      disk_step = read_manifest((fs::path(checkpoint_dir) / *tag).string()).progress.global_step;
-  } catch (const std::exception&) {
-  }
+  const int64_t disk_step = disk_checkpoint_step(checkpoint_dir);
   if (*best <= disk_step) return "";
   const fs::path sdir = node / fmt::format("step{}", *best);
   const std::string tag = default_tag(*best);

@@ -127,11 +127,10 @@ class Agent {
     // node 0 finding it taken joins as a client: a second node 0 is refused by the first.
     // A fresh lease names the live host of this job (another node took the rendezvous over
     // from node 0): join there rather than host a second rendezvous.
+    const std::optional<ElasticHostRecord> lease =
+        o_.lease_path.empty() ? std::nullopt : ElasticHostLease::read(o_.lease_path);
     std::optional<ElasticHostRecord> live_host;
-    if (!o_.lease_path.empty()) {
-      live_host = ElasticHostLease::read(o_.lease_path);
-      if (live_host && live_host->age_seconds >= heartbeat_seconds()) live_host.reset();
-    }
+    if (lease && lease->age_seconds < heartbeat_seconds()) live_host = lease;
     const BindResult bind = probe_tcp_bind(o_.master_host, o_.master_port);
     if (node_rank_ == 0 && bind == BindResult::kNotLocal && !live_host) {
       ZD_THROW_INPUT(
@@ -149,12 +148,11 @@ class Agent {
       master_ = live_host->address;
     }
     if (host) {
-      const auto old = o_.lease_path.empty() ? std::nullopt : ElasticHostLease::read(o_.lease_path);
       ElasticConfig c = o_.config;
       c.host_instance = instance_;
       server_ = std::make_unique<ElasticServer>(o_.master_host, o_.master_port, c, o_.status,
                                                 ElasticHosting{.lease_path = o_.lease_path,
-                                                               .term = old ? old->term + 1 : 1,
+                                                               .term = lease ? lease->term + 1 : 1,
                                                                .node_rank = std::max(node_rank_, 0),
                                                                .instance = instance_});
     }
