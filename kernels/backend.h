@@ -374,15 +374,18 @@ class Backend {
                                       const float* weight, const int32_t* slot_row, int64_t N,
                                       int k, int C);
   // Dropless grouped matmul: for each expert e, its rows [offsets[e], offsets[e+1]) of out
-  // (R,OC) = inp (R,C) rows x weight[e] (OC,C)^T + bias[e] (OC); weight (E,OC,C), bias (E,OC)
-  // or null. Backward: dinp rows = (or += when accumulate_dinp) dout rows x weight[e] (dinp may
-  // be null); dweight[e] +=, dbias[e] += (skipped when null), as matmul_backward per expert.
+  // (R,OC) = inp (R,C) rows x weight[e] (OC,C)^T + bias[e] (OC); weight[e] at weight + e x
+  // weight_stride elements (0: packed, OC x C), bias[e] at bias + e x bias_stride (0: OC), bias
+  // may be null (dweight and dbias take the same strides). Backward: dinp rows = (or += when
+  // accumulate_dinp) dout rows x weight[e] (dinp may be null); dweight[e] +=, dbias[e] +=
+  // (skipped when null), as matmul_backward per expert.
   virtual void grouped_matmul_forward(void* out, const void* inp, const void* weight,
                                       const void* bias, const int64_t* offsets, int E, int C,
-                                      int OC);
+                                      int OC, int64_t weight_stride, int64_t bias_stride);
   virtual void grouped_matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                        const void* inp, const void* weight, const int64_t* offsets,
-                                       int E, int C, int OC, bool accumulate_dinp);
+                                       int E, int C, int OC, bool accumulate_dinp,
+                                       int64_t weight_stride, int64_t bias_stride);
 
   // ---- optimizer -----------------------------------------------------------------------------
   // One optimizer step (p.kind: Adam/AdamW, SGD, Adagrad, Lion) over n fp32 elements: master, m,

@@ -178,7 +178,7 @@ void Gpt::block_forward(int l, const void* w, const void* res_in, BlockActs& a, 
   void* mlp_out = proj_tmp_;
   if (s.moe.is_moe_layer(l)) {
     mlp_out = sp_or(d_c_, proj_tmp_);
-    moe_->forward(l, w, ln2, mlp_out, N);
+    moe_->forward(l, w, experts_w_, ln2, mlp_out, N);
   } else {
     if (be_.fuses_matmul_gelu()) {  // one op (no rounding to emulate: a real 16-bit backend)
       timed(timer(), times_.matmul_fwd, [&] {
@@ -218,7 +218,7 @@ void Gpt::block_backward(int l, const void* w, void* dw, const void* res_in, con
   // MLP: res_out = res2 + fcproj(gelu(fc(ln2(res2))))
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
   if (s.moe.is_moe_layer(l)) {
-    moe_->backward(l, w, dw, a.ln2, dout, d_c_);
+    moe_->backward(l, w, dw, experts_w_, experts_dw_, a.ln2, dout, d_c_);
   } else {
     if (be_.fuses_matmul_gelu() && !splitting_backward()) {  // (split: dweight deferred)
       timed(timer(), times_.matmul_bwd, [&] {
@@ -304,12 +304,11 @@ const void* Gpt::forward_to_logits(const int32_t* inputs, ParamSource& params,
 void Gpt::forward_blocks(ParamSource& params) {
   const LayerRange& st = layout_.stage();
   for (int l = st.begin; l < st.end; ++l) {
-    const int u = layout_.block_unit(l);
-    if (l + 1 < st.end) params.prefetch(u + 1);
-    const void* w = params.acquire(u);
+    if (l + 1 < st.end) prefetch_block(params, l + 1);
+    const void* w = acquire_block(params, l);
     block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
                   res_[static_cast<size_t>(l) + 1]);
-    params.release(u);
+    release_block(params, l);
   }
 }
 
@@ -372,15 +371,14 @@ void Gpt::stage_backward_impl(ParamSource& params, GradSink& grads, bool held) {
   }
   // (Not the last stage: dres_ holds the gradient of the stage's output.)
   for (int l = st.end - 1; l >= st.begin; --l) {
-    const int u = layout_.block_unit(l);
-    if (l > st.begin) params.prefetch(u - 1);
-    const void* w = params.acquire(u);
+    if (l > st.begin) prefetch_block(params, l - 1);
+    const void* w = acquire_block(params, l);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
-    void* dw = grad_buffer(grads, u);
+    void* dw = block_grads(grads, l);
     block_backward(l, w, dw, res_in, acts_for(l));
-    params.release(u);
-    unit_done(grads, u, dw);
+    release_block(params, l);
+    block_done(grads, l, dw);
   }
   if (!first_stage()) return;  // dres_: the gradient of the stage's input
   if (dwe == nullptr) dwe = grad_buffer(grads, layout_.embedding_unit());

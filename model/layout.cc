@@ -181,6 +181,8 @@ class UnitBuilder {
     unit_.tensors.push_back(std::move(t));
     return unit_.tensors.back().offset;
   }
+  TensorInfo& last() { return unit_.tensors.back(); }
+  int64_t size() const { return cursor_; }
   UnitLayout finish() {
     unit_.numel = cursor_;
     return std::move(unit_);
@@ -193,33 +195,19 @@ class UnitBuilder {
   bool packed_ = false;
   UnitLayout unit_;
 };
-// The MLP of a MoE block (ParamLayout::MoeBlockOffsets), its names under prefix p. Under tensor
-// parallelism each expert (and the shared experts) splits as the dense MLP does: the first
-// matmul's rows (w1 and w3, c_fc and its bias) and the second's columns (w2, c_proj; c_proj's
-// bias on rank 0 only); the router (gate) is replicated.
-ParamLayout::MoeBlockOffsets add_experts(UnitBuilder& u, const ModelSpec& s, const std::string& p) {
-  const int64_t C = s.n_embd, I = s.ffn(), E = s.moe.num_experts;
-  const int64_t Is = int64_t{s.moe.shared_experts} * I;
+// The MLP of a MoE block (ParamLayout::MoeBlockOffsets), its names under prefix p: the router
+// and the shared experts into the block's unit (add_router), the routed experts into a unit of
+// their own (add_routed). Under tensor parallelism each expert (and the shared experts) splits as
+// the dense MLP does: the first matmul's rows (w1 and w3, c_fc and its bias) and the second's
+// columns (w2, c_proj; c_proj's bias on rank 0 only); the router (gate) is replicated.
+void add_router(UnitBuilder& u, const ModelSpec& s, const std::string& p,
+                ParamLayout::MoeBlockOffsets& o) {
+  const int64_t C = s.n_embd, E = s.moe.num_experts;
+  const int64_t Is = int64_t{s.moe.shared_experts} * s.ffn();
   const InitKind normal = InitKind::kNormal;
   const Split rows = Split::kRows, cols = Split::kColumns, rank0 = Split::kOwnerOnly;
-  ParamLayout::MoeBlockOffsets o;
-  if (s.llama_family()) {  // Mixtral: gate, experts.E.{w1, w3, w2}
+  if (s.llama_family()) {  // Mixtral: gate, (experts), shared_experts
     o.gate_w = u.add(p + "gate.weight", {E, C}, normal);
-    u.begin_packed();
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = p + "experts." + std::to_string(e) + ".";
-      const int64_t off = u.add(x + "w1.weight", {I, C}, normal, false, -1, rows);
-      u.add(x + "w3.weight", {I, C}, normal, false, -1, rows);
-      if (e == 0) o.w13 = off;
-    }
-    u.end_packed();
-    u.begin_packed();
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t off =
-          u.add(p + "experts." + std::to_string(e) + ".w2.weight", {C, I}, normal, false, -1, cols);
-      if (e == 0) o.w2 = off;
-    }
-    u.end_packed();
     if (Is > 0) {
       u.begin_packed();
       o.shared_w13 = u.add(p + "shared_experts.gate_proj.weight", {Is, C}, normal, false, -1, rows);
@@ -227,34 +215,63 @@ ParamLayout::MoeBlockOffsets add_experts(UnitBuilder& u, const ModelSpec& s, con
       u.end_packed();
       o.shared_w2 = u.add(p + "shared_experts.down_proj.weight", {C, Is}, normal, false, -1, cols);
     }
-    return o;
+    return;
   }
-  // GPT-2 (DeepSpeed-MoE's module names): gate.wg, experts.deepspeed_experts.E.{c_fc, c_proj},
-  // each expert initialised as GPT-2's MLP (c_proj scaled for the residual).
+  // GPT-2 (DeepSpeed-MoE's module names): gate.wg, shared_experts.{c_fc, c_proj}.
   const InitKind resid = InitKind::kNormalResidual;
-  const std::string x = p + "experts.deepspeed_experts.";
   o.gate_w = u.add(p + "gate.wg.weight", {E, C}, normal);
-  auto each = [&](const std::string& name, std::vector<int64_t> shape, InitKind init, Split split) {
-    u.begin_packed();
-    int64_t first = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t off = u.add(x + std::to_string(e) + "." + name, shape, init, false, -1, split);
-      if (e == 0) first = off;
-    }
-    u.end_packed();
-    return first;
-  };
-  o.w13 = each("c_fc.weight", {I, C}, normal, rows);
-  o.b13 = each("c_fc.bias", {I}, InitKind::kZeros, rows);
-  o.w2 = each("c_proj.weight", {C, I}, resid, cols);
-  o.b2 = each("c_proj.bias", {C}, InitKind::kZeros, rank0);
   if (Is > 0) {
     o.shared_w13 = u.add(p + "shared_experts.c_fc.weight", {Is, C}, normal, false, -1, rows);
     o.shared_b13 = u.add(p + "shared_experts.c_fc.bias", {Is}, InitKind::kZeros, false, -1, rows);
     o.shared_w2 = u.add(p + "shared_experts.c_proj.weight", {C, Is}, resid, false, -1, cols);
     o.shared_b2 = u.add(p + "shared_experts.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
   }
-  return o;
+}
+// The routed experts [first, first + count) of n, expert by expert (each expert's tensors back
+// to back, the block padded to the alignment: o.expert_stride elements), so a rank's experts
+// are one contiguous range of the unit that holds all of them, at first x expert_stride.
+void add_routed(UnitBuilder& u, const ModelSpec& s, const std::string& p, int first, int count,
+                ParamLayout::MoeBlockOffsets& o) {
+  const int64_t C = s.n_embd, I = s.ffn(), E = s.moe.num_experts;
+  const InitKind normal = InitKind::kNormal, resid = InitKind::kNormalResidual;
+  const Split rows = Split::kRows, cols = Split::kColumns, rank0 = Split::kOwnerOnly;
+  // Each tensor's index among every expert's tensors in the order Hugging Face's modules list
+  // them per kind (all w1, w3 pairs, then all w2; GPT-2: all c_fc weights, biases, c_proj
+  // weights, biases) goes in `stream` for push_moe_units.
+  auto tensor = [&](const std::string& name, std::vector<int64_t> shape, InitKind init, Split split,
+                    int64_t index) {
+    const int64_t off = u.add(name, std::move(shape), init, false, -1, split);
+    u.last().stream = static_cast<uint64_t>(index);
+    return off;
+  };
+  int64_t start = -1;
+  for (int64_t e = first; e < first + count; ++e) {
+    u.begin_packed();
+    ParamLayout::MoeBlockOffsets x;
+    if (s.llama_family()) {  // Mixtral: experts.E.{w1, w3, w2}
+      const std::string n = p + "experts." + std::to_string(e) + ".";
+      x.w13 = tensor(n + "w1.weight", {I, C}, normal, rows, 2 * e);
+      tensor(n + "w3.weight", {I, C}, normal, rows, 2 * e + 1);
+      x.w2 = tensor(n + "w2.weight", {C, I}, normal, cols, 2 * E + e);
+    } else {  // GPT-2: experts.deepspeed_experts.E.{c_fc, c_proj}, initialised as its MLP
+      const std::string n = p + "experts.deepspeed_experts." + std::to_string(e) + ".";
+      x.w13 = tensor(n + "c_fc.weight", {I, C}, normal, rows, e);
+      x.b13 = tensor(n + "c_fc.bias", {I}, InitKind::kZeros, rows, E + e);
+      x.w2 = tensor(n + "c_proj.weight", {C, I}, resid, cols, 2 * E + e);
+      x.b2 = tensor(n + "c_proj.bias", {C}, InitKind::kZeros, rank0, 3 * E + e);
+    }
+    u.end_packed();
+    if (e == first) {
+      start = x.w13;
+      o.w13 = x.w13;
+      o.b13 = x.b13;
+      o.w2 = x.w2;
+      o.b2 = x.b2;
+    } else if (e == first + 1) {
+      o.expert_stride = x.w13 - start;
+    }
+  }
+  if (count == 1) o.expert_stride = u.size() - start;
 }
 }  // namespace
 
@@ -278,6 +295,12 @@ ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard
              "pipeline chunks [{}, {}) and [{}, {}) overlap or are out of order",
              chunks_[i - 1].begin, chunks_[i - 1].end, chunks_[i].begin, chunks_[i].end);
   stage_ = chunks_.front();
+  ZD_CHECK(shard_.expert_size >= 1 && 0 <= shard_.expert_rank &&
+               shard_.expert_rank < shard_.expert_size &&
+               (shard_.expert_size == 1 ||
+                (spec.moe.enabled() && spec.moe.num_experts % shard_.expert_size == 0)),
+           "expert rank {} of {} in a model of {} experts", shard_.expert_rank, shard_.expert_size,
+           spec.moe.enabled() ? spec.moe.num_experts : 0);
   spec_.padded_vocab_size = spec.vp();
   local_ = local_dims(spec_, shard_);
   if (spec_.llama_family()) {
@@ -286,6 +309,32 @@ ParamLayout::ParamLayout(const ModelSpec& spec, int64_t align_elems, TensorShard
     build_gpt2();
   }
   keep_stage_units();
+}
+
+void ParamLayout::push_unit(UnitLayout unit, int layer) {
+  const uint64_t block = static_cast<uint64_t>(layer + 1) << 16;
+  for (size_t ti = 0; ti < unit.tensors.size(); ++ti) unit.tensors[ti].stream = block | ti;
+  units_.push_back(std::move(unit));
+  unit_layer_.push_back(layer);
+}
+
+void ParamLayout::push_moe_units(UnitLayout block, UnitLayout routed, int layer) {
+  // The block's tensors up to the router, the routed experts (add_routed left their index among
+  // every expert's tensors in `stream`), the shared experts.
+  const uint64_t b = static_cast<uint64_t>(layer + 1) << 16;
+  size_t gate = 0;
+  while (block.tensors[gate].offset != moe_block_.gate_w) ++gate;
+  const size_t routed_all =
+      static_cast<size_t>(spec_.moe.num_experts) * (spec_.llama_family() ? 3 : 4);
+  for (size_t ti = 0; ti < block.tensors.size(); ++ti)
+    block.tensors[ti].stream = b | (ti <= gate ? ti : ti + routed_all);
+  for (TensorInfo& t : routed.tensors) t.stream = b | (gate + 1 + t.stream);
+  block.experts = false;
+  routed.experts = true;
+  units_.push_back(std::move(block));
+  unit_layer_.push_back(layer);
+  units_.push_back(std::move(routed));
+  unit_layer_.push_back(layer);
 }
 
 void ParamLayout::keep_stage_units() {
@@ -297,18 +346,24 @@ void ParamLayout::keep_stage_units() {
     last = last || c.end == L;
     for (int l = c.begin; l < c.end; ++l) held[static_cast<size_t>(l)] = true;
   }
+  num_global_units_ = static_cast<int>(units_.size());
   layer_unit_.assign(static_cast<size_t>(L), -1);
+  experts_unit_.assign(static_cast<size_t>(L), -1);
   std::vector<UnitLayout> kept;
-  // Global units: 0 embedding, 1 + l block l, L + 1 final.
+  // Global units in order: the embedding (layer -1), each block (a MoE block's experts unit
+  // right after it), the final unit (layer L).
   for (int g = 0; g < static_cast<int>(units_.size()); ++g) {
-    const bool keep = g == 0       ? first || (last && spec_.tied())
-                      : g == L + 1 ? last
-                                   : held[static_cast<size_t>(g - 1)];
+    const int layer = unit_layer_[static_cast<size_t>(g)];
+    const bool keep = layer < 0    ? first || (last && spec_.tied())
+                      : layer == L ? last
+                                   : held[static_cast<size_t>(layer)];
     if (!keep) continue;
     const int u = static_cast<int>(kept.size());
-    if (g == 0) embedding_unit_ = u;
-    if (g >= 1 && g <= L) layer_unit_[static_cast<size_t>(g - 1)] = u;
-    if (g == L + 1) final_unit_ = u;
+    if (layer < 0) embedding_unit_ = u;
+    if (layer >= 0 && layer < L)
+      (units_[static_cast<size_t>(g)].experts ? experts_unit_
+                                              : layer_unit_)[static_cast<size_t>(layer)] = u;
+    if (layer == L) final_unit_ = u;
     global_unit_.push_back(g);
     kept.push_back(std::move(units_[static_cast<size_t>(g)]));
   }
@@ -318,6 +373,7 @@ void ParamLayout::keep_stage_units() {
   }
   if (!last) final_unit_ = -1;
   units_ = std::move(kept);
+  unit_layer_.clear();
 }
 
 void ParamLayout::build_llama() {
@@ -328,7 +384,7 @@ void ParamLayout::build_llama() {
   {
     UnitBuilder u("embedding", align_, shard_);
     u.add("model.embed_tokens.weight", {Vp, C}, InitKind::kNormal, false, real, rows);
-    units_.push_back(u.finish());
+    push_unit(u.finish(), -1);
   }
   bool have_dense = false;
   for (int l = 0; l < s.n_layer; ++l) {
@@ -354,9 +410,11 @@ void ParamLayout::build_llama() {
         s.o_bias ? u.add(p + "self_attn.o_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
     o.ln2_w = u.add(p + "post_attention_layernorm.weight", {C}, InitKind::kOnes);
     if (s.moe.is_moe_layer(l)) {
-      moe_block_ = add_experts(u, s, p + "block_sparse_moe.");
+      add_router(u, s, p + "block_sparse_moe.", moe_block_);
       if (!have_dense) llama_block_ = o;  // (the MLP offsets: the first dense block's, below)
-      units_.push_back(u.finish());
+      UnitBuilder x("layers." + std::to_string(l) + ".experts", align_, shard_);
+      add_routed(x, s, p + "block_sparse_moe.", first_expert(), local_experts(), moe_block_);
+      push_moe_units(u.finish(), x.finish(), l);
       continue;
     }
     u.begin_packed();
@@ -375,14 +433,14 @@ void ParamLayout::build_llama() {
         s.mlp_bias ? u.add(p + "mlp.down_proj.bias", {C}, InitKind::kZeros, false, -1, rank0) : -1;
     if (!have_dense) llama_block_ = o;
     have_dense = true;
-    units_.push_back(u.finish());
+    push_unit(u.finish(), l);
   }
   {
     UnitBuilder u("norm", align_, shard_);
     u.add("model.norm.weight", {C}, InitKind::kOnes);
     lm_head_offset_ =
         s.tied() ? -1 : u.add("lm_head.weight", {Vp, C}, InitKind::kNormal, false, real, rows);
-    units_.push_back(u.finish());
+    push_unit(u.finish(), s.n_layer);
   }
 }
 
@@ -393,7 +451,7 @@ void ParamLayout::build_gpt2() {
     UnitBuilder u("embedding", align_, shard_);
     u.add("wte.weight", {Vp, C}, InitKind::kNormal, false, local_.vocab_real, rows);
     wpe_offset_ = u.add("wpe.weight", {spec_.seq_len, C}, InitKind::kNormal, false, -1, rank0);
-    units_.push_back(u.finish());
+    push_unit(u.finish(), -1);
   }
   bool have_dense = false;
   for (int l = 0; l < spec_.n_layer; ++l) {
@@ -410,9 +468,11 @@ void ParamLayout::build_gpt2() {
     o.ln2_w = u.add(p + "ln_2.weight", {C}, InitKind::kOnes);
     o.ln2_b = u.add(p + "ln_2.bias", {C}, InitKind::kZeros);
     if (spec_.moe.is_moe_layer(l)) {
-      moe_block_ = add_experts(u, spec_, p + "mlp.deepspeed_moe.");
+      add_router(u, spec_, p + "mlp.deepspeed_moe.", moe_block_);
       if (!have_dense) block_ = o;  // (the MLP offsets: the first dense block's, below)
-      units_.push_back(u.finish());
+      UnitBuilder x("h." + std::to_string(l) + ".experts", align_, shard_);
+      add_routed(x, spec_, p + "mlp.deepspeed_moe.", first_expert(), local_experts(), moe_block_);
+      push_moe_units(u.finish(), x.finish(), l);
       continue;
     }
     o.fc_w = u.add(p + "mlp.c_fc.weight", {4 * C, C}, InitKind::kNormal, true, -1, rows);
@@ -422,14 +482,18 @@ void ParamLayout::build_gpt2() {
     o.fcproj_b = u.add(p + "mlp.c_proj.bias", {C}, InitKind::kZeros, false, -1, rank0);
     if (!have_dense) block_ = o;
     have_dense = true;
-    units_.push_back(u.finish());
+    push_unit(u.finish(), l);
   }
   {
     UnitBuilder u("ln_f", align_, shard_);
     u.add("ln_f.weight", {C}, InitKind::kOnes);
     lnf_b_offset_ = u.add("ln_f.bias", {C}, InitKind::kZeros);
-    units_.push_back(u.finish());
+    push_unit(u.finish(), spec_.n_layer);
   }
+}
+
+int ParamLayout::local_experts() const {
+  return spec_.moe.enabled() ? spec_.moe.num_experts / shard_.expert_size : 0;
 }
 
 int64_t ParamLayout::total_numel() const {
@@ -455,7 +519,7 @@ void ParamLayout::init_range(int u, float* out, int64_t begin, int64_t end, uint
     if (t.init == InitKind::kNormalResidual) stddev /= std::sqrt(2.0 * spec_.n_layer);
     // Stream: (unit, tensor) so every tensor draws its own sequence; the counter is the global
     // element, so a tensor-parallel part draws what the single-rank tensor draws there.
-    const uint64_t stream = (static_cast<uint64_t>(global_unit(u)) << 16) | ti;
+    const uint64_t stream = t.stream;
     for_each_run(t, shard_, [&](int64_t local, int64_t global, int64_t n) {
       n = std::min(n, real - global);  // the real part of the run
       const int64_t lo = std::max(begin, t.offset + local);

@@ -239,7 +239,7 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   void* mlp_out = proj_tmp_;
   if (s.moe.is_moe_layer(l)) {
     mlp_out = sp_or(d_c_, proj_tmp_);
-    moe_->forward(l, w, ln2, mlp_out, N);
+    moe_->forward(l, w, experts_w_, ln2, mlp_out, N);
   } else {
     timed(timer(), times_.matmul_fwd, [&] {
       be_.matmul_forward(a.gu, ln2, elem_at(w, o.gu_w, esz_), bias(o.gu_b), N, C, 2 * I);
@@ -274,7 +274,7 @@ void Llama::block_backward(int l, const void* w, void* dw, const void* res_in, c
   // MLP: res_out = res2 + down(swiglu(gu(ln2(res2)))), or the experts'
   exchange_backward(ExchangePoint::kMlpOut, dres_, dout, C);
   if (s.moe.is_moe_layer(l)) {
-    moe_->backward(l, w, dw, a.ln2, dout, d_c_);
+    moe_->backward(l, w, dw, experts_w_, experts_dw_, a.ln2, dout, d_c_);
   } else {
     timed(timer(), times_.matmul_bwd, [&] {
       matmul_backward(d_b_, elem_at(dw, o.down_w, esz_), dbias(o.down_b), dout, a.act,
@@ -346,12 +346,11 @@ void Llama::embed(const int32_t* tokens, ParamSource& params) {
 void Llama::forward_blocks(ParamSource& params) {
   const LayerRange& st = layout_.stage();
   for (int l = st.begin; l < st.end; ++l) {
-    const int u = layout_.block_unit(l);
-    if (l + 1 < st.end) params.prefetch(u + 1);
-    const void* w = params.acquire(u);
+    if (l + 1 < st.end) prefetch_block(params, l + 1);
+    const void* w = acquire_block(params, l);
     block_forward(l, w, res_[static_cast<size_t>(l)], acts_for(l),
                   res_[static_cast<size_t>(l) + 1]);
-    params.release(u);
+    release_block(params, l);
   }
 }
 
@@ -444,15 +443,14 @@ void Llama::stage_backward_impl(ParamSource& params, GradSink& grads, bool held)
   }
   // (Not the last stage: dres_ holds the gradient of the stage's output.)
   for (int l = st.end - 1; l >= st.begin; --l) {
-    const int u = layout_.block_unit(l);
-    if (l > st.begin) params.prefetch(u - 1);
-    const void* w = params.acquire(u);
+    if (l > st.begin) prefetch_block(params, l - 1);
+    const void* w = acquire_block(params, l);
     const void* res_in = res_[static_cast<size_t>(l)];
     if (checkpointing_) block_forward(l, w, res_in, work_, proj_tmp_);  // recompute (output unused)
-    void* dw = grad_buffer(grads, u);
+    void* dw = block_grads(grads, l);
     block_backward(l, w, dw, res_in, acts_for(l));
-    params.release(u);
-    unit_done(grads, u, dw);
+    release_block(params, l);
+    block_done(grads, l, dw);
   }
   if (!first_stage()) return;  // dres_: the gradient of the stage's input
   if (dwe == nullptr) dwe = grad_buffer(grads, eu);

@@ -183,6 +183,37 @@ void ModelBase::stage_backward_weight(int slot, GradSink& grads) {
   d.clear();
 }
 
+void ModelBase::prefetch_block(ParamSource& params, int l) {
+  params.prefetch(layout_.block_unit(l));
+  if (const int e = layout_.experts_unit(l); e >= 0) params.prefetch(e);
+}
+
+const void* ModelBase::acquire_block(ParamSource& params, int l) {
+  const void* w = params.acquire(layout_.block_unit(l));
+  const int e = layout_.experts_unit(l);
+  experts_w_ = e >= 0 ? params.acquire(e) : nullptr;
+  return w;
+}
+
+void ModelBase::release_block(ParamSource& params, int l) {
+  if (const int e = layout_.experts_unit(l); e >= 0) params.release(e);
+  params.release(layout_.block_unit(l));
+  experts_w_ = nullptr;
+}
+
+void* ModelBase::block_grads(GradSink& grads, int l) {
+  void* dw = grad_buffer(grads, layout_.block_unit(l));
+  const int e = layout_.experts_unit(l);
+  experts_dw_ = e >= 0 ? grad_buffer(grads, e) : nullptr;
+  return dw;
+}
+
+void ModelBase::block_done(GradSink& grads, int l, void* dw) {
+  if (const int e = layout_.experts_unit(l); e >= 0) unit_done(grads, e, experts_dw_);
+  unit_done(grads, layout_.block_unit(l), dw);
+  experts_dw_ = nullptr;
+}
+
 void* ModelBase::grad_buffer(GradSink& grads, int u) {
   void* g = grads.grad_buffer(u);
   if (split_ != nullptr) split_bases_.emplace_back(u, static_cast<const char*>(g));

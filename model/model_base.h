@@ -205,6 +205,18 @@ class ModelBase : public Model {
   OpTimes times_;
   // The MoE blocks' MLPs (spec().moe enabled; null for a dense model), for B x T rows.
   std::unique_ptr<MoeLayers> moe_;
+  // A block's units: the block's own and, for a MoE block, its experts unit
+  // (ParamLayout::experts_unit), whose weights and gradient buffer the calls below keep in
+  // experts_w_ / experts_dw_ for the block's MoE MLP (null for a dense block). acquire_block
+  // returns the block unit's weights, block_grads its gradient buffer; block_done finishes the
+  // experts unit, then the block unit (units finish in decreasing order).
+  void prefetch_block(ParamSource& params, int l);
+  const void* acquire_block(ParamSource& params, int l);
+  void release_block(ParamSource& params, int l);
+  void* block_grads(GradSink& grads, int l);
+  void block_done(GradSink& grads, int l, void* dw);
+  const void* experts_w_ = nullptr;
+  void* experts_dw_ = nullptr;
 
  private:
   // Context parallelism: this rank's rows of (B, seq_) host inputs and targets (B, T_).

@@ -158,7 +158,7 @@ void MoeLayers::begin_forward(bool training, float loss_weight) {
   sl.layer_z.clear();
 }
 
-void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n) {
+void MoeLayers::forward(int l, const void* w, const void* ew, const void* x, void* y, int64_t n) {
   const ModelSpec& s = layout_.spec();
   const ExpertDims d = expert_dims(s, layout_.shard().size);
   const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
@@ -185,9 +185,9 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
     be_.moe_permute_forward(a.xp, x, a.row_token, R, C);
   });
   if (ep_ != nullptr) {
-    dispatch_forward(a, w, R);
+    dispatch_forward(a, ew, R);
   } else {
-    experts_forward(w, a.xp, a.h, a.a, a.yp, a.offsets.data(), E, 0, R);
+    experts_forward(ew, a.xp, a.h, a.a, a.yp, a.offsets.data(), E, 0, R);
   }
   timed(tm, t.moe, [&] { be_.moe_unpermute_forward(y, a.yp, a.weight, a.slot_row, n, k, C); });
   host_.round(y, n * C);
@@ -231,7 +231,8 @@ void MoeLayers::forward(int l, const void* w, const void* x, void* y, int64_t n)
   sl.tokens = n;
 }
 
-void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx) {
+void MoeLayers::backward(int l, const void* w, void* dw, const void* ew, void* dew, const void* x,
+                         const void* dy, void* dx) {
   const ModelSpec& s = layout_.spec();
   const ExpertDims d = expert_dims(s, layout_.shard().size);
   const int E = static_cast<int>(d.E), k = static_cast<int>(d.k), C = static_cast<int>(d.C);
@@ -255,9 +256,9 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* x, const vo
   const bool tensor_parallel = layout_.shard().size > 1;
   if (tensor_parallel) host_.tensor_sum(dweight_, n * k);
   if (ep_ != nullptr) {
-    dispatch_backward(a, w, dw);
+    dispatch_backward(a, ew, dew);
   } else {  // dxp into dyp_ (read first)
-    experts_backward(w, dw, a.xp, a.h, a.a, dyp_, dyp_, da_, dh_, a.offsets.data(), E, 0, R);
+    experts_backward(ew, dew, a.xp, a.h, a.a, dyp_, dyp_, da_, dh_, a.offsets.data(), E, 0, R);
   }
   be_.memset_zero(dx, static_cast<size_t>(n * C) * esz_);
   timed(tm, t.moe, [&] { be_.moe_permute_backward(dx, dyp_, a.slot_row, n, k, C); });
@@ -335,6 +336,14 @@ MoeStepStats MoeLayers::stats() const {
   return st;
 }
 
+int64_t MoeLayers::stored_expert(int first, int experts) const {
+  const int lo = layout_.first_expert();
+  ZD_CHECK(lo <= first && first + experts <= lo + layout_.local_experts(),
+           "experts [{}, {}) are not among the [{}, {}) this rank stores", first, first + experts,
+           lo, lo + layout_.local_experts());
+  return first - lo;
+}
+
 void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act, void* out,
                                 const int64_t* offsets, int experts, int first, int64_t R) {
   const ExpertDims d = expert_dims(layout_.spec(), layout_.shard().size);
@@ -342,12 +351,14 @@ void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();
-  // Expert e's slices start e x (its elements) after expert 0's (the experts are packed).
-  auto at = [&](int64_t off, int64_t per_expert) -> const void* {
-    return off >= 0 ? elem_at(w, off + first * per_expert, esz_) : nullptr;
+  // Expert e's tensors lie (e - the unit's first expert) x expert_stride after the first's.
+  const int64_t skip = stored_expert(first, experts) * o.expert_stride;
+  auto at = [&](int64_t off) -> const void* {
+    return off >= 0 ? elem_at(w, off + skip, esz_) : nullptr;
   };
+  const int64_t stride = o.expert_stride;
   timed(tm, t.matmul_fwd, [&] {
-    be_.grouped_matmul_forward(h, x, at(o.w13, d.H * d.C), at(o.b13, d.H), offsets, experts, C, H);
+    be_.grouped_matmul_forward(h, x, at(o.w13), at(o.b13), offsets, experts, C, H, stride, stride);
   });
   host_.round(h, R * H);
   timed(tm, t.gelu, [&] {
@@ -359,8 +370,8 @@ void MoeLayers::experts_forward(const void* w, const void* x, void* h, void* act
   });
   host_.round(act, R * I);
   timed(tm, t.matmul_fwd, [&] {
-    be_.grouped_matmul_forward(out, act, at(o.w2, d.C * d.I), at(o.b2, d.C), offsets, experts, I,
-                               C);
+    be_.grouped_matmul_forward(out, act, at(o.w2), at(o.b2), offsets, experts, I, C, stride,
+                               stride);
   });
   host_.round(out, R * C);
 }
@@ -373,15 +384,17 @@ void MoeLayers::experts_backward(const void* w, void* dw, const void* x, const v
   const ParamLayout::MoeBlockOffsets& o = layout_.moe_block();
   OpTimes& t = *host_.times;
   Backend* tm = host_.timer();
-  auto at = [&](int64_t off, int64_t per_expert) -> const void* {
-    return off >= 0 ? elem_at(w, off + first * per_expert, esz_) : nullptr;
+  const int64_t skip = stored_expert(first, experts) * o.expert_stride;
+  auto at = [&](int64_t off) -> const void* {
+    return off >= 0 ? elem_at(w, off + skip, esz_) : nullptr;
   };
-  auto dat = [&](int64_t off, int64_t per_expert) -> void* {
-    return off >= 0 ? elem_at(dw, off + first * per_expert, esz_) : nullptr;
+  auto dat = [&](int64_t off) -> void* {
+    return off >= 0 ? elem_at(dw, off + skip, esz_) : nullptr;
   };
+  const int64_t stride = o.expert_stride;
   timed(tm, t.matmul_bwd, [&] {
-    be_.grouped_matmul_backward(da, dat(o.w2, d.C * d.I), dat(o.b2, d.C), dout, act,
-                                at(o.w2, d.C * d.I), offsets, experts, I, C, false);
+    be_.grouped_matmul_backward(da, dat(o.w2), dat(o.b2), dout, act, at(o.w2), offsets, experts, I,
+                                C, false, stride, stride);
   });
   host_.round(da, R * I);
   timed(tm, t.gelu, [&] {
@@ -393,8 +406,8 @@ void MoeLayers::experts_backward(const void* w, void* dw, const void* x, const v
   });
   host_.round(dh, R * H);
   timed(tm, t.matmul_bwd, [&] {
-    be_.grouped_matmul_backward(dx, dat(o.w13, d.H * d.C), dat(o.b13, d.H), dh, x,
-                                at(o.w13, d.H * d.C), offsets, experts, C, H, false);
+    be_.grouped_matmul_backward(dx, dat(o.w13), dat(o.b13), dh, x, at(o.w13), offsets, experts, C,
+                                H, false, stride, stride);
   });
   host_.round(dx, R * C);
 }

@@ -81,9 +81,9 @@ class MoeLayers {
   // Expert parallelism (null: every expert on this rank): the experts are spread over the
   // exchange's P ranks, this rank computing experts [r E/P, (r+1) E/P) for the rows every rank
   // of the group routes to them (dispatched and combined through the exchange). The router, the
-  // shared experts and the gate stay replicated; the gradients of the other ranks' experts are
-  // left untouched (zero), so the data-parallel sum of this rank's gradients is the whole
-  // gradient. Not owned; must outlive the layers.
+  // shared experts and the gate stay replicated. The layout stores those experts (its
+  // TensorShard's expert_rank r of P), or every expert, whose others' gradients are then left
+  // untouched (zero). Not owned; must outlive the layers.
   void set_expert_exchange(ExpertExchange* x);
 
   void select_slot(int k) { slot_ = k; }
@@ -94,10 +94,14 @@ class MoeLayers {
   // nor changes the totals.
   void begin_forward(bool training, float loss_weight);
 
-  // y (N,C) = the MoE MLP of block l (unit weights w) on x (N,C); n <= the constructor's N rows.
-  void forward(int l, const void* w, const void* x, void* y, int64_t n);
-  // dx (N,C) = the gradient of x from dy (N,C) (overwritten); the block unit's gradients dw +=.
-  void backward(int l, const void* w, void* dw, const void* x, const void* dy, void* dx);
+  // y (N,C) = the MoE MLP of block l on x (N,C), n <= the constructor's N rows: the router and
+  // shared experts from the block unit's weights w, the routed experts from its experts unit's
+  // ew (ParamLayout::experts_unit).
+  void forward(int l, const void* w, const void* ew, const void* x, void* y, int64_t n);
+  // dx (N,C) = the gradient of x from dy (N,C) (overwritten); the block unit's gradients dw +=,
+  // the experts unit's dew +=.
+  void backward(int l, const void* w, void* dw, const void* ew, void* dew, const void* x,
+                const void* dy, void* dx);
 
   // The current slot's routing and losses (after its forward; aux and z losses complete once
   // every MoE layer ran).
@@ -160,6 +164,9 @@ class MoeLayers {
   void dispatch_forward(Acts& a, const void* w, int64_t R);
   void dispatch_backward(const Acts& a, const void* w, void* dw);
   Acts& acts_for(int l);
+  // Experts [first, first + experts)'s index among the experts the layout stores (Error when it
+  // does not store them all).
+  int64_t stored_expert(int first, int experts) const;
   bool swiglu() const { return layout_.spec().llama_family(); }
 
   const ParamLayout& layout_;

@@ -119,10 +119,17 @@ void for_each_run(const TensorInfo& t, const TensorShard& shard,
 
 namespace {
 void check_pair(const ParamLayout& global, const ParamLayout& local, int u) {
-  ZD_CHECK(global.shard().size == 1, "the global layout is itself a shard");
+  ZD_CHECK(global.shard().size == 1 && global.shard().expert_size == 1,
+           "the global layout is itself a shard");
   ZD_CHECK(global.num_units() == local.num_units() &&
-               global.unit(u).tensors.size() == local.unit(u).tensors.size(),
+               (global.unit(u).tensors.size() == local.unit(u).tensors.size() ||
+                (local.unit(u).experts && local.shard().expert_size > 1)),
            "layouts of different models (unit {})", u);
+}
+// The global unit's tensor that local tensor i of unit u is part of.
+const TensorInfo& global_tensor(const UnitLayout& gu, const UnitLayout& lu, size_t i) {
+  if (gu.tensors.size() == lu.tensors.size()) return gu.tensors[i];
+  return gu.tensor(lu.tensors[i].name);
 }
 }  // namespace
 
@@ -134,7 +141,7 @@ void shard_unit(const ParamLayout& global, const ParamLayout& local, int u, cons
   std::fill(part, part + lu.numel, 0.0f);
   for (size_t i = 0; i < lu.tensors.size(); ++i) {
     const TensorInfo& lt = lu.tensors[i];
-    const float* src = whole + gu.tensors[i].offset;
+    const float* src = whole + global_tensor(gu, lu, i).offset;
     float* dst = part + lt.offset;
     for_each_run(lt, local.shard(), [&](int64_t l, int64_t g, int64_t n) {
       std::memcpy(dst + l, src + g, static_cast<size_t>(n) * sizeof(float));
@@ -150,7 +157,7 @@ void unshard_unit(const ParamLayout& global, const ParamLayout& local, int u, co
   for (size_t i = 0; i < lu.tensors.size(); ++i) {
     const TensorInfo& lt = lu.tensors[i];
     const float* src = part + lt.offset;
-    float* dst = whole + gu.tensors[i].offset;
+    float* dst = whole + global_tensor(gu, lu, i).offset;
     for_each_run(lt, local.shard(), [&](int64_t l, int64_t g, int64_t n) {
       std::memcpy(dst + g, src + l, static_cast<size_t>(n) * sizeof(float));
     });

@@ -34,7 +34,21 @@ struct TensorShard {
   // dropout regions of the model hold rows [rank N/T, (rank+1) N/T) of the N = B x T positions
   // of a micro-batch (the weights are split as without it).
   bool sequence_parallel = false;
+  // Expert parallelism (parallelism.expert): the rank stores the routed experts [expert_rank n /
+  // expert_size, (expert_rank + 1) n / expert_size) of every MoE block, n = num_experts, in its
+  // experts units (ParamLayout::experts_unit), each expert its tensor-parallel part. Under
+  // tensor parallelism these are the expert-parallel group's numbers among the data-parallel
+  // ranks of one tensor rank.
+  int expert_rank = 0;
+  int expert_size = 1;
   bool operator==(const TensorShard&) const = default;
+  // The same tensor shard holding every expert (what checkpoints and imports are laid out by).
+  TensorShard all_experts() const {
+    TensorShard s = *this;
+    s.expert_rank = 0;
+    s.expert_size = 1;
+    return s;
+  }
 };
 
 // How a rank's tensor relates to the global one.
@@ -89,7 +103,8 @@ void for_each_run(const TensorInfo& t, const TensorShard& shard,
 
 // Unit u of a rank's layout from the whole unit of the global layout (fp32 flat buffers of each
 // layout's unit numel): local = this rank's part, zeros elsewhere (padding, rank-0-only tensors
-// off rank 0).
+// off rank 0). A rank's experts unit holds some of the global unit's experts (expert_size > 1):
+// its tensors are found by name.
 void shard_unit(const ParamLayout& global, const ParamLayout& local, int u, const float* whole,
                 float* part);
 // The inverse: writes this rank's part of unit u into the whole unit (replicated tensors are

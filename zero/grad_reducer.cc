@@ -75,7 +75,7 @@ void* GradReducer::grad_buffer(int unit) {
 
 void* GradReducer::shard(int unit) {
   if (sharded_grads()) return at(shard_.data(), part_.shard_offset(unit), esz_);
-  return at(full_.data(), part_.padded_offset(unit) + part_.unit(unit).begin(opt_.rank), esz_);
+  return at(full_.data(), part_.padded_offset(unit) + part_.unit(unit).begin(rank_of(unit)), esz_);
 }
 
 void GradReducer::wait(const WorkPtr& w) {
@@ -90,7 +90,8 @@ void GradReducer::launch_bucket() {
   const int64_t end = part_.padded_offset(bucket_hi_) + part_.unit(bucket_hi_).padded;
   Pending p;
   p.work =
-      comm_->all_reduce_async(at(full_.data(), begin, esz_), end - begin, ctype_, ReduceOp::kSum);
+      comm_of(bucket_lo_)
+          ->all_reduce_async(at(full_.data(), begin, esz_), end - begin, ctype_, ReduceOp::kSum);
   p.unit = bucket_lo_;
   pending_.push_back(std::move(p));
   bucket_lo_ = bucket_hi_ = -1;
@@ -101,13 +102,17 @@ void GradReducer::launch_bucket() {
 void GradReducer::unit_done(int unit) {
   const UnitPartition& up = part_.unit(unit);
   if (!sharded_grads()) {
-    if (!last_micro_ || !distributed() || !reduces()) return;  // accumulate locally until the end
+    // (Accumulated locally until the end; an experts unit alone on its experts: kept.)
+    if (!last_micro_ || !distributed(unit) || !reduces()) return;
     if (opt_.stage == 0) {
       if (compress_) return;  // the whole buffer goes to the compression hook at finish()
-      // A bucket is one contiguous range of units, which finish in decreasing order; a unit
-      // that does not extend it (a pipeline stage's tied embedding copy, unit 0, right after its
-      // final unit; an interleaved rank's next chunk) sends the bucket off and starts another.
-      if (bucket_lo_ >= 0 && unit != bucket_lo_ - 1) launch_bucket();
+      // A bucket is one contiguous range of units of one group, which finish in decreasing
+      // order; a unit that does not extend it (a pipeline stage's tied embedding copy, unit 0,
+      // right after its final unit; an interleaved rank's next chunk; a unit of the other group)
+      // sends the bucket off and starts another.
+      if (bucket_lo_ >= 0 &&
+          (unit != bucket_lo_ - 1 || part_.unit(unit).experts != part_.unit(bucket_lo_).experts))
+        launch_bucket();
       if (bucket_hi_ < 0) bucket_hi_ = unit;
       bucket_lo_ = unit;
       bucket_elems_ += up.padded;
@@ -117,8 +122,8 @@ void GradReducer::unit_done(int unit) {
     // Stage 1: reduce-scatter the unit in place; the owner's shard receives the sum.
     char* base = at(full_.data(), part_.padded_offset(unit), esz_);
     Pending p;
-    p.work = comm_->reduce_scatter_async(base, at(base, up.begin(opt_.rank), esz_), up.shard,
-                                         ctype_, ReduceOp::kSum);
+    p.work = comm_of(unit)->reduce_scatter_async(base, at(base, up.begin(rank_of(unit)), esz_),
+                                                 up.shard, ctype_, ReduceOp::kSum);
     p.unit = unit;
     pending_.push_back(std::move(p));
     if (!opt_.overlap_comm) retire_oldest();
@@ -130,7 +135,7 @@ void GradReducer::unit_done(int unit) {
   p.scratch = std::move(scratch_[static_cast<size_t>(unit)]);
   ZD_CHECK(!p.scratch.empty(), "unit {} finished without gradients", unit);
   void* dst = shard(unit);
-  if (!distributed()) {
+  if (!distributed(unit)) {
     // One rank: the shard is the whole unit; accumulate it directly.
     if (micro_index_ == 0) {
       be_.copy(dst, p.scratch.data(), static_cast<size_t>(up.shard) * esz_);
@@ -146,7 +151,8 @@ void GradReducer::unit_done(int unit) {
     p.partial = pool_.take(static_cast<size_t>(up.shard) * esz_, false);
     recv = p.partial.data();
   }
-  p.work = comm_->reduce_scatter_async(p.scratch.data(), recv, up.shard, ctype_, ReduceOp::kSum);
+  p.work =
+      comm_of(unit)->reduce_scatter_async(p.scratch.data(), recv, up.shard, ctype_, ReduceOp::kSum);
   in_flight_elems_ += up.padded;
   pending_.push_back(std::move(p));
   if (!opt_.overlap_comm) {

@@ -39,7 +39,7 @@ void ZeroEngine::lamb_step(const OptimStep& s, OptimizerParams p) {
   for (int u = 0; u < units; ++u)
     first[static_cast<size_t>(u) + 1] =
         first[static_cast<size_t>(u)] + static_cast<int>(layout_.unit(u).tensors.size());
-  const int owner = owner_rank();
+  const int owner = owner_rank(0);  // (no experts units: Lamb is refused with expert groups)
   // fn(k, a, b, off) for every tensor k of unit u that elements [lo, hi) of its shard meet: unit
   // elements [a, b), at `off` in the piece. p.weight_decay is set to the tensor's.
   auto each_tensor = [&](int u, int64_t lo, int64_t hi, auto&& fn) {

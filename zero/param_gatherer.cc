@@ -44,13 +44,13 @@ void ParamGatherer::start_gather(int unit) {
     live_ += up.padded;
   }
   const void* shard = shards_ + part_.shard_offset(unit) * static_cast<int64_t>(esz_);
+  Communicator& comm = comm_of(unit);
   if (opt_.shard_of) {
-    void* in_place = static_cast<char*>(s.buffer.data()) + static_cast<int64_t>(opt_.comm->rank()) *
-                                                               up.shard *
-                                                               static_cast<int64_t>(esz_);
+    void* in_place = static_cast<char*>(s.buffer.data()) +
+                     static_cast<int64_t>(comm.rank()) * up.shard * static_cast<int64_t>(esz_);
     shard = opt_.shard_of(unit, in_place);
   }
-  s.work = opt_.comm->all_gather_async(shard, s.buffer.data(), up.shard, compute_comm_type(be_));
+  s.work = comm.all_gather_async(shard, s.buffer.data(), up.shard, compute_comm_type(be_));
 }
 
 void ParamGatherer::finish_gather(Slot& s) {

@@ -20,6 +20,8 @@ namespace zerod {
 
 struct GathererOptions {
   Communicator* comm = nullptr;
+  // The experts units' group (Partition: UnitPartition::experts); null: comm.
+  Communicator* expert_comm = nullptr;
   // Where unit u's shard is: given the place the gather wants it (this rank's part of the
   // gathered buffer), returns a pointer to it, having copied it there if it had to be loaded
   // (parameters offloaded to NVMe). Null: every shard is in `shards`.
@@ -55,6 +57,9 @@ class ParamGatherer : public ParamSource {
     bool persistent = false;
   };
   void start_gather(int unit);
+  Communicator& comm_of(int unit) const {
+    return *(part_.unit(unit).experts && opt_.expert_comm ? opt_.expert_comm : opt_.comm);
+  }
   void finish_gather(Slot& s);
 
   const Partition& part_;

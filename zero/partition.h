@@ -1,6 +1,9 @@
 // ZeRO partitioning (DESIGN.md section 3): each unit's flat buffer is padded to a multiple of
 // world_size x alignment and split into world_size equal contiguous shards; rank r owns
-// [r * shard, (r + 1) * shard). Every stage uses this one scheme.
+// [r * shard, (r + 1) * shard). Every stage uses this one scheme. With expert parallelism the
+// experts units (UnitLayout::experts: a rank's own experts) are split the same way over the
+// expert-data-parallel group (the ranks holding the same experts), whose size and ranks they
+// take instead.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,8 @@ struct UnitPartition {
   int64_t numel = 0;   // the unit's flat buffer (layout)
   int64_t padded = 0;  // numel rounded up to world * align
   int64_t shard = 0;   // padded / world
+  int world = 1;       // the ranks it is split over
+  bool experts = false;  // an experts unit (split over the expert-data-parallel group)
   int64_t begin(int rank) const { return shard * rank; }
   // Elements of [begin, begin + shard) that lie inside the unit (the rest is padding).
   int64_t valid(int rank) const;
@@ -27,7 +32,9 @@ struct DecayRange {
 
 class Partition {
  public:
-  Partition(const ParamLayout& layout, int world_size, int64_t align_elems = 16);
+  // expert_world_size: the experts units' group (0: world_size).
+  Partition(const ParamLayout& layout, int world_size, int64_t align_elems = 16,
+            int expert_world_size = 0);
 
   int world_size() const { return world_; }
   int num_units() const { return static_cast<int>(units_.size()); }

@@ -28,23 +28,50 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
       be_(backend),
       opt_(options),
       tracker_(tracker),
-      partition_(layout, options.stage >= 1 ? options.world_size : 1),
+      partition_(layout, options.stage >= 1 ? options.world_size : 1, 16,
+                 options.stage < 1                ? 1
+                 : layout.shard().expert_size > 1 ? options.expert_world_size
+                                                  : options.world_size),
       esz_(backend.compute_elem_size()) {
   ZD_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "ZeRO stage {}", opt_.stage);
   ZD_CHECK(opt_.world_size >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world_size,
            "rank {} of world {}", opt_.rank, opt_.world_size);
-  if (opt_.comm == nullptr) {
-    ZD_CHECK(opt_.world_size == 1, "world size {} needs a communicator", opt_.world_size);
+  auto self_comm = [this] {
     SelfCommunicator::Copy copy;
     if (be_.device_memory()) {
       copy = [this](void* dst, const void* src, size_t bytes) { be_.copy(dst, src, bytes); };
     }
-    self_comm_ = std::make_unique<SelfCommunicator>(std::chrono::minutes(5), nullptr, copy);
+    return std::make_unique<SelfCommunicator>(std::chrono::minutes(5), nullptr, copy);
+  };
+  if (opt_.comm == nullptr) {
+    ZD_CHECK(opt_.world_size == 1, "world size {} needs a communicator", opt_.world_size);
+    self_comm_ = self_comm();
     opt_.comm = self_comm_.get();
   }
   ZD_CHECK(opt_.comm->size() == opt_.world_size && opt_.comm->rank() == opt_.rank,
            "communicator is rank {} of {}, engine rank {} of {}", opt_.comm->rank(),
            opt_.comm->size(), opt_.rank, opt_.world_size);
+  if (expert_groups()) {
+    const int ew = opt_.expert_world_size;
+    ZD_CHECK(ew >= 1 && opt_.world_size % ew == 0 && opt_.expert_rank >= 0 && opt_.expert_rank < ew,
+             "expert-data-parallel rank {} of {} in a data-parallel group of {}", opt_.expert_rank,
+             ew, opt_.world_size);
+    if (opt_.expert_comm == nullptr) {
+      ZD_CHECK(ew == 1, "an expert-data-parallel group of {} needs a communicator", ew);
+      expert_self_comm_ = self_comm();
+      expert_comm_ = expert_self_comm_.get();
+    } else {
+      ZD_CHECK(opt_.expert_comm->size() == ew && opt_.expert_comm->rank() == opt_.expert_rank,
+               "expert communicator is rank {} of {}, engine expert rank {} of {}",
+               opt_.expert_comm->rank(), opt_.expert_comm->size(), opt_.expert_rank, ew);
+      expert_comm_ = opt_.expert_comm;
+    }
+    ZD_CHECK_INPUT(!opt_.powersgd && opt_.onebit == OnebitKind::kNone,
+                   "parallelism.expert {}: communication_compression and the 1-bit optimizers do "
+                   "not run with expert parallelism yet (the experts' gradients reduce over their "
+                   "own group)",
+                   layout_.shard().expert_size);
+  }
   if (opt_.model_parallel_comm != nullptr && opt_.model_parallel_comm->size() == 1)
     opt_.model_parallel_comm = nullptr;
   bool all_counted = true;
@@ -53,10 +80,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
       all_counted &= layout_.counted_in_norm(u, t);
   if (!all_counted) {
     // The counted tensors of each unit, clipped to this rank's shard (shard coordinates).
-    const int owner = owner_rank();
     for (int u = 0; u < layout_.num_units(); ++u) {
       const UnitPartition& up = partition_.unit(u);
-      const int64_t lo = up.begin(owner), hi = lo + up.shard;
+      const int64_t lo = up.begin(owner_rank(u)), hi = lo + up.shard;
       std::vector<std::pair<int64_t, int64_t>> r;
       for (const TensorInfo& t : layout_.unit(u).tensors) {
         if (!layout_.counted_in_norm(u, t)) continue;
@@ -70,8 +96,12 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   place_optimizer_states();
   ReducerOptions ro;
   ro.stage = opt_.stage;
-  ro.rank = owner_rank();
+  ro.rank = opt_.stage >= 1 ? opt_.rank : 0;
   ro.comm = opt_.comm;
+  if (expert_groups()) {
+    ro.expert_rank = opt_.stage >= 1 ? opt_.expert_rank : 0;
+    ro.expert_comm = expert_comm_;
+  }
   ro.reduce_bucket_size = opt_.reduce_bucket_size;
   ro.overlap_comm = opt_.overlap_comm;
   if (opt_.powersgd) {
@@ -94,6 +124,7 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   if (opt_.stage >= 3) {
     GathererOptions go;
     go.comm = opt_.comm;
+    if (expert_groups()) go.expert_comm = expert_comm_;
     go.prefetch_bucket_size = opt_.prefetch_bucket_size;
     go.param_persistence_threshold = opt_.param_persistence_threshold;
     go.max_live_parameters = opt_.max_live_parameters;
@@ -187,7 +218,7 @@ void* ZeroEngine::weight_region(int u) {
   const UnitPartition& up = partition_.unit(u);
   if (param_on_nvme(u)) return nullptr;
   if (opt_.stage >= 3) return at(weights_.data(), partition_.shard_offset(u), esz_);
-  return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank()), esz_);
+  return at(weights_.data(), partition_.padded_offset(u) + up.begin(owner_rank(u)), esz_);
 }
 
 int64_t ZeroEngine::resident_shard_elems() const {
@@ -332,10 +363,11 @@ void ZeroEngine::sum_over_ranks(double* values, int64_t n, Communicator* comm) {
   be_.copy(values, scalar_.data(), bytes);
 }
 
-double ZeroEngine::shard_sum_squares() {
+double ZeroEngine::shard_sum_squares(bool experts) {
   // One call over every piece: a device backend waits for the device once, not per unit.
   std::vector<std::pair<const void*, int64_t>> pieces;
   for (int u = 0; u < layout_.num_units(); ++u) {
+    if ((partition_.unit(u).experts && expert_groups()) != experts) continue;
     if (norm_ranges_.empty()) {
       pieces.emplace_back(reducer_->shard(u), partition_.unit(u).shard);
       continue;
@@ -347,11 +379,27 @@ double ZeroEngine::shard_sum_squares() {
   return be_.sum_squares_pieces(pieces);
 }
 
+double ZeroEngine::global_sum_squares() {
+  const bool distributed = opt_.comm->size() > 1;
+  if (!expert_groups()) {
+    // Stage 0 ranks hold identical reduced gradients; the others hold disjoint shards.
+    const double s = shard_sum_squares();
+    return distributed && opt_.stage >= 1 ? sum_over_ranks(s) : s;
+  }
+  // Stages 1-3: the data-parallel group's shards of the other units, and the expert-data-parallel
+  // groups' shards of each one's experts, every element once. Stage 0: the other units the same
+  // on every rank, the experts differing by expert-parallel rank.
+  const double dense = shard_sum_squares(false), experts = shard_sum_squares(true);
+  if (opt_.stage >= 1) return distributed ? sum_over_ranks(dense + experts) : dense + experts;
+  if (opt_.expert_parallel_comm == nullptr) return dense + experts;
+  return dense + sum_over_ranks(experts, opt_.expert_parallel_comm);
+}
+
 void ZeroEngine::init_weights(uint64_t seed) {
-  const int owner = owner_rank();
   visit_states_host(StatesMode::kOverwrite, 0, layout_.num_units(),
                     [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
                       const UnitPartition& up = partition_.unit(u);
+                      const int owner = owner_rank(u);
                       const int64_t begin = up.begin(owner), valid = std::min(up.valid(owner), hi);
                       std::fill(pm, pm + (hi - lo), 0.0f);
                       std::fill(pa, pa + (hi - lo), 0.0f);
@@ -366,7 +414,7 @@ void ZeroEngine::init_weights(uint64_t seed) {
 
 void ZeroEngine::set_master_unit(int u, const float* unit_flat) {
   const UnitPartition& up = partition_.unit(u);
-  const int64_t begin = up.begin(owner_rank()), valid = up.valid(owner_rank());
+  const int64_t begin = up.begin(owner_rank(u)), valid = up.valid(owner_rank(u));
   visit_states_host(StatesMode::kUpdate, u, u + 1,
                     [&](int, int64_t lo, int64_t hi, float* pm, float*, float*) {
                       const int64_t v = std::clamp(valid, lo, hi);
@@ -392,17 +440,18 @@ void ZeroEngine::publish_weights() {
 }
 
 void ZeroEngine::gather_weights() {
-  if (opt_.comm->size() == 1) return;
-  // Every unit's shard is gathered in place; at most allgather_bucket_size elements in flight.
+  // Every unit's shard is gathered in place over its group; at most allgather_bucket_size
+  // elements in flight.
   std::deque<std::pair<WorkPtr, int64_t>> in_flight;
   int64_t elems = 0;
   Stopwatch sw;
   for (int u = 0; u < layout_.num_units(); ++u) {
     const UnitPartition& up = partition_.unit(u);
+    Communicator& comm = unit_comm(u);
+    if (comm.size() == 1) continue;
     void* full = at(weights_.data(), partition_.padded_offset(u), esz_);
     in_flight.emplace_back(
-        opt_.comm->all_gather_async(weight_region(u), full, up.shard, compute_comm_type(be_)),
-        up.padded);
+        comm.all_gather_async(weight_region(u), full, up.shard, compute_comm_type(be_)), up.padded);
     elems += up.padded;
     while (in_flight.size() > 1 && elems > opt_.allgather_bucket_size) {
       in_flight.front().first->wait();
@@ -421,8 +470,9 @@ void ZeroEngine::gather_unit(int u, void* out) {
              static_cast<size_t>(up.padded) * esz_);
     return;
   }
-  void* in_place = at(out, static_cast<int64_t>(opt_.rank) * up.shard, esz_);
-  opt_.comm->all_gather(shard_in_place(u, in_place), out, up.shard, compute_comm_type(be_));
+  Communicator& comm = unit_comm(u);
+  void* in_place = at(out, static_cast<int64_t>(comm.rank()) * up.shard, esz_);
+  comm.all_gather(shard_in_place(u, in_place), out, up.shard, compute_comm_type(be_));
 }
 
 void ZeroEngine::zero_grad() {
@@ -530,10 +580,13 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   if (onebit_ && (onebit_->owns_warmup() || !onebit_->reduces_gradients(adam_steps_ + 1)))
     return onebit_step(s);
   StepResult r;
-  double sumsq = shard_sum_squares();
+  ZD_CHECK_INPUT(
+      !expert_groups() || (s.kind != OptimizerKind::kMuon && s.kind != OptimizerKind::kLamb),
+      "optimizer.type {}: Muon and Lamb do not run with parallelism.expert > 1 yet "
+      "(their whole-matrix work spans the data-parallel group)",
+      s.kind == OptimizerKind::kMuon ? "Muon" : "Lamb");
+  double sumsq = global_sum_squares();
   const bool distributed = opt_.comm->size() > 1;
-  // Stage 0 ranks hold identical reduced gradients; the others hold disjoint shards.
-  if (distributed && opt_.stage >= 1) sumsq = sum_over_ranks(sumsq);
   // The other parts of the model (disjoint, replicated tensors counted on one rank only).
   if (opt_.model_parallel_comm != nullptr) sumsq = sum_over_ranks(sumsq, opt_.model_parallel_comm);
   // Reduced gradients are sums over the ranks: the mean divides by the world size.
@@ -565,11 +618,10 @@ StepResult ZeroEngine::step(const OptimStep& s) {
     publish_weights();
     return r;
   }
-  const int owner = owner_rank();
   visit_states(StatesMode::kUpdate, 0, layout_.num_units(),
                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
                  // Elements [lo, hi) of the shard: [sb + lo, sb + hi) of the unit.
-                 const int64_t sb = partition_.unit(u).begin(owner);
+                 const int64_t sb = partition_.unit(u).begin(owner_rank(u));
                  char* grads = static_cast<char*>(reducer_->shard(u));
                  void* weights = fp32_alias() ? nullptr : weight_target(u);
                  if (guard_ && lo == 0) guard_->before_update(u);
@@ -649,9 +701,9 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
 
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
-    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(), opt_.comm);
+    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0), opt_.comm);
   }
-  const int owner = owner_rank();
+  const int owner = owner_rank(0);  // (no experts units: refused with expert groups)
   float* local = muon_->local();
   visit_states_host(
       StatesMode::kUpdate, muon_->first_unit(), muon_->last_unit() + 1,
@@ -715,12 +767,26 @@ ModelStateBytes zero_formula_bytes(double psi, int world, int stage, int compute
 ModelStateBytes ZeroEngine::formula_bytes() const {
   // Psi: the parameters as laid out (units with their aligned tensors, vocabulary padded),
   // before padding units to a multiple of the world size.
-  double psi = 0;
-  for (int u = 0; u < layout_.num_units(); ++u) psi += static_cast<double>(layout_.unit(u).numel);
+  // With expert groups, the experts units' Psi over their group.
+  double psi = 0, psi_experts = 0;
+  for (int u = 0; u < layout_.num_units(); ++u)
+    (partition_.unit(u).experts && expert_groups() ? psi_experts : psi) +=
+        static_cast<double>(layout_.unit(u).numel);
+  auto formula = [&](int bytes) {
+    ModelStateBytes f = zero_formula_bytes(psi, opt_.world_size, opt_.stage, bytes);
+    if (psi_experts > 0) {
+      const ModelStateBytes x =
+          zero_formula_bytes(psi_experts, opt_.expert_world_size, opt_.stage, bytes);
+      f.weights += x.weights;
+      f.gradients += x.gradients;
+      f.master += x.master;
+      f.moments += x.moments;
+    }
+    return f;
+  };
   // (bf16/fp16 emulated in fp32 arrays store 4-byte weights but keep a separate master.)
-  ModelStateBytes b = zero_formula_bytes(psi, opt_.world_size, opt_.stage, static_cast<int>(esz_));
-  if (!fp32_alias() && esz_ == 4)
-    b.master = zero_formula_bytes(psi, opt_.world_size, opt_.stage, 2).master;
+  ModelStateBytes b = formula(static_cast<int>(esz_));
+  if (!fp32_alias() && esz_ == 4) b.master = formula(2).master;
   const int64_t offloaded_states = b.master + b.moments;
   if (opt_.optimizer_states == StatesHome::kHost) {  // the leading split_ elements on the host
     const double total = static_cast<double>(partition_.shard_elems_total());

@@ -54,6 +54,15 @@ struct ZeroOptions {
   // global gradient norm and the overflow check also sum over them, each element counted once
   // (ParamLayout::counted_in_norm), so every rank of the world clips and skips alike.
   Communicator* model_parallel_comm = nullptr;
+  // Expert parallelism (the layout's shard().expert_size > 1: its experts units hold this rank's
+  // experts only): those units are partitioned and reduced over the expert-data-parallel group,
+  // the data-parallel ranks holding the same experts (its size, this rank's index in it and its
+  // communicator, null for one rank), and the stage-0 gradient norm sums their part over the
+  // expert-parallel group (the ranks holding the other experts; null: one rank).
+  int expert_world_size = 1;
+  int expert_rank = 0;
+  Communicator* expert_comm = nullptr;
+  Communicator* expert_parallel_comm = nullptr;
   int64_t reduce_bucket_size = 500000000;
   int64_t allgather_bucket_size = 500000000;
   bool overlap_comm = false;
@@ -183,8 +192,19 @@ class ZeroEngine : public ParamSource, public GradSink {
   const ParamLayout& layout() const { return layout_; }
   const Partition& partition() const { return partition_; }
   const ZeroOptions& options() const { return opt_; }
-  // The rank that owns optimizer shards: the rank (stages 1-3) or 0 (stage 0: all of it).
-  int owner_rank() const { return opt_.stage >= 1 ? opt_.rank : 0; }
+  // The rank whose optimizer shard of unit u this rank holds: its index in the unit's group
+  // (stages 1-3: the data-parallel group, or for an experts unit the expert-data-parallel
+  // group) or 0 (stage 0: all of it).
+  int owner_rank(int u) const {
+    if (opt_.stage == 0) return 0;
+    return partition_.unit(u).experts && expert_groups() ? opt_.expert_rank : opt_.rank;
+  }
+  // Whether the experts units are this rank's experts only, on their own groups (ZeroOptions).
+  bool expert_groups() const { return layout_.shard().expert_size > 1; }
+  // The group unit u's gradients are reduced and its weights gathered over.
+  Communicator& unit_comm(int u) const {
+    return partition_.unit(u).experts && expert_groups() ? *expert_comm_ : *opt_.comm;
+  }
   // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements). Only
   // when the states are in memory (states_resident()); NVMe states are reached by visit_states.
   // On a GPU backend they may be device memory (see states_addressable()).
@@ -260,8 +280,12 @@ class ZeroEngine : public ParamSource, public GradSink {
   // trust ratio, from its partial norms summed over the data-parallel group, in between.
   void lamb_step(const OptimStep& s, OptimizerParams p);
   // Sum of squares of this rank's reduced gradient shards, over the elements it counts in the
-  // global norm (all of them without model parallelism).
-  double shard_sum_squares();
+  // global norm (all of them without model parallelism): of the experts units (experts) or of
+  // the others.
+  double shard_sum_squares(bool experts = false);
+  // The sum of squares of the whole gradient's parts this rank's model part holds, the same on
+  // every rank of the data-parallel group (before the model-parallel sum).
+  double global_sum_squares();
   void place_parameters();        // allocates weights_ (and the parameter swapper)
   void place_optimizer_states();  // allocates host_/dev_ (or the state swapper)
   void* weight_region(int u);     // the compute weights this rank's optimizer writes for unit u
@@ -298,6 +322,10 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<ParamSwapper> param_swapper_;  // stage 3 parameters on NVMe
   int resident_param_units_ = 0;  // with param_swapper_: units [0, this) stay in weights_
   std::unique_ptr<Communicator> self_comm_;  // world 1 without a communicator given
+  // The experts units' group (expert_groups()): ZeroOptions::expert_comm, or for one rank
+  // expert_self_comm_.
+  Communicator* expert_comm_ = nullptr;
+  std::unique_ptr<Communicator> expert_self_comm_;
   std::unique_ptr<PowerSgd> powersgd_;       // ZeroOptions::powersgd (before reducer_: it uses it)
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3

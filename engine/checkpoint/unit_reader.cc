@@ -73,6 +73,22 @@ void UnitReader::read_local(const ParamLayout& local, int u, float* master, floa
   const TensorShard& s = local.shard();
   // A pipeline stage's unit u is the whole model's unit g.
   const int g = local.global_unit(u);
+  if (s.expert_size > 1) {
+    // This rank's experts: a range of the unit of every expert (ParamLayout::experts_offset);
+    // its other units are those of every expert's layout.
+    const ParamLayout all(local.spec(), local.align_elems(), s.all_experts());
+    if (!local.unit(u).experts) return read_local(all, g, master, exp_avg, exp_avg_sq);
+    const int64_t off = local.experts_offset(), n = local.unit(u).numel;
+    float* outs[3] = {master, exp_avg, exp_avg_sq};
+    std::vector<float> whole[3];
+    for (int k = 0; k < 3; ++k)
+      if (outs[k]) whole[k].resize(static_cast<size_t>(all.unit(g).numel));
+    read_local(all, g, master ? whole[0].data() : nullptr, exp_avg ? whole[1].data() : nullptr,
+               exp_avg_sq ? whole[2].data() : nullptr);
+    for (int k = 0; k < 3; ++k)
+      if (outs[k]) std::copy(whole[k].begin() + off, whole[k].begin() + off + n, outs[k]);
+    return;
+  }
   if (s.size == saved_tp_) {
     readers_[static_cast<size_t>(s.rank)]->read(g, 0, local.unit(u).numel, master, exp_avg,
                                                 exp_avg_sq);

@@ -30,8 +30,8 @@ class UnitReader {
   int saved_tensor_parallel() const { return saved_tp_; }
   // The whole unit u (global layout): each pointer (may be null) gets its numel floats.
   void read_global(int u, float* master, float* exp_avg, float* exp_avg_sq);
-  // Unit u of `local` (a tensor rank's layout of the same model, any T): local.unit(u).numel
-  // floats per pointer (may be null).
+  // Unit u of `local` (a tensor rank's layout of the same model, any T, holding some of the
+  // experts or all): local.unit(u).numel floats per pointer (may be null).
   void read_local(const ParamLayout& local, int u, float* master, float* exp_avg,
                   float* exp_avg_sq);
 

@@ -76,9 +76,10 @@ void read_moe_section(ObjectReader& model, ModelConfig& m) {
 
 namespace {
 // parallelism.expert E > 1 (DeepSpeed-MoE's expert parallelism): E divides the experts. Every
-// ZeRO stage: the experts' parameters are laid out (and, at stages 1-3, sharded) over the whole
-// data-parallel group like the rest, a rank's gradients of the experts it does not compute are
-// zeros, so the data-parallel reduction sums each expert's over its expert-data-parallel ranks.
+// ZeRO stage: each rank stores its num_experts / E experts (TensorShard::expert_rank), which
+// ZeRO partitions and reduces over their expert-data-parallel group, the rest over the
+// data-parallel group. The optimizers whose work spans the data-parallel group outside ZeRO's
+// two groups (Muon's and Lamb's whole matrices, the 1-bit optimizers', PowerSGD) are refused.
 // That E divides the data-parallel size is checked once the world is known (resolve_job).
 void validate_expert_parallelism(const JobConfig& cfg, const std::string& experts_key,
                                  Problems& p) {
@@ -89,6 +90,21 @@ void validate_expert_parallelism(const JobConfig& cfg, const std::string& expert
             fmt::format("{} does not divide the {} experts ({}): each expert-parallel rank holds "
                         "num_experts / expert of them",
                         E, n, experts_key));
+  }
+  const std::string& type = cfg.optimizer.type;
+  if (type == "Muon" || type == "Lamb" || type == "OneBitAdam" || type == "ZeroOneAdam" ||
+      type == "OneBitLamb") {
+    p.error("optimizer.type",
+            fmt::format("{} does not run with parallelism.expert {} yet: each rank stores only "
+                        "its experts, and {}'s step spans the data-parallel group (use Adam, "
+                        "AdamW, SGD, Adagrad or Lion, or expert 1)",
+                        type, E, type));
+  }
+  if (!cfg.communication_compression.type.empty()) {
+    p.error("communication_compression.type",
+            fmt::format("\"{}\" does not run with parallelism.expert {} yet (the experts' "
+                        "gradients reduce over their own group); use expert 1",
+                        cfg.communication_compression.type, E));
   }
 }
 }  // namespace

@@ -42,7 +42,11 @@ PipelinePlan make_pipeline_plan(const JobConfig& cfg) {
                : par.pipeline_partition == "parameters" ? pipeline::PartitionMethod::kParameters
                                                         : pipeline::PartitionMethod::kUniform;
   req.counts = par.pipeline_layers;
-  for (int l = 0; l < L; ++l) req.layer_params.push_back(real_parameters(layout.unit(l + 1)));
+  for (int l = 0; l < L; ++l) {
+    const int e = layout.experts_unit(l);  // (a MoE block's routed experts)
+    req.layer_params.push_back(real_parameters(layout.unit(layout.block_unit(l))) +
+                               (e >= 0 ? real_parameters(layout.unit(e)) : 0));
+  }
   const UnitLayout& emb = layout.unit(layout.embedding_unit());
   req.first_params = real_parameters(emb);
   // The head: the final unit (norm, and lm_head when untied), or with a tied embedding the

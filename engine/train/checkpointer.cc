@@ -263,21 +263,28 @@ class Checkpointer::StagedStates : public ShardSource {
 std::vector<ShardData> Checkpointer::my_shards() {
   std::vector<ShardData> out;
   // Stage 0: every rank of the data-parallel group holds all of it; its rank 0 alone writes
-  // (one writer per tensor rank).
-  if (engine_.options().stage == 0 && engine_.options().rank != 0) return out;
+  // (one writer per tensor rank), and with expert groups each expert-data-parallel group's
+  // rank 0 writes its experts.
+  const ZeroOptions& zo = engine_.options();
+  const bool experts_apart = engine_.expert_groups();
   // A pipeline stage saves its own units under their whole-model indices; the last stage's copy
-  // of a tied embedding is the first stage's (the same states), which saves it.
+  // of a tied embedding is the first stage's (the same states), which saves it. An experts unit
+  // holding this rank's experts is saved where they lie in the unit of every expert (the files
+  // are laid out as at parallelism.expert 1, so any E loads them).
   const Partition& part = engine_.partition();
   const ParamLayout& layout = engine_.layout();
   for (int u = 0; u < part.num_units(); ++u) {
     const UnitPartition& up = part.unit(u);
-    const int64_t valid = up.valid(engine_.owner_rank());
+    const bool own_experts = up.experts && experts_apart;
+    if (zo.stage == 0 && (own_experts ? zo.expert_rank : zo.rank) != 0) continue;
+    const int owner = engine_.owner_rank(u);
+    const int64_t valid = up.valid(owner);
     if (valid <= 0 || u == layout.tied_copy_unit()) continue;
     ShardData s;
     s.unit = u;
     s.file_unit = layout.global_unit(u);
     s.unit_name = layout.unit(u).name;
-    s.begin = up.begin(engine_.owner_rank());
+    s.begin = up.begin(owner) + (own_experts ? layout.experts_offset() : 0);
     s.end = s.begin + valid;
     if (engine_.states_addressable()) {
       s.master = engine_.master(u);
@@ -402,7 +409,8 @@ Manifest Checkpointer::make_manifest(const std::string& tag, bool automatic,
   m.padded_vocab_size = spec.vp();
   m.seq_len = spec.seq_len;
   // The whole model's units (a pipeline stage's engine holds some of them).
-  const ParamLayout whole(spec, engine_.layout().align_elems(), engine_.layout().shard());
+  const ParamLayout whole(spec, engine_.layout().align_elems(),
+                          engine_.layout().shard().all_experts());
   for (int u = 0; u < whole.num_units(); ++u)
     m.units.push_back({whole.unit(u).name, whole.unit(u).numel});
   m.progress = progress;
@@ -749,10 +757,18 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
   }
 
   const Partition& part = engine_.partition();
-  const int owner = engine_.owner_rank();
+  // Unit u's shard: elements [begin, begin + shard) of this rank's unit.
+  struct Span {
+    int64_t begin, shard;
+  };
+  auto span = [&](int u) {
+    return Span{part.unit(u).begin(engine_.owner_rank(u)), part.unit(u).shard};
+  };
   std::string mine;
   try {
-    if (saved_tp != my_tp) {
+    // (With expert groups this rank's experts units hold some of the experts: UnitReader cuts
+    // them from the files' units of every expert.)
+    if (saved_tp != my_tp || engine_.expert_groups()) {
       // Another tensor-parallel size: each unit put together from the saved parts and cut into
       // this rank's part (one unit at a time), then this rank's ZeRO shard of it.
       verify_checkpoint(path, m);
@@ -768,7 +784,7 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
               reader.read_local(layout, u, st[0].data(), st[1].data(), st[2].data());
               cached = u;
             }
-            const int64_t b = part.unit(u).begin(owner);
+            const int64_t b = span(u).begin;
             float* dst[3] = {pm, pa, pv};
             for (int k = 0; k < 3; ++k) {
               if (dst[k] == nullptr) continue;
@@ -777,15 +793,15 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
             }
           });
     } else {
-      // The same tensor-parallel size: this tensor rank's files, resharded over data parallelism.
+      // The same tensor-parallel size (all experts on every rank): this tensor rank's files,
+      // resharded over data parallelism.
       const Manifest mt = tensor_rank_manifest(m, layout.shard().rank);
       if (engine_.states_addressable()) {
         std::vector<ShardRequest> requests;
         for (int u = 0; u < part.num_units(); ++u) {
-          const UnitPartition& up = part.unit(u);
-          const int64_t b = up.begin(owner);
-          requests.push_back({layout.global_unit(u), b, b + up.shard, engine_.master(u),
-                              engine_.exp_avg(u), engine_.exp_avg_sq(u)});
+          const Span sp = span(u);
+          requests.push_back({layout.global_unit(u), sp.begin, sp.begin + sp.shard,
+                              engine_.master(u), engine_.exp_avg(u), engine_.exp_avg_sq(u)});
         }
         load_shards(path, mt, requests);
       } else {
@@ -800,8 +816,8 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
           return std::none_of(f.slices.begin(), f.slices.end(), [&](const ShardSlice& s) {
             const int u = local_unit.at(static_cast<size_t>(s.unit));
             if (u < 0) return false;
-            const UnitPartition& up = part.unit(u);
-            return s.begin < up.begin(owner) + up.shard && up.begin(owner) < s.end;
+            const Span sp = span(u);
+            return s.begin < sp.begin + sp.shard && sp.begin < s.end;
           });
         });
         verify_checkpoint(path, mine_only);
@@ -809,8 +825,8 @@ std::optional<TrainingProgress> Checkpointer::load_tag(const std::string& chosen
         engine_.visit_states_host(
             ZeroEngine::StatesMode::kOverwrite, 0, part.num_units(),
             [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-              const int64_t b = part.unit(u).begin(owner);
-              reader.read(layout.global_unit(u), b + lo, b + hi, pm, pa, pv);
+              reader.read(layout.global_unit(u), span(u).begin + lo, span(u).begin + hi, pm, pa,
+                          pv);
             });
       }
     }

@@ -99,8 +99,9 @@ void Trainer::make_expert_group() {
   // each slice is dispatched among its holders; with pipelines, over the data-parallel ranks of
   // this rank's stage): the
   // expert-parallel group of data-parallel rank d is the E consecutive ones [E floor(d/E),
-  // E floor(d/E) + E) (one copy of every expert between them); the expert-data-parallel group,
-  // the ranks with the same d mod E, holds the same experts.
+  // E floor(d/E) + E) (one copy of every expert between them; d stores experts d mod E of E);
+  // the expert-data-parallel group, the DP/E ranks with the same d mod E, stores the same
+  // experts, which ZeRO partitions and reduces over it.
   const int E = cfg_.parallelism.expert;
   const ProcessGroup& dp = groups_->zero();
   const int dp_size = dp.size(), d = dp.rank();
@@ -109,13 +110,16 @@ void Trainer::make_expert_group() {
                  device_comm_ ? " on train.device cuda (CPU ranks only)" : " (must divide them)");
   Communicator* comm = &dp.comm();
   if (E < dp_size) {
-    std::vector<int> ranks;
+    std::vector<int> ranks, data_ranks;
     const int first = d / E * E;
     for (int i = 0; i < E; ++i) ranks.push_back(dp.global_rank(first + i));
+    for (int j = d % E; j < dp_size; j += E) data_ranks.push_back(dp.global_rank(j));
     GlooGroupFactory factory(world_gloo_options(ctx_), "ep");
     expert_comm_ =
         factory.make("expert." + std::to_string(ranks.front()), "expert", ranks, d - first);
     comm = expert_comm_.get();
+    expert_data_comm_ = factory.make("expert_data." + std::to_string(data_ranks.front()),
+                                     "expert_data", data_ranks, d / E);
   }
   expert_exchange_ = std::make_unique<ExpertParallelExchange>(*comm, *backend_);
   for_each_model([&](Model& m) { m.set_expert_exchange(expert_exchange_.get()); });
@@ -213,7 +217,11 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   const std::vector<pipeline::Action>* actions =
       schedule.empty() ? nullptr : &schedule.at(static_cast<size_t>(groups_->pipeline().rank()));
-  const TensorShard tshard{tensor.rank(), tensor.size(), par.sequence_parallel};
+  TensorShard tshard{tensor.rank(), tensor.size(), par.sequence_parallel};
+  if (par.expert > 1) {  // (make_expert_group: the expert-parallel rank of data-parallel rank d)
+    tshard.expert_rank = groups_->zero().rank() % par.expert;
+    tshard.expert_size = par.expert;
+  }
   for (size_t c = 0; c < chunks.size(); ++c) {
     const int slots = actions ? pipeline::slots_needed(*actions, static_cast<int>(c)) : 1;
     auto m = make_model(spec, *backend_, B, T, cfg_.model.activation_checkpointing, &memory_,
@@ -281,6 +289,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.prefetch_bucket_size = cfg_.zero.stage3_prefetch_bucket_size;
   zo.param_persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
   zo.max_live_parameters = cfg_.zero.stage3_max_live_parameters;
+  if (par.expert > 1) {  // (make_expert_group's groups)
+    zo.expert_world_size = zo.world_size / par.expert;
+    zo.expert_rank = zo.rank / par.expert;
+    zo.expert_comm = expert_data_comm_.get();
+    zo.expert_parallel_comm = expert_comm_ ? expert_comm_.get() : zo.comm;
+  }
   if (const CommCompressionConfig& cc = cfg_.communication_compression; cc.type == "powersgd") {
     zo.powersgd = cc.powersgd;
   }
@@ -332,7 +346,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     import_hf_model(*cfg_.model.init_from, global, [&](int g, const float* flat) {
       const int u = local_unit[static_cast<size_t>(g)];
       if (u < 0) return;  // another stage's
-      if (tensor.size() == 1) return engine_->set_master_unit(u, flat);
+      if (local.shard() == TensorShard{}) return engine_->set_master_unit(u, flat);
       part.resize(static_cast<size_t>(local.unit(u).numel));
       shard_unit(global, local, u, flat, part.data());
       engine_->set_master_unit(u, part.data());

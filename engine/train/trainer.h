@@ -127,6 +127,8 @@ class Trainer {
   // Expert parallelism (parallelism.expert > 1): the expert-parallel group's communicator (null
   // when it is the world) and the MoE layers' dispatch over it.
   std::unique_ptr<Communicator> expert_comm_;
+  // Its expert-data-parallel group (null: one rank), over which ZeRO shards the experts.
+  std::unique_ptr<Communicator> expert_data_comm_;
   std::unique_ptr<ExpertExchange> expert_exchange_;
   void make_expert_group();
   std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients

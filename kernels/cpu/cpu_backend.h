@@ -116,10 +116,12 @@ class CpuBackend final : public Backend {
                               const float* weight, const int32_t* slot_row, int64_t N, int k,
                               int C) override;
   void grouped_matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
-                              const int64_t* offsets, int E, int C, int OC) override;
+                              const int64_t* offsets, int E, int C, int OC, int64_t weight_stride,
+                              int64_t bias_stride) override;
   void grouped_matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                const void* inp, const void* weight, const int64_t* offsets, int E,
-                               int C, int OC, bool accumulate_dinp) override;
+                               int C, int OC, bool accumulate_dinp, int64_t weight_stride,
+                               int64_t bias_stride) override;
 
   void optimizer_update(float* master, float* m, float* v, const void* grad, void* param_out,
                         int64_t n, const OptimizerParams& p) override;

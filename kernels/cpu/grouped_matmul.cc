@@ -67,25 +67,30 @@ void for_each_expert(const int64_t* offsets, int E, bool bf16_products, const Bl
 }  // namespace
 
 void grouped_matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                            const int64_t* offsets, int E, int C, int OC, bool bf16_products) {
+                            const int64_t* offsets, int E, int C, int OC, bool bf16_products,
+                            int64_t weight_stride, int64_t bias_stride) {
   check_group_offsets(offsets, E);
+  const int64_t ws = weight_stride > 0 ? weight_stride : int64_t{OC} * C;
+  const int64_t bs = bias_stride > 0 ? bias_stride : OC;
   for_each_expert(offsets, E, bf16_products, [&](int e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    matmul_forward(out + r0 * OC, inp + r0 * C, weight + int64_t{e} * OC * C,
-                   bias != nullptr ? bias + int64_t{e} * OC : nullptr, rows, C, OC, bf16_products);
+    matmul_forward(out + r0 * OC, inp + r0 * C, weight + e * ws,
+                   bias != nullptr ? bias + e * bs : nullptr, rows, C, OC, bf16_products);
   });
 }
 
 void grouped_matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* weight, const int64_t* offsets, int E,
-                             int C, int OC, bool accumulate_dinp, bool bf16_products) {
+                             int C, int OC, bool accumulate_dinp, bool bf16_products,
+                             int64_t weight_stride, int64_t bias_stride) {
   check_group_offsets(offsets, E);
+  const int64_t ws = weight_stride > 0 ? weight_stride : int64_t{OC} * C;
+  const int64_t bs = bias_stride > 0 ? bias_stride : OC;
   for_each_expert(offsets, E, bf16_products, [&](int e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - r0;
-    matmul_backward(dinp != nullptr ? dinp + r0 * C : nullptr, dweight + int64_t{e} * OC * C,
-                    dbias != nullptr ? dbias + int64_t{e} * OC : nullptr, dout + r0 * OC,
-                    inp + r0 * C, weight + int64_t{e} * OC * C, rows, C, OC, accumulate_dinp,
-                    bf16_products);
+    matmul_backward(dinp != nullptr ? dinp + r0 * C : nullptr, dweight + e * ws,
+                    dbias != nullptr ? dbias + e * bs : nullptr, dout + r0 * OC, inp + r0 * C,
+                    weight + e * ws, rows, C, OC, accumulate_dinp, bf16_products);
   });
 }
 

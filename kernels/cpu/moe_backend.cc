@@ -52,11 +52,11 @@ void Backend::moe_unpermute_backward(void*, float*, const void*, const void*, co
   no_moe(*this, "moe_unpermute_backward");
 }
 void Backend::grouped_matmul_forward(void*, const void*, const void*, const void*, const int64_t*,
-                                     int, int, int) {
+                                     int, int, int, int64_t, int64_t) {
   no_moe(*this, "grouped_matmul_forward");
 }
 void Backend::grouped_matmul_backward(void*, void*, void*, const void*, const void*, const void*,
-                                      const int64_t*, int, int, int, bool) {
+                                      const int64_t*, int, int, int, bool, int64_t, int64_t) {
   no_moe(*this, "grouped_matmul_backward");
 }
 
@@ -97,17 +97,19 @@ void CpuBackend::moe_unpermute_backward(void* dyp, float* dweight, const void* d
 }
 void CpuBackend::grouped_matmul_forward(void* out, const void* inp, const void* weight,
                                         const void* bias, const int64_t* offsets, int E, int C,
-                                        int OC) {
-  cpu::grouped_matmul_forward(F(out), F(inp), F(weight), F(bias), offsets, E, C, OC,
-                              bf16_products_);
+                                        int OC, int64_t weight_stride, int64_t bias_stride) {
+  cpu::grouped_matmul_forward(F(out), F(inp), F(weight), F(bias), offsets, E, C, OC, bf16_products_,
+                              weight_stride, bias_stride);
 }
 void CpuBackend::grouped_matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                          const void* inp, const void* weight,
                                          const int64_t* offsets, int E, int C, int OC,
-                                         bool accumulate_dinp) {
+                                         bool accumulate_dinp, int64_t weight_stride,
+                                         int64_t bias_stride) {
   dlogits_bf16_of_ = nullptr;  // any other backward product forgets the head's bf16 dlogits
   cpu::grouped_matmul_backward(F(dinp), F(dweight), F(dbias), F(dout), F(inp), F(weight), offsets,
-                               E, C, OC, accumulate_dinp, bf16_products_);
+                               E, C, OC, accumulate_dinp, bf16_products_, weight_stride,
+                               bias_stride);
 }
 
 }  // namespace cpu

@@ -5,7 +5,7 @@
 namespace zerod::pipeline {
 
 ChunkSeams::ChunkSeams(const ParamLayout& chunk, const ParamLayout& rank) {
-  std::vector<int> local(static_cast<size_t>(rank.spec().n_layer) + 2, -1);  // global -> rank
+  std::vector<int> local(static_cast<size_t>(rank.num_global_units()), -1);  // global -> rank
   for (int u = 0; u < rank.num_units(); ++u) local.at(static_cast<size_t>(rank.global_unit(u))) = u;
   for (int u = 0; u < chunk.num_units(); ++u) {
     const int r = local.at(static_cast<size_t>(chunk.global_unit(u)));

@@ -174,6 +174,33 @@ TEST(MoeKernels, GroupedMatmulIsOneMatmulPerExpert) {
     EXPECT_TRUE(std::all_of(one.dw.begin() + e * OC * C, one.dw.begin() + (e + 1) * OC * C,
                             [](float v) { return v == 0.5f; }));
   }
+
+  // Experts stored expert by expert (a model's experts unit): each expert's weight then bias in
+  // one block of `stride` elements, gaps included. The same bits, and the gaps untouched.
+  const int64_t stride = int64_t{OC} * C + OC + 8;
+  VecF ws(E * stride, 7.0f), dws(E * stride, 0.5f);
+  for (int e = 0; e < E; ++e) {
+    std::copy(w.begin() + e * OC * C, w.begin() + (e + 1) * OC * C, ws.begin() + e * stride);
+    std::copy(b.begin() + e * OC, b.begin() + (e + 1) * OC, ws.begin() + e * stride + OC * C);
+    std::fill(dws.begin() + e * stride + OC * C, dws.begin() + e * stride + OC * C + OC, 0.25f);
+  }
+  VecF ys(R * OC), dxs(R * C, 1.0f);
+  grouped_matmul_forward(ys.data(), x.data(), ws.data(), ws.data() + OC * C, offsets.data(), E, C,
+                         OC, false, stride, stride);
+  grouped_matmul_backward(dxs.data(), dws.data(), dws.data() + OC * C, dy.data(), x.data(),
+                          ws.data(), offsets.data(), E, C, OC, true, false, stride, stride);
+  EXPECT_TRUE(test::bitwise_equal(ys, ref.y));
+  EXPECT_TRUE(test::bitwise_equal(dxs, ref.dx));
+  for (int e = 0; e < E; ++e) {
+    const auto block = dws.begin() + e * stride;
+    EXPECT_TRUE(
+        test::bitwise_equal(VecF(block, block + OC * C),
+                            VecF(ref.dw.begin() + e * OC * C, ref.dw.begin() + (e + 1) * OC * C)));
+    EXPECT_TRUE(test::bitwise_equal(VecF(block + OC * C, block + OC * C + OC),
+                                    VecF(ref.db.begin() + e * OC, ref.db.begin() + (e + 1) * OC)));
+    EXPECT_TRUE(
+        std::all_of(block + OC * C + OC, block + stride, [](float v) { return v == 0.5f; }));
+  }
   const VecL decreasing = {0, 10, 5, 6, 7, 8};
   VecF y(R * OC);
   EXPECT_THROW(
@@ -232,12 +259,13 @@ TEST(MoeKernels, CpuBackendOpsAreTheKernels) {
     VecF xp(R * C), yp(R * OC), y(N * OC), dyp(R * OC), dweight(N * k), dxp(R * C), dx(N * C, 0.0f),
         dw(w.size(), 0.0f);
     be->moe_permute_forward(xp.data(), x.data(), row_token.data(), R, C);
-    be->grouped_matmul_forward(yp.data(), xp.data(), w.data(), nullptr, offsets.data(), E, C, OC);
+    be->grouped_matmul_forward(yp.data(), xp.data(), w.data(), nullptr, offsets.data(), E, C, OC, 0,
+                               0);
     be->moe_unpermute_forward(y.data(), yp.data(), weight.data(), slot_row.data(), N, k, OC);
     be->moe_unpermute_backward(dyp.data(), dweight.data(), dy.data(), yp.data(), weight.data(),
                                slot_row.data(), N, k, OC);
     be->grouped_matmul_backward(dxp.data(), dw.data(), nullptr, dyp.data(), xp.data(), w.data(),
-                                offsets.data(), E, C, OC, false);
+                                offsets.data(), E, C, OC, false, 0, 0);
     be->moe_permute_backward(dx.data(), dxp.data(), slot_row.data(), N, k, C);
     MoeRouterLossGrad lg{0.01f, aux_counts.data(), N, 0.001f};
     be->moe_router_backward(dlogits.data(), dweight.data(), probs.data(), lse.data(), expert.data(),

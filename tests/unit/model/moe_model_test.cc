@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "model/model.h"
+#include "model/shard.h"
 
 namespace zerod {
 namespace {
@@ -158,7 +159,7 @@ TEST_P(MoeModelTest, GradientsMatchFiniteDifferencesOfTheObjective) {
     std::vector<float> d(static_cast<size_t>(unit.numel), 0.0f);
     for (const TensorInfo& t : unit.tensors) {
       const int64_t real = t.real_rows >= 0 ? t.real_rows * t.shape.back() : t.numel;
-      fill_normal(d.data() + t.offset, real, 0, 1, 21, u * 100 + (&t - unit.tensors.data()));
+      fill_normal(d.data() + t.offset, real, 0, 1, 21, t.stream);
     }
     double norm = 0;
     for (float x : d) norm += double{x} * x;
@@ -260,25 +261,124 @@ TEST_P(MoeModelTest, LayoutNamesAndParameterCounts) {
     }
   EXPECT_EQ(real, s.num_parameters());
   EXPECT_EQ(experts, moe_expert_parameters(s));
+  // Block 0 is a MoE block: its unit (1) holds the router, the next unit (2) its routed experts,
+  // and nothing else.
   const UnitLayout& block0 = layout.unit(1);
+  const UnitLayout& experts0 = layout.unit(2);
+  ASSERT_EQ(layout.block_unit(0), 1);
+  ASSERT_EQ(layout.experts_unit(0), 2);
+  EXPECT_FALSE(block0.experts);
+  EXPECT_TRUE(experts0.experts);
+  for (const TensorInfo& t : experts0.tensors)
+    EXPECT_TRUE(t.name.find(".experts.") != std::string::npos &&
+                t.name.find("shared") == std::string::npos)
+        << t.name;
+  for (const TensorInfo& t : block0.tensors)
+    EXPECT_TRUE(t.name.find(".experts.") == std::string::npos) << t.name;
   if (s.llama_family()) {
     EXPECT_EQ(block0.tensor("model.layers.0.block_sparse_moe.gate.weight").shape,
               (std::vector<int64_t>{s.moe.num_experts, s.n_embd}));
     const int last = s.moe.num_experts - 1;
     const std::string e = "model.layers.0.block_sparse_moe.experts." + std::to_string(last);
-    EXPECT_EQ(block0.tensor(e + ".w1.weight").shape,
+    EXPECT_EQ(experts0.tensor(e + ".w1.weight").shape,
               (std::vector<int64_t>{s.intermediate_size, s.n_embd}));
-    EXPECT_EQ(block0.tensor(e + ".w2.weight").shape,
+    EXPECT_EQ(experts0.tensor(e + ".w2.weight").shape,
               (std::vector<int64_t>{s.n_embd, s.intermediate_size}));
     // w1 and w3 of an expert lie back to back (one grouped matmul computes gate | up).
-    EXPECT_EQ(block0.tensor(e + ".w3.weight").offset,
-              block0.tensor(e + ".w1.weight").offset + s.intermediate_size * s.n_embd);
+    EXPECT_EQ(experts0.tensor(e + ".w3.weight").offset,
+              experts0.tensor(e + ".w1.weight").offset + s.intermediate_size * s.n_embd);
   } else {
     EXPECT_EQ(block0.tensor("h.0.mlp.deepspeed_moe.gate.wg.weight").shape,
               (std::vector<int64_t>{s.moe.num_experts, s.n_embd}));
-    EXPECT_NO_THROW(block0.tensor("h.0.mlp.deepspeed_moe.experts.deepspeed_experts.2.c_fc.bias"));
-    EXPECT_NO_THROW(layout.unit(2).tensor("h.1.mlp.c_fc.weight"));  // block 1: dense
+    EXPECT_NO_THROW(experts0.tensor("h.0.mlp.deepspeed_moe.experts.deepspeed_experts.2.c_fc.bias"));
+    // Block 1, when dense, has no experts unit.
+    if (!s.moe.is_moe_layer(1)) {
+      EXPECT_EQ(layout.experts_unit(1), -1);
+      EXPECT_NO_THROW(layout.unit(layout.block_unit(1)).tensor("h.1.mlp.c_fc.weight"));
+    }
   }
+}
+
+// Expert parallelism's storage (TensorShard::expert_rank of expert_size): rank r's experts unit
+// holds experts [r n/E, (r+1) n/E) of each MoE block, expert by expert, and is the range
+// [experts_offset, + numel) of the unit of every expert: its initialisation, its part of an
+// imported unit (shard_unit), alone and under tensor parallelism; the ranks' parts put back
+// (unshard_unit) rebuild the unit of every expert; every other unit is unchanged.
+TEST_P(MoeModelTest, ExpertShardsAreRangesOfTheUnitOfEveryExpert) {
+  const ModelSpec s = GetParam().spec;
+  const int n = s.moe.num_experts;
+  const ParamLayout global(s);
+  auto init = [](const ParamLayout& l, int u) {
+    std::vector<float> v(static_cast<size_t>(l.unit(u).numel));
+    l.init_range(u, v.data(), 0, l.unit(u).numel, 17);
+    return v;
+  };
+  auto ramp = [](const ParamLayout& l, int u) {
+    std::vector<float> v(static_cast<size_t>(l.unit(u).numel));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 997) + 1.0f;
+    return v;
+  };
+  int checked = 0;
+  for (int T : {1, 2}) {
+    if (!tensor_parallel_problem(s, T).empty()) continue;
+    for (int E = 2; E <= n; ++E) {
+      if (n % E != 0) continue;
+      for (int t = 0; t < T; ++t) {
+        const ParamLayout all(s, 16, TensorShard{t, T});
+        std::vector<std::vector<float>> rebuilt(static_cast<size_t>(all.num_units()));
+        for (int r = 0; r < E; ++r) {
+          const ParamLayout local(s, 16, TensorShard{t, T, false, r, E});
+          const std::string at =
+              "T=" + std::to_string(T) + " E=" + std::to_string(E) + " rank " + std::to_string(r);
+          ASSERT_EQ(local.num_units(), all.num_units()) << at;
+          EXPECT_EQ(local.local_experts(), n / E);
+          EXPECT_EQ(local.first_expert(), r * n / E);
+          for (int u = 0; u < local.num_units(); ++u) {
+            const UnitLayout& lu = local.unit(u);
+            const std::vector<float> mine = init(local, u), every = init(all, u);
+            const std::vector<float> whole = ramp(global, u);
+            std::vector<float> part(mine.size()), all_part(every.size());
+            shard_unit(global, local, u, whole.data(), part.data());
+            shard_unit(global, all, u, whole.data(), all_part.data());
+            if (!lu.experts) {
+              EXPECT_EQ(lu.numel, all.unit(u).numel) << at << " " << lu.name;
+              EXPECT_EQ(mine, every) << at << " " << lu.name;
+              EXPECT_EQ(part, all_part) << at << " " << lu.name;
+              continue;
+            }
+            ++checked;
+            EXPECT_EQ(lu.numel * E, all.unit(u).numel) << at << " " << lu.name;
+            EXPECT_EQ(lu.tensors.size() * E, all.unit(u).tensors.size()) << at;
+            for (const TensorInfo& x : lu.tensors) {
+              // "...experts.<e>." (Mixtral) or "...deepspeed_experts.<e>." (GPT-2)
+              const std::string tail = x.name.substr(x.name.find("experts.") + 8);
+              const int e = std::stoi(tail.substr(tail.find_first_of("0123456789")));
+              EXPECT_TRUE(e >= r * n / E && e < (r + 1) * n / E) << at << " " << x.name;
+            }
+            const int64_t off = local.experts_offset();
+            EXPECT_TRUE(std::equal(mine.begin(), mine.end(), every.begin() + off))
+                << at << " " << lu.name << ": the initialisation";
+            EXPECT_TRUE(std::equal(part.begin(), part.end(), all_part.begin() + off))
+                << at << " " << lu.name << ": the imported part";
+            std::vector<float>& back = rebuilt[static_cast<size_t>(u)];
+            back.resize(whole.size(), 0.0f);
+            unshard_unit(global, local, u, part.data(), back.data());
+          }
+        }
+        // Every expert rank's part of every experts unit put back: this tensor rank's part of
+        // the whole unit, as from the layout of every expert.
+        for (int u = 0; u < all.num_units(); ++u) {
+          if (!all.unit(u).experts) continue;
+          const std::vector<float> whole = ramp(global, u);
+          std::vector<float> from_all(whole.size(), 0.0f), all_part(all.unit(u).numel);
+          shard_unit(global, all, u, whole.data(), all_part.data());
+          unshard_unit(global, all, u, all_part.data(), from_all.data());
+          EXPECT_EQ(rebuilt[static_cast<size_t>(u)], from_all) << all.unit(u).name;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // Mixtral-8x7B's shape: transformers' count of MixtralForCausalLM's parameters (46.7 B), of

@@ -1,10 +1,11 @@
 // Expert parallelism through the whole trainer (threads of this process, Gloo over 127.0.0.1):
 // GPT-2 and Llama with a moe section of 4 experts, top-2, on 4 data-parallel ranks, with the
-// experts spread over expert-parallel groups of E = 2 (two groups) and E = 4 (one), train the
-// losses and gradient norms of E = 1 (every rank holding every expert) at the same global batch:
-// 1e-5 relative over 20 steps, dropless and with capacity 1.0 (tokens dropped), at ZeRO stages
-// 0-3 and stage 3 with CPU offload. Bad shapes are refused while the job is checked, naming the
-// keys.
+// experts spread over expert-parallel groups of E = 2 (two groups) and E = 4 (one), each rank
+// storing its own experts (ZeRO over their expert-data-parallel group), train the losses and
+// gradient norms of E = 1 (every rank holding every expert) at the same global batch: 1e-5
+// relative over 20 steps, dropless and with capacity 1.0 (tokens dropped), at ZeRO stages 0-3
+// and stage 3 with CPU offload. Bad shapes and optimizers that do not run with it are refused
+// while the job is checked, naming the keys.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -116,9 +117,39 @@ TEST_F(ExpertParallel, AtZeroStagesTwoAndThreeAndWithCpuOffload) {
   expect_close(ep, one, 1e-5, "Llama stage 3 + CPU offload E=2");
 }
 
-// Checkpoints reshard across E (the parameter layout does not depend on it): saved at E = 2 at
-// step 10 (ZeRO-1), resumed at E = 1 and E = 4, the last 10 steps within 1e-5 of the
-// uninterrupted E = 2 run.
+// Each rank stores its n/E experts only: its experts units are 1/E of E = 1's, and at ZeRO
+// stage 0 (fp32: weights, gradients and Adam's moments of every stored element, 16 bytes) its
+// model states are 16 bytes x the experts it does not store smaller, exactly. At stage 1 the
+// weights and gradients (8 bytes an element) shrink, and the moments stay (the experts'
+// optimizer shards over DP/E ranks are the size of their 1/DP shard over DP).
+TEST_F(ExpertParallel, EachRankStoresItsOwnExpertsOnly) {
+  const TinyModel m = moe_gpt2(kDropless);
+  for (int stage : {0, 1}) {
+    const Outcome one = train(*corpus_, m, 1, stage);
+    ASSERT_GT(one.experts_elems, 0);
+    for (int E : {2, 4}) {
+      const Outcome ep = train(*corpus_, m, E, stage);
+      const std::string at = "stage " + std::to_string(stage) + " E=" + std::to_string(E);
+      EXPECT_EQ(ep.experts_elems * E, one.experts_elems) << at;
+      const int64_t gone = one.experts_elems - ep.experts_elems;
+      EXPECT_EQ(one.states.weights - ep.states.weights, 4 * gone) << at;
+      EXPECT_EQ(one.states.gradients - ep.states.gradients, 4 * gone) << at;
+      if (stage == 0) {
+        EXPECT_EQ(one.states.moments - ep.states.moments, 8 * gone) << at;
+        EXPECT_EQ(one.states.states() - ep.states.states(), 16 * gone) << at;
+      } else {
+        EXPECT_NEAR(static_cast<double>(ep.states.moments), static_cast<double>(one.states.moments),
+                    0.01 * one.states.moments)
+            << at;
+      }
+      expect_close(ep, one, 1e-5, "stored experts " + at);
+    }
+  }
+}
+
+// Checkpoints reshard across E (saved as at E = 1: a rank's experts are a range of the unit of
+// every expert): saved at E = 2 at step 10 (ZeRO-1), resumed at E = 1 and E = 4, the last 10
+// steps within 1e-5 of the uninterrupted E = 2 run.
 TEST_F(ExpertParallel, ACheckpointSavedAtTwoResumesAtOneAndFour) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("zerod_ep_ckpt_" + std::to_string(::getpid()));
@@ -143,9 +174,10 @@ TEST_F(ExpertParallel, ACheckpointSavedAtTwoResumesAtOneAndFour) {
 // Refused while the job is checked: E not dividing the experts or the data-parallel size, a dense
 // model. Every ZeRO stage is accepted.
 TEST_F(ExpertParallel, BadShapesAreConfigErrorsNamingTheKeys) {
-  auto problems = [&](int world, int stage, const std::string& extra, const TinyModel& model) {
+  auto problems = [&](int world, int stage, const std::string& extra, const TinyModel& model,
+                      const std::string& optimizer = testing::kTinyAdamW) {
     try {
-      testing::tiny_job(*corpus_, world, stage, 1, 1, extra, "", 8, "", model);
+      testing::tiny_job(*corpus_, world, stage, 1, 1, extra, "", 8, "", model, optimizer);
     } catch (const ConfigError& e) {
       std::string all;
       for (const std::string& p : e.problems()) all += p + "\n";
@@ -169,6 +201,18 @@ TEST_F(ExpertParallel, BadShapesAreConfigErrorsNamingTheKeys) {
       << dense;
   for (int stage : {0, 1, 2, 3})
     EXPECT_EQ(problems(4, stage, R"(, "parallelism": {"expert": 2})", m), "") << stage;
+  const std::string muon = problems(4, 0, R"(, "parallelism": {"expert": 2})", m,
+                                    R"({"type": "Muon", "params": {"lr": 0.01}})");
+  EXPECT_NE(muon.find("optimizer.type: Muon does not run with parallelism.expert 2 yet"),
+            std::string::npos)
+      << muon;
+  const std::string powersgd = problems(
+      4, 0, R"(, "parallelism": {"expert": 2}, "communication_compression": {"type": "powersgd"})",
+      m);
+  EXPECT_NE(powersgd.find("communication_compression.type: \"powersgd\" does not run with "
+                          "parallelism.expert 2 yet"),
+            std::string::npos)
+      << powersgd;
 }
 
 }  // namespace

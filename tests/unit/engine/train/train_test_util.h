@@ -234,6 +234,9 @@ struct RunOutcome {
   std::vector<double> rank_last_loss;
   int tensor_size = 0;
   int64_t block_elems = 0;
+  // Rank 0's model states after the run, and the elements of its experts units.
+  ModelStateBytes states;
+  int64_t experts_elems = 0;
 };
 
 // Trains `cfg` on `world` ranks (threads), resumed from `resume` first when given.
@@ -255,6 +258,11 @@ inline RunOutcome train_outcome(const JobConfig& cfg, int world, const std::stri
       out.tensor_size = t.groups().tensor().size();
       const ParamLayout& layout = t.model().layout();
       out.block_elems = layout.unit(layout.block_unit(0)).numel;
+      if (const int e = layout.experts_unit(0); e >= 0) out.block_elems += layout.unit(e).numel;
+      out.states = t.engine().measured_bytes();
+      for (int u = 0; u < t.engine().layout().num_units(); ++u)
+        if (t.engine().layout().unit(u).experts)
+          out.experts_elems += t.engine().layout().unit(u).numel;
     }
   });
   return out;
