@@ -163,8 +163,9 @@ Plan make_plan(const PlanRequest& r) {
   plan.tensor_parallel = r.tensor;
   plan.data_parallel = r.world / (r.tensor * r.context);
   // ZeRO partitions over data x context (the context ranks hold the same parameters).
-  const int T = r.tensor, dp = plan.data_parallel * r.context;
-  double psi = static_cast<double>(r.params) / T;
+  const int T = r.tensor, dp = plan.data_parallel * r.context, E = r.expert;
+  // psi: this rank's parameters; psi_experts of them in experts units (sharded over dp / E).
+  double psi = static_cast<double>(r.params) / T, psi_experts = 0;
   int64_t largest_unit = 0, activations = 0;
   std::vector<int64_t> padded_units;  // each unit's padded size as ZeRO partitions it
   if (r.spec) {
@@ -172,13 +173,21 @@ Plan make_plan(const PlanRequest& r) {
       const std::string problem = tensor_parallel_problem(*r.spec, T);
       ZD_CHECK_INPUT(problem.empty(), "{}", problem);
     }
-    // This rank's part of the model as the trainer lays it out (every tensor-parallel rank's
-    // layout has the same units and sizes).
-    const ParamLayout layout(*r.spec, 16, TensorShard{0, T});
+    ZD_CHECK_INPUT(E == 1 || r.spec->moe.enabled(),
+                   "parallelism.expert {}: expert parallelism needs a model with experts", E);
+    ZD_CHECK_INPUT(E == 1 || (r.spec->moe.num_experts % E == 0 && dp % E == 0),
+                   "parallelism.expert {} must divide the experts ({}) and the data-parallel "
+                   "size ({})",
+                   E, r.spec->moe.num_experts, dp);
+    // This rank's part of the model as the trainer lays it out (every tensor-parallel and
+    // expert-parallel rank's layout has the same units and sizes).
+    const ParamLayout layout(*r.spec, 16, TensorShard{0, T, false, 0, E});
     psi = static_cast<double>(layout.total_numel());
-    for (int u = 0; u < layout.num_units(); ++u)
+    for (int u = 0; u < layout.num_units(); ++u) {
       largest_unit = std::max(largest_unit, layout.unit(u).numel);
-    const Partition part(layout, dp);
+      if (layout.unit(u).experts && E > 1) psi_experts += static_cast<double>(layout.unit(u).numel);
+    }
+    const Partition part(layout, dp, 16, dp / E);
     for (int u = 0; u < part.num_units(); ++u) padded_units.push_back(part.unit(u).padded);
     plan.parameters = r.spec->num_parameters();
     const int seq = std::min(r.seq, r.spec->seq_len);
@@ -219,12 +228,20 @@ Plan make_plan(const PlanRequest& r) {
     row.stage = c.stage;
     row.offload_optimizer = c.opt;
     row.offload_param = c.param;
-    const ModelStateBytes ms = zero_formula_bytes(psi, dp, c.stage, r.compute_bytes);
+    // (The experts units over their expert-data-parallel group of dp / E ranks.)
+    ModelStateBytes ms = zero_formula_bytes(psi - psi_experts, dp, c.stage, r.compute_bytes);
+    if (psi_experts > 0) {
+      const ModelStateBytes x = zero_formula_bytes(psi_experts, dp / E, c.stage, r.compute_bytes);
+      ms.weights += x.weights;
+      ms.gradients += x.gradients;
+      ms.master += x.master;
+      ms.moments += x.moments;
+    }
     row.weights = ms.weights;
     row.gradients = ms.gradients;
     row.activations = activations;
     row.buffers = static_cast<int64_t>(zero_buffer_elems(padded_units, c.stage, r) * e);
-    const double opt_psi = c.stage >= 1 ? psi / n : psi;
+    const double opt_psi = c.stage >= 1 ? (psi - psi_experts) / n + psi_experts / (n / E) : psi;
     if (off == "none") {
       row.optimizer = ms.master + ms.moments;
     } else {

@@ -29,6 +29,9 @@ struct PlanRequest {
   int tensor = 1;  // parallelism.tensor T (must divide world; and the heads, MLP width, vocabulary)
   bool sequence_parallel = false;  // parallelism.sequence_parallel (with tensor > 1)
   int context = 1;  // parallelism.context C: each rank holds seq / C positions; ZeRO over DP x C
+  // parallelism.expert E (a model with experts): each rank stores num_experts / E of every MoE
+  // block's routed experts, which ZeRO shards over DP / E ranks.
+  int expert = 1;
   std::string context_impl = "ulysses";  // "ulysses" or "ring": the exchange's workspaces
   int micro_batch = 1;    // sequences per rank per forward/backward
   int seq = 1024;         // tokens per sequence (spec->seq_len by default)

@@ -73,6 +73,7 @@ PlanRequest job_plan_request(const JobConfig& cfg, const ModelSpec& spec, int el
   req.sequence_parallel = cfg.parallelism.sequence_parallel;
   req.context = cfg.parallelism.context;
   req.context_impl = cfg.parallelism.context_impl;
+  req.expert = cfg.parallelism.expert;
   req.micro_batch = static_cast<int>(cfg.micro_batch());
   req.seq = spec.seq_len;
   req.compute_bytes = elem_bytes;

@@ -595,7 +595,8 @@ TEST_F(Cli, ZeroctlPlanRecommendsWhatFitsAndRefusesBadInput) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("nothing fits"), std::string::npos) << r.output;
   for (const char* bad : {"plan --model gpt5 --world 2", "plan --model gpt2 --gpu-mem lots",
-                          "plan --model gpt2 --world 0", "plan --model missing.json"}) {
+                          "plan --model gpt2 --world 0", "plan --model missing.json",
+                          "plan --model gpt2 --world 2 --expert 2" /* a dense model */}) {
     r = run(bad, dir_, zeroctl);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;

@@ -11,6 +11,7 @@
 //     plan --model gpt2-1.5b|N_PARAMS|JOB.json --world N [--gpu-mem 80GiB] [--cpu-mem B]
 //          [--offload none|cpu|nvme] [--micro-batch B] [--seq T] [--dtype bf16|fp16|fp32]
 //          [--activation-checkpointing] [--ranks-per-node R] [--tensor T] [--sequence-parallel]
+//          [--expert E]
 //
 // Exit codes: 0 ok, 1 internal error (or the job failed: status --watch, stop), 2 bad usage, bad
 // input or a request the daemon rejected, 3 the daemon cannot be reached, 4 unauthenticated,
@@ -74,6 +75,7 @@ struct PlanFlags {
   std::string model;
   int world = 1, micro_batch = 1, seq = 1024, ranks_per_node = 8;
   int tensor = 1;  // parallelism.tensor (a job file's unless --tensor is given)
+  int expert = 1;  // parallelism.expert (likewise)
   std::string gpu_mem, cpu_mem, offload, dtype = "bf16";
   bool act_ckpt = false;
   bool sequence_parallel = false;  // parallelism.sequence_parallel (likewise)
@@ -83,6 +85,7 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
   zerod::PlanRequest r;
   r.world = f.world;
   r.tensor = f.tensor;
+  r.expert = f.expert;
   r.sequence_parallel = f.sequence_parallel;
   r.micro_batch = f.micro_batch;
   r.seq = f.seq;
@@ -103,11 +106,13 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
     if (cmd.get_option("--tensor")->count()) job.config.parallelism.tensor = f.tensor;
     if (cmd.get_option("--sequence-parallel")->count())
       job.config.parallelism.sequence_parallel = f.sequence_parallel;
+    if (cmd.get_option("--expert")->count()) job.config.parallelism.expert = f.expert;
     zerod::resolve_job(job.config, f.world);
     const zerod::JobConfig& c = job.config;
     r.context = c.parallelism.context;
     r.context_impl = c.parallelism.context_impl;
     r.tensor = c.parallelism.tensor;
+    r.expert = c.parallelism.expert;
     r.sequence_parallel = c.parallelism.sequence_parallel;
     r.spec = zerod::model_spec(c.model);
     if (!cmd.get_option("--micro-batch")->count())
@@ -140,10 +145,17 @@ int run_plan(const PlanFlags& f, CLI::App& cmd) {
       "%d%s, %s, micro-batch %d x %d%s\n",
       source.c_str(), static_cast<double>(plan.parameters) / 1e9,
       static_cast<double>(plan.padded_parameters) / 1e9,
-      plan.tensor_parallel > 1 ? " per tensor-parallel rank" : "", f.world, plan.tensor_parallel,
+      plan.tensor_parallel > 1 ? " per tensor-parallel rank"
+      : r.expert > 1           ? " per rank"
+                               : "",
+      f.world, plan.tensor_parallel,
       r.context > 1 ? fmt::format("context {} ({}) x ", r.context, r.context_impl).c_str() : "",
       plan.data_parallel,
-      r.sequence_parallel && plan.tensor_parallel > 1 ? " (sequence parallel)" : "",
+      (std::string(r.sequence_parallel && plan.tensor_parallel > 1 ? " (sequence parallel)" : "") +
+       (r.expert > 1
+            ? fmt::format(", expert {} (each rank stores 1/{} of the experts)", r.expert, r.expert)
+            : ""))
+          .c_str(),
       r.compute_bytes == 4 ? "fp32" : "16-bit weights + fp32 master and Adam", r.micro_batch, r.seq,
       r.activation_checkpointing ? ", activation checkpointing" : "");
   std::printf("per rank: device %s, host %s per node (%d ranks)\n\n",
@@ -275,6 +287,10 @@ int main(int argc, char** argv) {
   plan->add_flag("--sequence-parallel", pf.sequence_parallel,
                  "with --tensor > 1: the norm and residual activations split T ways too "
                  "(default: a job file's parallelism.sequence_parallel)");
+  plan->add_option("--expert", pf.expert,
+                   "expert-parallel size E for a model with experts: each rank stores 1/E of "
+                   "them (default: a job file's parallelism.expert, else 1)")
+      ->check(CLI::PositiveNumber);
 
   ExportFlags ef;
   auto* exp = app.add_subcommand(

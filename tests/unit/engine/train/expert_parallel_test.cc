@@ -148,25 +148,30 @@ TEST_F(ExpertParallel, EachRankStoresItsOwnExpertsOnly) {
 }
 
 // Checkpoints reshard across E (saved as at E = 1: a rank's experts are a range of the unit of
-// every expert): saved at E = 2 at step 10 (ZeRO-1), resumed at E = 1 and E = 4, the last 10
-// steps within 1e-5 of the uninterrupted E = 2 run.
+// every expert): saved at E = 2 at step 10 (ZeRO-0 and ZeRO-1), resumed at E = 1 and E = 4, the
+// last 10 steps within 1e-5 of the uninterrupted E = 2 run.
 TEST_F(ExpertParallel, ACheckpointSavedAtTwoResumesAtOneAndFour) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("zerod_ep_ckpt_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
   const TinyModel m = moe_llama(kDropless);
-  const Outcome whole =
-      train(*corpus_, m, 2, 1, "",
-            R"(, "checkpoint_dir": ")" + dir.string() + R"(", "save_interval": 10)");
-  ASSERT_EQ(whole.losses.size(), 20u);
-  ASSERT_TRUE(std::filesystem::exists(dir / "global_step10"));
-  for (int E : {1, 4}) {
-    const Outcome rest = train(*corpus_, m, E, 1, "",
-                               R"(, "checkpoint_dir": ")" + dir.string() + R"(")", "global_step10");
-    ASSERT_EQ(rest.losses.size(), 10u) << E;
-    for (size_t i = 0; i < 10; ++i)
-      EXPECT_NEAR(rest.losses[i], whole.losses[10 + i], 1e-5 * whole.losses[10 + i])
-          << "resumed at E=" << E << ", step " << 11 + i;
+  // Stage 0: each expert-data-parallel group's rank 0 writes its experts; stage 1: every rank
+  // its shards.
+  for (int stage : {0, 1}) {
+    std::filesystem::remove_all(dir);
+    const Outcome whole =
+        train(*corpus_, m, 2, stage, "",
+              R"(, "checkpoint_dir": ")" + dir.string() + R"(", "save_interval": 10)");
+    ASSERT_EQ(whole.losses.size(), 20u);
+    ASSERT_TRUE(std::filesystem::exists(dir / "global_step10"));
+    for (int E : {1, 4}) {
+      const Outcome rest =
+          train(*corpus_, m, E, stage, "", R"(, "checkpoint_dir": ")" + dir.string() + R"(")",
+                "global_step10");
+      ASSERT_EQ(rest.losses.size(), 10u) << E;
+      for (size_t i = 0; i < 10; ++i)
+        EXPECT_NEAR(rest.losses[i], whole.losses[10 + i], 1e-5 * whole.losses[10 + i])
+            << "stage " << stage << ", resumed at E=" << E << ", step " << 11 + i;
+    }
   }
   std::filesystem::remove_all(dir);
 }

@@ -168,6 +168,67 @@ TEST(Planner, MatchesMeasuredMemoryForContextTwoTimesDataTwo) {
   }
 }
 
+// Expert parallelism: each rank stores num_experts / E of the experts, ZeRO shards them over
+// DP / E ranks; the plan of E = 2 on 4 ranks matches the model states the ranks measure, at
+// every stage, and is below E = 1's plan at stages 0-2 (stage 3 shards every expert 1/DP
+// either way).
+TEST(Planner, MatchesMeasuredMemoryForExpertParallelism) {
+  testing::TempCorpus corpus("zerod_plan_ep_corpus");
+  const testing::TinyModel model =
+      testing::tiny_moe_gpt2(R"({"num_experts": 4, "top_k": 2, "drop_tokens": false})", 2);
+  for (int stage = 0; stage < 4; ++stage) {
+    const JobConfig cfg = testing::tiny_job(corpus, 4, stage, 1, 1,
+                                            R"(, "parallelism": {"expert": 2})", "", 8, "", model);
+    std::mutex mu;
+    std::vector<ModelStateBytes> measured(4);
+    testing::run_world(4, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      t.run();
+      std::lock_guard<std::mutex> lock(mu);
+      measured[static_cast<size_t>(ctx.rank)] = t.engine().measured_bytes();
+    });
+    PlanRequest r;
+    r.spec = model_spec(cfg.model);
+    r.world = 4;
+    r.micro_batch = static_cast<int>(cfg.micro_batch());
+    r.seq = cfg.model.seq_len;
+    r.compute_bytes = 4;
+    r.offload = "none";
+    auto row_of = [&](const Plan& plan) {
+      for (const auto& p : plan.rows)
+        if (p.stage == stage) return p;
+      ADD_FAILURE() << "no stage " << stage << " row";
+      return PlanRow{};
+    };
+    const PlanRow one = row_of(make_plan(r));
+    r.expert = 2;
+    const PlanRow row = row_of(make_plan(r));
+    const double states = static_cast<double>(row.weights + row.gradients + row.optimizer);
+    for (int rank = 0; rank < 4; ++rank) {
+      const ModelStateBytes& m = measured[static_cast<size_t>(rank)];
+      const std::string what =
+          "E=2 stage " + std::to_string(stage) + " rank " + std::to_string(rank);
+      EXPECT_LT(rel(states, static_cast<double>(m.states())), 0.02)
+          << what << ": planned " << states << " measured " << m.states();
+      EXPECT_LT(rel(static_cast<double>(row.weights), static_cast<double>(m.weights)), 0.02)
+          << what;
+      EXPECT_LT(rel(static_cast<double>(row.gradients), static_cast<double>(m.gradients)), 0.02)
+          << what;
+    }
+    const double one_states = static_cast<double>(one.weights + one.gradients + one.optimizer);
+    if (stage < 3) {
+      EXPECT_LT(states, 0.95 * one_states) << "stage " << stage;
+    } else {
+      EXPECT_LT(rel(states, one_states), 0.02) << "stage 3";
+    }
+  }
+  PlanRequest bad;
+  bad.spec = model_spec(testing::tiny_job(corpus, 4, 0, 1, 1, "", "", 8, "", model).model);
+  bad.world = 4;
+  bad.expert = 3;
+  EXPECT_THROW(make_plan(bad), InputError);
+}
+
 TEST(Planner, MatchesMeasuredMemoryForTensorTwoTimesDataTwo) {
   testing::TempCorpus corpus("zerod_plan_tp_corpus");
   for (const testing::TinyModel& model : {testing::tiny_gpt2(), testing::tiny_llama()}) {
