@@ -135,6 +135,14 @@ class Model {
   // reports were added to the objective (with their coefficients) of that forward_backward;
   // the returned loss is the cross-entropy alone.
   virtual MoeStepStats moe_stats() const = 0;
+  // Pipeline stages of a model with Hugging Face's all-layer aux loss (MoeLayers::totals): the
+  // router statistics a stage passes on with its boundary tensors, moe_totals_size() doubles (0:
+  // none to pass); moe_totals of `slot` (after its forward); set_moe_totals into `slot` before
+  // its forward (from the previous stage) or, final, before its backward (the whole model's,
+  // from the next stage).
+  virtual int moe_totals_size() const { return 0; }
+  virtual void moe_totals(int slot, double* out) const {}
+  virtual void set_moe_totals(int slot, const double* in, bool final) {}
 
   virtual void set_timing(bool on) = 0;
   virtual const OpTimes& times() const = 0;

@@ -50,6 +50,11 @@ class ModelBase : public Model {
   void stage_backward_weight(int slot, GradSink& grads) final;
 
   MoeStepStats moe_stats() const final { return moe_ ? moe_->stats() : MoeStepStats{}; }
+  int moe_totals_size() const final { return moe_ ? moe_->totals_size() : 0; }
+  void moe_totals(int slot, double* out) const final { moe_->totals(slot, out); }
+  void set_moe_totals(int slot, const double* in, bool final) final {
+    moe_->set_totals(slot, in, final);
+  }
 
   void set_timing(bool on) final { timing_ = on; }
   const OpTimes& times() const final { return times_; }

@@ -142,10 +142,44 @@ MoeLayers::Acts& MoeLayers::acts_for(int l) {
   return a;
 }
 
+int MoeLayers::totals_size() const {
+  const MoeSpec& m = layout_.spec().moe;
+  if (layout_.whole_model() || m.aux_loss != MoeAuxLoss::kHuggingFace || m.aux_loss_coef == 0)
+    return 0;
+  return 2 * m.num_experts + 1;
+}
+
+void MoeLayers::totals(int slot, double* out) const {
+  const Slot& sl = slots_.at(static_cast<size_t>(slot));
+  const size_t E = sl.total_counts.size();
+  const bool carry = !sl.final && !sl.carried_counts.empty();
+  for (size_t e = 0; e < E; ++e) {
+    out[e] = static_cast<double>(sl.total_counts[e] + (carry ? sl.carried_counts[e] : 0));
+    out[E + e] = sl.total_prob_sum[e] + (carry ? sl.carried_prob_sum[e] : 0.0);
+  }
+  out[2 * E] = static_cast<double>(sl.total_tokens + (carry ? sl.carried_tokens : 0));
+}
+
+void MoeLayers::set_totals(int slot, const double* in, bool final) {
+  Slot& sl = slots_.at(static_cast<size_t>(slot));
+  const size_t E = static_cast<size_t>(layout_.spec().moe.num_experts);
+  std::vector<int64_t>& counts = final ? sl.total_counts : sl.carried_counts;
+  std::vector<double>& probs = final ? sl.total_prob_sum : sl.carried_prob_sum;
+  counts.resize(E);
+  probs.resize(E);
+  for (size_t e = 0; e < E; ++e) {
+    counts[e] = static_cast<int64_t>(in[e]);
+    probs[e] = in[E + e];
+  }
+  (final ? sl.total_tokens : sl.carried_tokens) = static_cast<int64_t>(in[2 * E]);
+  sl.final = final;
+}
+
 void MoeLayers::begin_forward(bool training, float loss_weight) {
   Slot& sl = slots_.at(static_cast<size_t>(slot_));
   sl.training = training;
   sl.loss_weight = loss_weight;
+  sl.final = false;  // (the carried sums stay: they arrived before this forward)
   const size_t E = static_cast<size_t>(layout_.spec().moe.num_experts);
   sl.total_counts.assign(E, 0);
   sl.total_prob_sum.assign(E, 0.0);
@@ -287,8 +321,13 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* ew, void* d
   lg.aux_coef = static_cast<float>(s.moe.aux_loss_coef) * loss_weight;
   lg.z_coef = static_cast<float>(s.moe.z_loss_coef) * loss_weight;
   const bool all_layers = s.moe.aux_loss == MoeAuxLoss::kHuggingFace;
-  lg.aux_counts = all_layers ? sl.total_counts.data() : a.counts.data();
-  lg.aux_tokens = all_layers ? sl.total_tokens : n;
+  // (A pipeline stage's: the whole model's sums, received back or carried in on the last stage.)
+  std::vector<double> whole(static_cast<size_t>(2 * E + 1));
+  std::vector<int64_t> whole_counts(static_cast<size_t>(E));
+  totals(slot_, whole.data());
+  for (int e = 0; e < E; ++e) whole_counts[static_cast<size_t>(e)] = static_cast<int64_t>(whole[e]);
+  lg.aux_counts = all_layers ? whole_counts.data() : a.counts.data();
+  lg.aux_tokens = all_layers ? static_cast<int64_t>(whole[static_cast<size_t>(2 * E)]) : n;
   timed(tm, t.moe,
         [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
   host_.round(dlogits_, n * E);
@@ -322,12 +361,15 @@ MoeStepStats MoeLayers::stats() const {
   st.dropped = sl.dropped;
   st.layer_aux = sl.layer_aux;
   st.layer_z = sl.layer_z;
-  const double E = s.moe.num_experts, T = static_cast<double>(sl.total_tokens);
+  const int n = s.moe.num_experts;
   if (s.moe.aux_loss == MoeAuxLoss::kHuggingFace) {
+    // (On a pipeline stage: over the layers up to this stage's, the whole model's on the last.)
+    std::vector<double> t(static_cast<size_t>(2 * n + 1));
+    totals(slot_, t.data());
+    const double T = t[static_cast<size_t>(2 * n)];
     double sum = 0;
-    for (size_t e = 0; e < sl.total_counts.size(); ++e)
-      sum += (static_cast<double>(sl.total_counts[e]) / T) * (sl.total_prob_sum[e] / T);
-    st.aux_loss = T > 0 ? E * sum : 0.0;
+    for (int e = 0; e < n; ++e) sum += (t[e] / T) * (t[static_cast<size_t>(n + e)] / T);
+    st.aux_loss = T > 0 ? n * sum : 0.0;
   } else {
     st.aux_loss = sl.aux_sum;
   }

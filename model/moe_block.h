@@ -107,6 +107,18 @@ class MoeLayers {
   // every MoE layer ran).
   MoeStepStats stats() const;
 
+  // Hugging Face's all-layer aux loss across pipeline stages: its statistics (2E + 1 doubles:
+  // the assignment counts per expert, the probability sums per expert, the tokens) summed over
+  // every layer of a micro-batch. A stage's forward adds its layers' to those its previous stage
+  // passed on (set_totals with final = false, before the slot's forward; stage 0: none) and
+  // passes totals() on; the last stage's totals are the whole model's, which go back stage by
+  // stage with the gradients (set_totals with final = true, before the slot's backward), so
+  // every layer's backward uses the whole model's counts. totals_size(): 0 when the layers do
+  // not need them (a whole model, or another aux loss).
+  int totals_size() const;
+  void totals(int slot, double* out) const;
+  void set_totals(int slot, const double* in, bool final);
+
  private:
   struct Acts {  // one MoE layer's forward state (rows: N tokens, Rmax = N k permuted rows)
     void* logits = nullptr;        // (N,E)
@@ -140,6 +152,12 @@ class MoeLayers {
     std::vector<int64_t> total_counts;   // (E) summed over the MoE layers of the forward
     std::vector<double> total_prob_sum;  // (E)
     int64_t total_tokens = 0;
+    // Pipeline stages (totals()): the previous stages' sums (carried into this stage's), or the
+    // whole model's once received back (final: total_* are they).
+    std::vector<int64_t> carried_counts;
+    std::vector<double> carried_prob_sum;
+    int64_t carried_tokens = 0;
+    bool final = false;
     double z_sum = 0, aux_sum = 0;           // sum of the layers' z and own aux losses
     std::vector<int> order;                  // MoE layers in forward order
     std::vector<std::vector<int64_t>> kept;  // per layer in `order`: rows per expert

@@ -149,19 +149,9 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
                         "not implemented yet (the router's losses would be per context rank)",
                         par.context, what));
   }
-  if (par.pipeline > 1) {
-    // Pipeline stages run their own MoE blocks (with expert parallelism, over each stage's
-    // data-parallel ranks). Not yet: Mixtral's one load-balancing loss over every layer's router
-    // logits (its statistics span the stages).
-    if (mixtral && e.output_router_logits && e.aux_loss_coef > 0.0) {
-      p.error("model.output_router_logits",
-              fmt::format("true with parallelism.pipeline {}: Mixtral's load-balancing loss is "
-                          "one function of every layer's router logits, which the pipeline "
-                          "stages hold apart (not implemented yet; false trains without it, as "
-                          "Hugging Face's default does)",
-                          par.pipeline));
-    }
-  }
+  // (Pipeline stages run their own MoE blocks, with expert parallelism over each stage's
+  // data-parallel ranks; Mixtral's one load-balancing loss over every layer's router logits
+  // passes its statistics from stage to stage: parallel/pipeline/runner.h.)
   if (cfg.train.device == TrainDevice::kCuda) {
     p.error("train.device",
             fmt::format("\"cuda\" cannot run {}: the CUDA backend has no mixture-of-experts "

@@ -41,6 +41,7 @@ PipelineRunner::PipelineRunner(std::vector<Action> actions, std::vector<Model*> 
   rank_ = comm_ != nullptr ? comm_->rank() : 0;
   stages_ = ranks_ * V;
   boundary_bytes_ = static_cast<size_t>(chunks_[0]->boundary_elems()) * backend.compute_elem_size();
+  totals_size_ = comm_ != nullptr ? chunks_[0]->moe_totals_size() : 0;
   for (const Action& a : actions_) {
     ZD_CHECK_INPUT(a.chunk >= 0 && a.chunk < V,
                    "pipeline runner: {} of chunk {}: this rank holds {} virtual stage{}",
@@ -88,6 +89,14 @@ void PipelineRunner::receive(void* data, int peer, int tag) {
   comm_->recv_async(data, chunks_[0]->boundary_elems(), type_, peer, tag)->wait();
 }
 
+void PipelineRunner::send_totals(Model& model, int slot, int peer, int tag) {
+  if (totals_size_ == 0) return;
+  auto buf = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
+  model.moe_totals(slot, buf->data());
+  pending_.push_back({comm_->send_async(buf->data(), totals_size_, CommType::kF64, peer, tag), -1});
+  totals_sent_.push_back(std::move(buf));
+}
+
 void PipelineRunner::send(const void* data, int peer, int tag) {
   pending_.push_back({comm_->send_async(data, chunks_[0]->boundary_elems(), type_, peer, tag), -1});
 }
@@ -121,18 +130,27 @@ void PipelineRunner::prefetch_receives(size_t from) {
     const Action& a = actions_[j];
     if (a.kind != ActionKind::kRecvActivation && a.kind != ActionKind::kRecvGrad) continue;
     const int i = pool_buffer();
-    prefetched_.push_back(
-        {j,
-         comm_->recv_async(pool_[static_cast<size_t>(i)].data(), chunks_[0]->boundary_elems(),
-                           type_, a.peer, receive_tag(a)),
-         i});
+    Prefetched p{j,
+                 comm_->recv_async(pool_[static_cast<size_t>(i)].data(),
+                                   chunks_[0]->boundary_elems(), type_, a.peer, receive_tag(a)),
+                 i, nullptr, nullptr};
+    if (totals_size_ > 0) {  // (posted right after: a pair's messages match in order)
+      p.totals = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
+      p.totals_work =
+          comm_->recv_async(p.totals->data(), totals_size_, CommType::kF64, a.peer, receive_tag(a));
+    }
+    prefetched_.push_back(std::move(p));
   }
 }
 
-void PipelineRunner::take_receive(size_t index, void* data) {
+std::shared_ptr<std::vector<double>> PipelineRunner::take_receive(size_t index, void* data) {
   if (prefetch_ == 0) {  // posted here, as the schedule reaches it
-    receive(data, actions_[index].peer, receive_tag(actions_[index]));
-    return;
+    const Action& a = actions_[index];
+    receive(data, a.peer, receive_tag(a));
+    if (totals_size_ == 0) return nullptr;
+    auto totals = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
+    comm_->recv_async(totals->data(), totals_size_, CommType::kF64, a.peer, receive_tag(a))->wait();
+    return totals;
   }
   prefetch_receives(index);
   ZD_CHECK(!prefetched_.empty() && prefetched_.front().action == index,
@@ -143,6 +161,15 @@ void PipelineRunner::take_receive(size_t index, void* data) {
   r.work->wait();
   be_.copy(data, pool_[static_cast<size_t>(r.buffer)].data(), boundary_bytes_);
   pool_busy_[static_cast<size_t>(r.buffer)] = false;
+  if (r.totals_work) {
+    try {
+      r.totals_work->wait();
+    } catch (...) {
+      totals_lost_.push_back(r.totals);  // (it may still land)
+      throw;
+    }
+  }
+  return r.totals;
 }
 
 void PipelineRunner::abandon_receives() {
@@ -151,6 +178,13 @@ void PipelineRunner::abandon_receives() {
       r.work->wait();
       pool_busy_[static_cast<size_t>(r.buffer)] = false;
     } catch (...) {  // (still posted, perhaps: its buffer stays busy)
+    }
+    if (r.totals_work) {
+      try {
+        r.totals_work->wait();
+      } catch (...) {
+        totals_lost_.push_back(r.totals);
+      }
     }
   }
   prefetched_.clear();
@@ -219,13 +253,16 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
           model.stage_backward_weight(slot, g);
           break;
         case ActionKind::kRecvActivation:
-          take_receive(index, model.stage_input(slot));
+          if (auto totals = take_receive(index, model.stage_input(slot)))
+            model.set_moe_totals(slot, totals->data(), /*final=*/false);
           break;
         case ActionKind::kSendActivation:
           send(model.stage_output(slot), a.peer, tag(a.micro_batch, s, false));
+          send_totals(model, slot, a.peer, tag(a.micro_batch, s, false));
           break;
         case ActionKind::kRecvGrad:
-          take_receive(index, model.stage_output_grad());
+          if (auto totals = take_receive(index, model.stage_output_grad()))
+            model.set_moe_totals(slot, totals->data(), /*final=*/true);
           break;
         case ActionKind::kSendGrad: {
           const int i = pool_buffer();
@@ -233,6 +270,7 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
           be_.copy(buf, model.stage_input_grad(), boundary_bytes_);
           send(buf, a.peer, tag(a.micro_batch, s - 1, true));
           pending_.back().buffer = i;
+          send_totals(model, slot, a.peer, tag(a.micro_batch, s - 1, true));
           break;
         }
       }
@@ -241,9 +279,11 @@ double PipelineRunner::run(const std::vector<MicroBatch>& batches, ParamSource& 
     }
     ZD_CHECK(prefetched_.empty(), "pipeline runner: receives posted beyond the step");
     wait_sends();
+    totals_sent_.clear();
   } catch (...) {
     abandon_receives();
     abandon_sends();
+    totals_sent_.clear();
     throw;
   }
   step_seconds_ = clock.seconds();

@@ -18,7 +18,11 @@
 // straight from the slot's output (alive until the slot's next forward, after the peer's backward
 // of it has answered), gradients from a copy in a pooled buffer (the model's gradient buffer is
 // reused by the next backward). Every send is waited for before run() returns. Each message carries
-// the tag 2 x micro-batch (+1 for gradients), which the communicator checks on arrival.
+// the tag 2 x micro-batch (+1 for gradients), which the communicator checks on arrival. A model
+// with Hugging Face's all-layer aux loss (Model::moe_totals_size() > 0) sends its slot's router
+// totals right after each boundary tensor, with the same tag (a pair's messages match by order):
+// forward, the sums of the layers so far; backward, the whole model's, set into the slot before
+// its backward.
 //
 // Interleaved schedules (V chunks per rank): one model per chunk, each stage's slots its own;
 // messages are tagged by micro-batch and the boundary they cross.
@@ -118,8 +122,12 @@ class PipelineRunner {
   // Posts the receives of actions_[from..] not yet posted, in order, up to prefetch_ at once
   // (each holds a pooled boundary buffer).
   void prefetch_receives(size_t from);
-  // Receive action `index` (the oldest prefetched): waits for it, copies it into data.
-  void take_receive(size_t index, void* data);
+  // Receive action `index` (the oldest prefetched): waits for it, copies it into data; returns
+  // the MoE totals that came with it (null without them).
+  std::shared_ptr<std::vector<double>> take_receive(size_t index, void* data);
+  // With MoE totals (Model::moe_totals_size() > 0: Mixtral's all-layer aux loss): each boundary
+  // message is followed by one of the slot's totals (F64) on the same pair, in the same order.
+  void send_totals(Model& model, int slot, int peer, int tag);
   void abandon_receives();  // after an error: their buffers stay busy (a receive may still land)
 
   std::vector<Action> actions_;
@@ -140,8 +148,15 @@ class PipelineRunner {
     size_t action = 0;  // its index in actions_
     WorkPtr work;
     int buffer = -1;  // the pooled buffer it lands in
+    // With MoE totals: the message right after the boundary tensor's, and where it lands.
+    WorkPtr totals_work;
+    std::shared_ptr<std::vector<double>> totals;
   };
   std::vector<Prefetched> prefetched_;  // in the order of actions_
+  int totals_size_ = 0;                 // Model::moe_totals_size() of the chunks
+  // The totals this step sends (alive until wait_sends), and receive buffers a failed receive may
+  // still write into (kept for the runner's life).
+  std::vector<std::shared_ptr<std::vector<double>>> totals_sent_, totals_lost_;
   size_t next_receive_ = 0;             // actions_ before this are posted or not receives
   size_t prefetch_ = 2;                 // ZEROD_PIPELINE_PREFETCH
   std::vector<Buffer> pool_;
