@@ -61,6 +61,9 @@ struct MoeRouterLossGrad {
   const int64_t* aux_counts = nullptr;  // (E); may be null when aux_coef == 0
   int64_t aux_tokens = 0;
   float z_coef = 0;
+  // The rows the z-loss averages over (0: the call's N; context parallelism: the micro-batch's,
+  // whose other rows other ranks hold).
+  int64_t z_tokens = 0;
 };
 
 }  // namespace zerod

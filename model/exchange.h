@@ -76,8 +76,10 @@ class Exchange {
   // forward's qkv, out and stats (every rank of the group calls it for the same layer).
   virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                                   const float* stats, const AttentionShape& s);
-  // The sum of x over the context group (the loss of a micro-batch's positions; host memory).
+  // The sum of x over the context group (the loss of a micro-batch's positions; host memory);
+  // the second form sums n values in place (a MoE layer's router statistics).
   virtual double context_sum(double x) { return x; }
+  virtual void context_sum(double* x, int64_t n) {}
 };
 
 // One rank: every point is the identity.

@@ -69,9 +69,10 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
   loss_stats_ = slots_[0].loss_stats;
   res_ = slots_[0].res;
   if (s.moe.enabled()) {
-    ZD_CHECK_INPUT(!context_parallel(),
-                   "mixture-of-experts layers are not supported with context parallelism "
-                   "(context {})",
+    // (Context parallelism: dropless only; capacity ranks the whole micro-batch's tokens.)
+    ZD_CHECK_INPUT(!context_parallel() || !s.moe.drop_tokens,
+                   "mixture-of-experts layers with capacity (drop_tokens) are not supported with "
+                   "context parallelism (context {}): use dropless",
                    context.size);
     MoeHost host;
     host.act = [this](size_t n) { return act(n); };
@@ -81,6 +82,8 @@ ModelBase::ModelBase(const ModelSpec& spec, Backend& backend, int B, int T,
     host.times = &times_;
     host.tensor_sum = [this](float* x, int64_t n) { exchange_->loss_sum(x, n); };
     host.sequence_parallel = sequence_parallel();
+    if (context_parallel())
+      host.context_sum = [this](double* x, int64_t n) { exchange_->context_sum(x, n); };
     moe_ = std::make_unique<MoeLayers>(layout_, be_, static_cast<int64_t>(N), checkpointing_, slots,
                                        std::move(host));
   }

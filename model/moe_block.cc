@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/cpu/moe_router.h"
 #include "model/op_timing.h"
 
 namespace zerod {
@@ -250,18 +251,48 @@ void MoeLayers::forward(int l, const void* w, const void* ew, const void* x, voi
   // backward needs the counts alone).
   std::vector<float> probs(static_cast<size_t>(n * E));
   be_.copy(probs.data(), a.probs, probs.size() * sizeof(float));
+  std::vector<double> psum(static_cast<size_t>(E), 0.0);
   for (int64_t r = 0; r < n; ++r)
     for (int e = 0; e < E; ++e)
-      sl.total_prob_sum[static_cast<size_t>(e)] += probs[static_cast<size_t>(r * E + e)];
-  for (int e = 0; e < E; ++e) sl.total_counts[static_cast<size_t>(e)] += a.counts[e];
-  sl.total_tokens += n;
-  sl.z_sum += a.stats.z_loss;
-  sl.aux_sum += a.stats.aux_loss;
+      psum[static_cast<size_t>(e)] += probs[static_cast<size_t>(r * E + e)];
+  std::vector<int64_t> counts(a.counts.begin(), a.counts.end());
+  int64_t rows = n;
+  double aux = a.stats.aux_loss, z = a.stats.z_loss;
+  if (host_.context_sum) {
+    // The whole micro-batch's statistics: counts, probability sums, z-loss sum and rows summed
+    // over the context group (every rank then has the layer's losses and their gradients' sums).
+    std::vector<double> g(static_cast<size_t>(2 * E + 2));
+    for (int e = 0; e < E; ++e) {
+      g[static_cast<size_t>(e)] = static_cast<double>(counts[static_cast<size_t>(e)]);
+      g[static_cast<size_t>(E + e)] = psum[static_cast<size_t>(e)];
+    }
+    g[static_cast<size_t>(2 * E)] = z * static_cast<double>(n);
+    g[static_cast<size_t>(2 * E + 1)] = static_cast<double>(n);
+    timed(tm, t.moe, [&] { host_.context_sum(g.data(), static_cast<int64_t>(g.size())); });
+    for (int e = 0; e < E; ++e) {
+      counts[static_cast<size_t>(e)] = static_cast<int64_t>(g[static_cast<size_t>(e)]);
+      psum[static_cast<size_t>(e)] = g[static_cast<size_t>(E + e)];
+    }
+    rows = static_cast<int64_t>(g[static_cast<size_t>(2 * E + 1)]);
+    z = rows > 0 ? g[static_cast<size_t>(2 * E)] / static_cast<double>(rows) : 0.0;
+    aux = cpu::moe_load_balancing_loss(counts.data(), psum.data(), rows, opt);
+    sl.cp_counts.resize(static_cast<size_t>(s.n_layer));
+    sl.cp_rows.resize(static_cast<size_t>(s.n_layer), 0);
+    sl.cp_counts[static_cast<size_t>(l)] = counts;
+    sl.cp_rows[static_cast<size_t>(l)] = rows;
+  }
+  for (int e = 0; e < E; ++e) {
+    sl.total_prob_sum[static_cast<size_t>(e)] += psum[static_cast<size_t>(e)];
+    sl.total_counts[static_cast<size_t>(e)] += counts[static_cast<size_t>(e)];
+  }
+  sl.total_tokens += rows;
+  sl.z_sum += z;
+  sl.aux_sum += aux;
   sl.order.push_back(l);
-  sl.kept.push_back(a.kept);
+  sl.kept.push_back(a.kept);  // (this rank's rows: the metrics sum them over the ranks)
   sl.dropped.push_back(a.stats.dropped);
-  sl.layer_aux.push_back(a.stats.aux_loss);
-  sl.layer_z.push_back(a.stats.z_loss);
+  sl.layer_aux.push_back(aux);
+  sl.layer_z.push_back(z);
   sl.tokens = n;
 }
 
@@ -326,8 +357,15 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* ew, void* d
   std::vector<int64_t> whole_counts(static_cast<size_t>(E));
   totals(slot_, whole.data());
   for (int e = 0; e < E; ++e) whole_counts[static_cast<size_t>(e)] = static_cast<int64_t>(whole[e]);
-  lg.aux_counts = all_layers ? whole_counts.data() : a.counts.data();
-  lg.aux_tokens = all_layers ? static_cast<int64_t>(whole[static_cast<size_t>(2 * E)]) : n;
+  // (Context parallelism: the layer's counts and rows over the whole micro-batch.)
+  const bool context = host_.context_sum != nullptr;
+  lg.aux_counts = all_layers ? whole_counts.data()
+                  : context  ? sl.cp_counts.at(static_cast<size_t>(l)).data()
+                             : a.counts.data();
+  lg.aux_tokens = all_layers ? static_cast<int64_t>(whole[static_cast<size_t>(2 * E)])
+                  : context  ? sl.cp_rows.at(static_cast<size_t>(l))
+                             : n;
+  if (context) lg.z_tokens = sl.cp_rows.at(static_cast<size_t>(l));
   timed(tm, t.moe,
         [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
   host_.round(dlogits_, n * E);

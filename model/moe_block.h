@@ -49,6 +49,11 @@ struct MoeHost {
   // rank's rows of the N only (the part), since the tensor group sums the replicated tensors'
   // gradients and the block's input gradient.
   bool sequence_parallel = false;
+  // Context parallelism (null without): x (host, n values) summed over the context group, whose
+  // ranks hold the other rows of each micro-batch. The router's statistics (assignment counts,
+  // probability sums, z-loss sum, rows) are summed per layer in forward, so the aux and z losses,
+  // their gradients and the capacity-free routing are those of the whole micro-batch.
+  std::function<void(double* x, int64_t n)> context_sum;
 };
 
 class MoeLayers {
@@ -158,6 +163,10 @@ class MoeLayers {
     std::vector<double> carried_prob_sum;
     int64_t carried_tokens = 0;
     bool final = false;
+    // Context parallelism: per model layer, the micro-batch's assignment counts (E) and rows
+    // summed over the context group (the backward's aux and z losses).
+    std::vector<std::vector<int64_t>> cp_counts;
+    std::vector<int64_t> cp_rows;
     double z_sum = 0, aux_sum = 0;           // sum of the layers' z and own aux losses
     std::vector<int> order;                  // MoE layers in forward order
     std::vector<std::vector<int64_t>> kept;  // per layer in `order`: rows per expert

@@ -292,9 +292,13 @@ void ContextParallelExchange::attention_backward(void* dqkv, const void* dout, c
 }
 
 double ContextParallelExchange::context_sum(double x) {
-  // (Host memory: the context group's communicator is Gloo's on CPU ranks.)
-  comm_.all_reduce(&x, 1, CommType::kF64, ReduceOp::kSum);
+  context_sum(&x, 1);
   return x;
+}
+
+void ContextParallelExchange::context_sum(double* x, int64_t n) {
+  // (Host memory: the context group's communicator is Gloo's on CPU ranks.)
+  comm_.all_reduce(x, n, CommType::kF64, ReduceOp::kSum);
 }
 
 }  // namespace zerod

@@ -73,6 +73,7 @@ class ContextParallelExchange final : public Exchange {
   void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                           const float* stats, const AttentionShape& s) override;
   double context_sum(double x) override;
+  void context_sum(double* x, int64_t n) override;
 
  private:
   // The workspaces and position tables of shape s (made or grown at its first call).

@@ -208,7 +208,10 @@ void moe_router_backward(float* dlogits, const float* dweight, const float* prob
       daux[static_cast<size_t>(e)] = loss.aux_coef * aux_scale(o) * static_cast<double>(E) *
                                      static_cast<double>(loss.aux_counts[e]) / (T * T);
   }
-  const double dz_scale = N > 0 ? 2.0 * loss.z_coef / static_cast<double>(N) : 0.0;
+  const int64_t zt = loss.z_tokens > 0 ? loss.z_tokens : N;
+  ZD_CHECK(zt >= N, "moe_router_backward: the z-loss over {} rows cannot hold this layer's {}", zt,
+           N);
+  const double dz_scale = zt > 0 ? 2.0 * loss.z_coef / static_cast<double>(zt) : 0.0;
 
   // Per row in double (E values: the cancellation in the softmax backward then costs nothing).
 #pragma omp parallel for schedule(static) if (parallel_rows(N, E))

@@ -139,14 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Models, ContextParallel,
 TEST(ContextParallelJob, BadShapesAreConfigErrorsNamingTheNumbers) {
   TempCorpus corpus("zerod_cp_bad");
   auto problems = [&](int world, const std::string& extra, const TinyModel& model) {
-    try {
-      testing::tiny_job(corpus, world, 0, 1, 1, extra, "", world, "", model);
-    } catch (const ConfigError& e) {
-      std::string all;
-      for (const std::string& p : e.problems()) all += p + "\n";
-      return all;
-    }
-    return std::string();
+    return testing::config_problems(
+        [&] { testing::tiny_job(corpus, world, 0, 1, 1, extra, "", world, "", model); });
   };
   const std::string seq = problems(5, R"(, "parallelism": {"context": 5, "context_impl": "ring"})",
                                    testing::tiny_gpt2_split4());

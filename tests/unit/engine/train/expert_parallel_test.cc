@@ -181,14 +181,9 @@ TEST_F(ExpertParallel, ACheckpointSavedAtTwoResumesAtOneAndFour) {
 TEST_F(ExpertParallel, BadShapesAreConfigErrorsNamingTheKeys) {
   auto problems = [&](int world, int stage, const std::string& extra, const TinyModel& model,
                       const std::string& optimizer = testing::kTinyAdamW) {
-    try {
+    return testing::config_problems([&] {
       testing::tiny_job(*corpus_, world, stage, 1, 1, extra, "", 8, "", model, optimizer);
-    } catch (const ConfigError& e) {
-      std::string all;
-      for (const std::string& p : e.problems()) all += p + "\n";
-      return all;
-    }
-    return std::string();
+    });
   };
   const TinyModel m = moe_gpt2(kDropless);
   const std::string three = problems(3, 0, R"(, "parallelism": {"expert": 3})", m);

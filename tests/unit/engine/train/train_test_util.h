@@ -24,6 +24,7 @@
 #include "comm/store.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "engine/config/config_error.h"
 #include "engine/config/parse.h"
 #include "engine/data/corpus.h"
 #include "engine/runtime/local_ranks.h"
@@ -179,6 +180,19 @@ inline JobConfig tiny_job(const TempCorpus& corpus, int world, int stage, int ac
   ParsedJob job = parse_job_text(text, "test job");
   resolve_job(job.config, world);
   return job.config;
+}
+
+// The problems a job's configuration check finds while `parse` runs (one per line), "" when it
+// raises none.
+inline std::string config_problems(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const ConfigError& e) {
+    std::string all;
+    for (const std::string& p : e.problems()) all += p + "\n";
+    return all;
+  }
+  return std::string();
 }
 
 // Runs `body` on `world` ranks (threads, Gloo on 127.0.0.1).
