@@ -144,9 +144,8 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
   const std::string what = mixtral ? "type \"mixtral\"" : "a model.moe section";
   // Tensor parallelism splits every expert's width as the dense MLP's (model/layout.cc).
   // Context parallelism: each rank routes its rows, the router's statistics are summed over the
-  // context group per layer (model/moe_block.h). Capacity is a function of the whole micro-batch's
-  // order of tokens, which no rank holds; expert groups and pipeline stages with it are not
-  // tested yet.
+  // context group per layer (model/moe_block.h), also with expert groups and pipeline stages.
+  // Capacity is a function of the whole micro-batch's order of tokens, which no rank holds.
   if (par.context > 1) {
     if (e.drop_tokens) {  // (Mixtral is dropless)
       p.error("model.moe.drop_tokens",
@@ -154,13 +153,6 @@ void validate_moe(const JobConfig& cfg, Problems& p) {
                           "the whole micro-batch's tokens, which the context ranks hold apart; "
                           "use false (dropless)",
                           par.context));
-    }
-    if (par.expert > 1 || par.pipeline > 1) {
-      p.error("parallelism.context",
-              fmt::format("{} with {} and parallelism.{} {} is not supported yet (context "
-                          "parallelism runs MoE layers with data and tensor parallelism)",
-                          par.context, what, par.expert > 1 ? "expert" : "pipeline",
-                          par.expert > 1 ? par.expert : par.pipeline));
     }
   }
   // (Pipeline stages run their own MoE blocks, with expert parallelism over each stage's

@@ -209,16 +209,15 @@ TEST(MoeSection, WhatMoeLayersDoNotRunWithIsRefusedAtCheck) {
                 .find("zero_optimization"),
             std::string::npos);
   // Tensor parallelism splits the experts (with sequence parallelism too); context parallelism
-  // sums the router's statistics (Mixtral is dropless), but not with expert groups yet.
+  // sums the router's statistics (Mixtral is dropless), also with expert groups.
   EXPECT_EQ(problems({{"parallelism", {{"tensor", 2}}}}).find("parallelism"), std::string::npos);
   EXPECT_EQ(
       problems({{"parallelism", {{"tensor", 2}, {"sequence_parallel", true}}}}).find("parallelism"),
       std::string::npos);
   EXPECT_EQ(problems({{"parallelism", {{"context", 2}}}}).find("parallelism"), std::string::npos);
-  EXPECT_NE(problems({{"parallelism", {{"context", 2}, {"expert", 2}}}})
-                .find("parallelism.context: 2 with type \"mixtral\" and parallelism.expert 2 is "
-                      "not supported yet"),
-            std::string::npos);
+  EXPECT_EQ(
+      problems({{"parallelism", {{"context", 2}, {"expert", 2}}}}).find("parallelism.context"),
+      std::string::npos);
   // Pipeline stages run their MoE blocks (also with expert parallelism), not with Mixtral's
   // all-layer load-balancing loss (output_router_logits).
   json accum = 4;

@@ -158,11 +158,11 @@ TEST_F(MoePipeline, WhatStagesDoNotRunYetIsRefusedNamingTheKeys) {
   EXPECT_EQ(problems(mixtral(true), 2, R"(, "parallelism": {"pipeline": 2})"), "");
   EXPECT_EQ(problems(mixtral(false), 2, R"(, "parallelism": {"pipeline": 2})"), "");
   const std::string cp =
-      problems(moe_gpt2(kDropless), 4, R"(, "parallelism": {"pipeline": 2, "context": 2})");
-  EXPECT_NE(cp.find("parallelism.context: 2 with a model.moe section and parallelism.pipeline 2 "
-                    "is not supported yet"),
-            std::string::npos)
+      problems(moe_gpt2(kCapacity), 4, R"(, "parallelism": {"pipeline": 2, "context": 2})");
+  EXPECT_NE(cp.find("model.moe.drop_tokens: true with parallelism.context 2"), std::string::npos)
       << cp;
+  EXPECT_EQ(problems(moe_gpt2(kDropless), 4, R"(, "parallelism": {"pipeline": 2, "context": 2})"),
+            "");
 }
 
 // Mixtral's load-balancing loss over every layer's router logits (Hugging Face's, in the
