@@ -57,7 +57,7 @@ void MoeMetricsAccumulator::add(const MoeStepStats& s) {
   ++micro_;
 }
 
-MoeMetrics MoeMetricsAccumulator::reduce(Communicator* comm, int world_size) const {
+MoeMetrics MoeMetricsAccumulator::reduce(Communicator* comm, int world_size, int replicas) const {
   // Counts (exact in doubles) and loss sums in one all-reduce.
   std::vector<double> v;
   for (const MoeLayerMetrics& l : sum_.layers) {
@@ -69,12 +69,13 @@ MoeMetrics MoeMetricsAccumulator::reduce(Communicator* comm, int world_size) con
   if (comm != nullptr)
     comm->all_reduce(v.data(), static_cast<int64_t>(v.size()), CommType::kF64, ReduceOp::kSum);
   const double n = static_cast<double>(std::max(micro_, 1)) * std::max(world_size, 1);
+  const int64_t r = std::max(replicas, 1);
   MoeMetrics m = sum_;
   size_t i = 0;
   for (MoeLayerMetrics& l : m.layers) {
-    for (int64_t& t : l.tokens) t = static_cast<int64_t>(v[i++]);
-    l.assignments = static_cast<int64_t>(v[i++]);
-    l.dropped = static_cast<int64_t>(v[i++]);
+    for (int64_t& t : l.tokens) t = static_cast<int64_t>(v[i++]) / r;
+    l.assignments = static_cast<int64_t>(v[i++]) / r;
+    l.dropped = static_cast<int64_t>(v[i++]) / r;
     l.aux_loss = v[i++] / n;
     l.z_loss = v[i++] / n;
   }

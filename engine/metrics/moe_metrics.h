@@ -38,14 +38,15 @@ struct MoeMetrics {
 };
 
 // Sums the micro-batches' MoeStepStats of one rank (add after each forward_backward), then
-// reduce() over the ranks of `comm` (null: this rank alone): tokens and drops summed, losses
-// averaged over micro-batches x ranks, as the step's loss is.
+// reduce() over the ranks of `comm` (null: this rank alone): tokens and drops summed (divided by
+// `replicas`, the ranks that route the same tokens alike: the tensor group), losses averaged over
+// micro-batches x ranks, as the step's loss is.
 class MoeMetricsAccumulator {
  public:
   explicit MoeMetricsAccumulator(int top_k) : top_k_(top_k) {}
   void add(const MoeStepStats& s);
   // Collective over comm when it is not null.
-  MoeMetrics reduce(Communicator* comm, int world_size) const;
+  MoeMetrics reduce(Communicator* comm, int world_size, int replicas = 1) const;
 
  private:
   int top_k_;

@@ -478,9 +478,11 @@ StepMetrics Trainer::train_step(int64_t step) {
       phases_.fwd_bwd += sw.seconds() - comm;
       phases_.comm += comm;
     }
-    // (MoE runs without tensor and context parallelism: outside pipelines the world is
-    // data-parallel. Pipeline stages' MoE blocks are not reported yet.)
-    if (moe) m.moe = moe->reduce(ctx_.world_size > 1 ? ctx_.comm : nullptr, ctx_.world_size);
+    // (Over the world: the context ranks route their own rows, the tensor ranks the same rows
+    // alike, counted once. Pipeline stages' MoE blocks are not reported yet.)
+    if (moe)
+      m.moe = moe->reduce(ctx_.world_size > 1 ? ctx_.comm : nullptr, ctx_.world_size,
+                          model_->layout().shard().size);
   }
   const double comm_before = engine_->comm_wait_seconds();
   Stopwatch opt_sw;

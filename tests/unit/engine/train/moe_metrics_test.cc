@@ -1,8 +1,8 @@
 // Item 6 of the MoE issue through the whole trainer (threads of this process, Gloo over
 // 127.0.0.1): the step metrics' routing (tokens per expert, dropped fraction) and router losses
-// of a model with experts, aggregated over micro-batches and data-parallel ranks, the moe.csv
-// the CSV monitor writes beside metrics.csv, and the comms logger's bytes of expert
-// parallelism's all-to-all against rows x C x element size.
+// of a model with experts, aggregated over micro-batches and data-parallel (and tensor and
+// context) ranks, the moe.csv the CSV monitor writes beside metrics.csv, and the comms logger's
+// bytes of expert parallelism's all-to-all against rows x C x element size.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +92,29 @@ TEST_F(MoeMetricsTrain, DroplessCountsEveryAssignmentOverRanksAndMicroBatches) {
   const std::string line = moe_log_fields(*steps[0][0].moe);
   EXPECT_NE(line.find(" | moe aux "), std::string::npos) << line;
   EXPECT_NE(line.find(" drop 0.0% "), std::string::npos) << line;
+}
+
+// Tensor ranks route the same rows alike (counted once); context ranks route their own rows
+// (summed), with the router losses of the whole micro-batch on each: at T = 2 and at C = 2 the
+// counts cover the global batch once and both ranks report the same numbers.
+TEST_F(MoeMetricsTrain, TensorAndContextRanksCountTheGlobalBatchOnce) {
+  for (const char* par :
+       {R"(, "parallelism": {"tensor": 2})", R"(, "parallelism": {"context": 2})"}) {
+    const JobConfig cfg =
+        testing::tiny_job(*corpus_, 2, 0, 2, 2, par, "", 8, "", moe_gpt2(kDropless));
+    std::vector<std::vector<StepMetrics>> steps(2);
+    testing::run_world(2, [&](const RankContext& ctx) {
+      Trainer t(cfg, ctx, testing::quiet_trainer());
+      steps[static_cast<size_t>(ctx.rank)] = t.run().steps;
+    });
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+      ASSERT_TRUE(steps[0][i].moe.has_value() && steps[1][i].moe.has_value());
+      expect_counts_add_up(*steps[0][i].moe, 2, std::string(par) + " step " + std::to_string(i));
+      EXPECT_EQ(steps[1][i].moe->layers[0].tokens, steps[0][i].moe->layers[0].tokens) << par;
+      EXPECT_EQ(steps[1][i].moe->aux_loss, steps[0][i].moe->aux_loss) << par;
+      EXPECT_GT(steps[0][i].moe->aux_loss, 0.9) << par;
+    }
+  }
 }
 
 TEST_F(MoeMetricsTrain, CapacityDropsAndTheAuxLossIsTheModels) {
