@@ -276,11 +276,11 @@ void MoeLayers::forward(int l, const void* w, const void* ew, const void* x, voi
     rows = static_cast<int64_t>(g[static_cast<size_t>(2 * E + 1)]);
     z = rows > 0 ? g[static_cast<size_t>(2 * E)] / static_cast<double>(rows) : 0.0;
     aux = cpu::moe_load_balancing_loss(counts.data(), psum.data(), rows, opt);
-    sl.cp_counts.resize(static_cast<size_t>(s.n_layer));
-    sl.cp_rows.resize(static_cast<size_t>(s.n_layer), 0);
-    sl.cp_counts[static_cast<size_t>(l)] = counts;
-    sl.cp_rows[static_cast<size_t>(l)] = rows;
   }
+  sl.layer_counts.resize(static_cast<size_t>(s.n_layer));
+  sl.layer_rows.resize(static_cast<size_t>(s.n_layer), 0);
+  sl.layer_counts[static_cast<size_t>(l)] = counts;
+  sl.layer_rows[static_cast<size_t>(l)] = rows;
   for (int e = 0; e < E; ++e) {
     sl.total_prob_sum[static_cast<size_t>(e)] += psum[static_cast<size_t>(e)];
     sl.total_counts[static_cast<size_t>(e)] += counts[static_cast<size_t>(e)];
@@ -351,21 +351,21 @@ void MoeLayers::backward(int l, const void* w, void* dw, const void* ew, void* d
   MoeRouterLossGrad lg;
   lg.aux_coef = static_cast<float>(s.moe.aux_loss_coef) * loss_weight;
   lg.z_coef = static_cast<float>(s.moe.z_loss_coef) * loss_weight;
-  const bool all_layers = s.moe.aux_loss == MoeAuxLoss::kHuggingFace;
-  // (A pipeline stage's: the whole model's sums, received back or carried in on the last stage.)
-  std::vector<double> whole(static_cast<size_t>(2 * E + 1));
-  std::vector<int64_t> whole_counts(static_cast<size_t>(E));
-  totals(slot_, whole.data());
-  for (int e = 0; e < E; ++e) whole_counts[static_cast<size_t>(e)] = static_cast<int64_t>(whole[e]);
-  // (Context parallelism: the layer's counts and rows over the whole micro-batch.)
-  const bool context = host_.context_sum != nullptr;
-  lg.aux_counts = all_layers ? whole_counts.data()
-                  : context  ? sl.cp_counts.at(static_cast<size_t>(l)).data()
-                             : a.counts.data();
-  lg.aux_tokens = all_layers ? static_cast<int64_t>(whole[static_cast<size_t>(2 * E)])
-                  : context  ? sl.cp_rows.at(static_cast<size_t>(l))
-                             : n;
-  if (context) lg.z_tokens = sl.cp_rows.at(static_cast<size_t>(l));
+  // The layer's own counts and rows (DeepSpeed's per-layer loss), or Hugging Face's over every
+  // layer (a pipeline stage's: the whole model's sums, received back or carried in on the last
+  // stage); the z-loss over the layer's rows.
+  const int64_t rows = sl.layer_rows.at(static_cast<size_t>(l));
+  lg.aux_counts = sl.layer_counts.at(static_cast<size_t>(l)).data();
+  lg.aux_tokens = rows;
+  lg.z_tokens = rows;
+  std::vector<int64_t> whole_counts;
+  if (s.moe.aux_loss == MoeAuxLoss::kHuggingFace) {
+    std::vector<double> whole(static_cast<size_t>(2 * E + 1));
+    totals(slot_, whole.data());
+    whole_counts.assign(whole.begin(), whole.begin() + E);
+    lg.aux_counts = whole_counts.data();
+    lg.aux_tokens = static_cast<int64_t>(whole[static_cast<size_t>(2 * E)]);
+  }
   timed(tm, t.moe,
         [&] { be_.moe_router_backward(dlogits_, dweight_, a.probs, a.lse, a.expert, n, opt, lg); });
   host_.round(dlogits_, n * E);

@@ -163,10 +163,10 @@ class MoeLayers {
     std::vector<double> carried_prob_sum;
     int64_t carried_tokens = 0;
     bool final = false;
-    // Context parallelism: per model layer, the micro-batch's assignment counts (E) and rows
-    // summed over the context group (the backward's aux and z losses).
-    std::vector<std::vector<int64_t>> cp_counts;
-    std::vector<int64_t> cp_rows;
+    // Per model layer: the aux loss's assignment counts (E) and the rows of the micro-batch
+    // (summed over the context group under context parallelism), for its backward.
+    std::vector<std::vector<int64_t>> layer_counts;
+    std::vector<int64_t> layer_rows;
     double z_sum = 0, aux_sum = 0;           // sum of the layers' z and own aux losses
     std::vector<int> order;                  // MoE layers in forward order
     std::vector<std::vector<int64_t>> kept;  // per layer in `order`: rows per expert

@@ -22,6 +22,9 @@ GradReducer::GradReducer(const Partition& partition, Backend& backend,
       ctype_(compute_comm_type(backend)),
       pool_(backend, MemCategory::kBuckets, tracker),
       scratch_(static_cast<size_t>(partition.num_units())) {
+  for (int u = 0; u < part_.num_units(); ++u)
+    ZD_CHECK(!part_.unit(u).experts || opt_.expert_comm != nullptr,
+             "unit {} is split over the experts' group, which has no communicator", u);
   if (sharded_grads()) {
     shard_ = be_.allocate(static_cast<size_t>(part_.shard_elems_total()) * esz_,
                           MemCategory::kGradients, tracker);

@@ -31,7 +31,8 @@ struct ReducerOptions {
   int stage = 0;
   int rank = 0;
   Communicator* comm = nullptr;  // null or size 1: nothing to reduce
-  // The experts units' group (UnitPartition::experts) and this rank's index in it; null: comm.
+  // The experts units' group (UnitPartition::experts) and this rank's index in it (required when
+  // the partition has experts units).
   int expert_rank = 0;
   Communicator* expert_comm = nullptr;
   int64_t reduce_bucket_size = 500000000;
@@ -75,12 +76,8 @@ class GradReducer : public GradSink {
   };
   bool distributed() const { return comm_ != nullptr && comm_->size() > 1; }
   // Unit u's group and this rank's index in it.
-  Communicator* comm_of(int u) const {
-    return part_.unit(u).experts && opt_.expert_comm ? opt_.expert_comm : comm_;
-  }
-  int rank_of(int u) const {
-    return part_.unit(u).experts && opt_.expert_comm ? opt_.expert_rank : opt_.rank;
-  }
+  Communicator* comm_of(int u) const { return part_.unit(u).experts ? opt_.expert_comm : comm_; }
+  int rank_of(int u) const { return part_.unit(u).experts ? opt_.expert_rank : opt_.rank; }
   bool distributed(int u) const { return comm_of(u) != nullptr && comm_of(u)->size() > 1; }
   bool sharded_grads() const { return opt_.stage >= 2; }
   void launch_bucket();

@@ -18,6 +18,8 @@ ParamGatherer::ParamGatherer(const Partition& partition, Backend& backend,
       slots_(static_cast<size_t>(partition.num_units())) {
   ZD_CHECK(opt_.comm != nullptr, "stage 3 needs a communicator");
   for (int u = 0; u < part_.num_units(); ++u) {
+    ZD_CHECK(!part_.unit(u).experts || opt_.expert_comm != nullptr,
+             "unit {} is split over the experts' group, which has no communicator", u);
     Slot& s = slots_[static_cast<size_t>(u)];
     s.persistent = part_.unit(u).numel <= opt_.param_persistence_threshold;
     if (s.persistent) {

@@ -20,7 +20,7 @@ namespace zerod {
 
 struct GathererOptions {
   Communicator* comm = nullptr;
-  // The experts units' group (Partition: UnitPartition::experts); null: comm.
+  // The experts units' group (UnitPartition::experts; required when the partition has them).
   Communicator* expert_comm = nullptr;
   // Where unit u's shard is: given the place the gather wants it (this rank's part of the
   // gathered buffer), returns a pointer to it, having copied it there if it had to be loaded
@@ -58,7 +58,7 @@ class ParamGatherer : public ParamSource {
   };
   void start_gather(int unit);
   Communicator& comm_of(int unit) const {
-    return *(part_.unit(unit).experts && opt_.expert_comm ? opt_.expert_comm : opt_.comm);
+    return *(part_.unit(unit).experts ? opt_.expert_comm : opt_.comm);
   }
   void finish_gather(Slot& s);
 

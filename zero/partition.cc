@@ -13,8 +13,7 @@ int64_t UnitPartition::valid(int rank) const {
 Partition::Partition(const ParamLayout& layout, int world_size, int64_t align_elems,
                      int expert_world_size)
     : world_(world_size) {
-  if (expert_world_size == 0) expert_world_size = world_size;
-  ZD_CHECK(world_size >= 1 && expert_world_size >= 1, "world size {}, experts' {}", world_size,
+  ZD_CHECK(world_size >= 1 && expert_world_size >= 0, "world size {}, experts' {}", world_size,
            expert_world_size);
   ZD_CHECK(align_elems >= 1, "alignment {}", align_elems);
   for (int u = 0; u < layout.num_units(); ++u) {
@@ -22,8 +21,8 @@ Partition::Partition(const ParamLayout& layout, int world_size, int64_t align_el
     UnitPartition p;
     padded_offsets_.push_back(padded_elems_total());
     shard_offsets_.push_back(shard_elems_total());
-    p.experts = ul.experts;
-    p.world = ul.experts ? expert_world_size : world_size;
+    p.experts = ul.experts && expert_world_size > 0;
+    p.world = p.experts ? expert_world_size : world_size;
     const int64_t quantum = align_elems * p.world;
     p.numel = ul.numel;
     p.padded = (ul.numel + quantum - 1) / quantum * quantum;

@@ -18,7 +18,7 @@ struct UnitPartition {
   int64_t padded = 0;  // numel rounded up to world * align
   int64_t shard = 0;   // padded / world
   int world = 1;       // the ranks it is split over
-  bool experts = false;  // an experts unit (split over the expert-data-parallel group)
+  bool experts = false;  // an experts unit split over its own (expert-data-parallel) group
   int64_t begin(int rank) const { return shard * rank; }
   // Elements of [begin, begin + shard) that lie inside the unit (the rest is padding).
   int64_t valid(int rank) const;
@@ -32,7 +32,8 @@ struct DecayRange {
 
 class Partition {
  public:
-  // expert_world_size: the experts units' group (0: world_size).
+  // expert_world_size > 0: the experts units (UnitLayout::experts) are split over their own group
+  // of that many ranks (UnitPartition::experts); 0: like the other units.
   Partition(const ParamLayout& layout, int world_size, int64_t align_elems = 16,
             int expert_world_size = 0);
 

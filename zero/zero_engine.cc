@@ -29,9 +29,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
       opt_(options),
       tracker_(tracker),
       partition_(layout, options.stage >= 1 ? options.world_size : 1, 16,
-                 options.stage < 1                ? 1
-                 : layout.shard().expert_size > 1 ? options.expert_world_size
-                                                  : options.world_size),
+                 layout.shard().expert_size == 1 ? 0
+                 : options.stage >= 1            ? options.expert_world_size
+                                                 : 1),
       esz_(backend.compute_elem_size()) {
   ZD_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "ZeRO stage {}", opt_.stage);
   ZD_CHECK(opt_.world_size >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world_size,
@@ -367,7 +367,7 @@ double ZeroEngine::shard_sum_squares(bool experts) {
   // One call over every piece: a device backend waits for the device once, not per unit.
   std::vector<std::pair<const void*, int64_t>> pieces;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    if ((partition_.unit(u).experts && expert_groups()) != experts) continue;
+    if (partition_.unit(u).experts != experts) continue;
     if (norm_ranges_.empty()) {
       pieces.emplace_back(reducer_->shard(u), partition_.unit(u).shard);
       continue;
@@ -770,8 +770,7 @@ ModelStateBytes ZeroEngine::formula_bytes() const {
   // With expert groups, the experts units' Psi over their group.
   double psi = 0, psi_experts = 0;
   for (int u = 0; u < layout_.num_units(); ++u)
-    (partition_.unit(u).experts && expert_groups() ? psi_experts : psi) +=
-        static_cast<double>(layout_.unit(u).numel);
+    (partition_.unit(u).experts ? psi_experts : psi) += static_cast<double>(layout_.unit(u).numel);
   auto formula = [&](int bytes) {
     ModelStateBytes f = zero_formula_bytes(psi, opt_.world_size, opt_.stage, bytes);
     if (psi_experts > 0) {

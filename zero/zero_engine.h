@@ -197,13 +197,13 @@ class ZeroEngine : public ParamSource, public GradSink {
   // group) or 0 (stage 0: all of it).
   int owner_rank(int u) const {
     if (opt_.stage == 0) return 0;
-    return partition_.unit(u).experts && expert_groups() ? opt_.expert_rank : opt_.rank;
+    return partition_.unit(u).experts ? opt_.expert_rank : opt_.rank;
   }
   // Whether the experts units are this rank's experts only, on their own groups (ZeroOptions).
   bool expert_groups() const { return layout_.shard().expert_size > 1; }
   // The group unit u's gradients are reduced and its weights gathered over.
   Communicator& unit_comm(int u) const {
-    return partition_.unit(u).experts && expert_groups() ? *expert_comm_ : *opt_.comm;
+    return partition_.unit(u).experts ? *expert_comm_ : *opt_.comm;
   }
   // This rank's optimizer shard of unit u: fp32 master and Adam moments (shard elements). Only
   // when the states are in memory (states_resident()); NVMe states are reached by visit_states.

@@ -187,7 +187,7 @@ Plan make_plan(const PlanRequest& r) {
       largest_unit = std::max(largest_unit, layout.unit(u).numel);
       if (layout.unit(u).experts && E > 1) psi_experts += static_cast<double>(layout.unit(u).numel);
     }
-    const Partition part(layout, dp, 16, dp / E);
+    const Partition part(layout, dp, 16, E > 1 ? dp / E : 0);
     for (int u = 0; u < part.num_units(); ++u) padded_units.push_back(part.unit(u).padded);
     plan.parameters = r.spec->num_parameters();
     const int seq = std::min(r.seq, r.spec->seq_len);

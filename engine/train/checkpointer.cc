@@ -266,7 +266,6 @@ std::vector<ShardData> Checkpointer::my_shards() {
   // (one writer per tensor rank), and with expert groups each expert-data-parallel group's
   // rank 0 writes its experts.
   const ZeroOptions& zo = engine_.options();
-  const bool experts_apart = engine_.expert_groups();
   // A pipeline stage saves its own units under their whole-model indices; the last stage's copy
   // of a tied embedding is the first stage's (the same states), which saves it. An experts unit
   // holding this rank's experts is saved where they lie in the unit of every expert (the files
@@ -275,7 +274,7 @@ std::vector<ShardData> Checkpointer::my_shards() {
   const ParamLayout& layout = engine_.layout();
   for (int u = 0; u < part.num_units(); ++u) {
     const UnitPartition& up = part.unit(u);
-    const bool own_experts = up.experts && experts_apart;
+    const bool own_experts = up.experts;  // (on their own group: this rank's experts)
     if (zo.stage == 0 && (own_experts ? zo.expert_rank : zo.rank) != 0) continue;
     const int owner = engine_.owner_rank(u);
     const int64_t valid = up.valid(owner);

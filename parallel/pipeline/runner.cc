@@ -97,6 +97,12 @@ void PipelineRunner::send_totals(Model& model, int slot, int peer, int tag) {
   totals_sent_.push_back(std::move(buf));
 }
 
+WorkPtr PipelineRunner::receive_totals(const Action& a,
+                                       std::shared_ptr<std::vector<double>>& into) {
+  into = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
+  return comm_->recv_async(into->data(), totals_size_, CommType::kF64, a.peer, receive_tag(a));
+}
+
 void PipelineRunner::send(const void* data, int peer, int tag) {
   pending_.push_back({comm_->send_async(data, chunks_[0]->boundary_elems(), type_, peer, tag), -1});
 }
@@ -134,11 +140,7 @@ void PipelineRunner::prefetch_receives(size_t from) {
                  comm_->recv_async(pool_[static_cast<size_t>(i)].data(),
                                    chunks_[0]->boundary_elems(), type_, a.peer, receive_tag(a)),
                  i, nullptr, nullptr};
-    if (totals_size_ > 0) {  // (posted right after: a pair's messages match in order)
-      p.totals = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
-      p.totals_work =
-          comm_->recv_async(p.totals->data(), totals_size_, CommType::kF64, a.peer, receive_tag(a));
-    }
+    if (totals_size_ > 0) p.totals_work = receive_totals(a, p.totals);  // (right after: in order)
     prefetched_.push_back(std::move(p));
   }
 }
@@ -147,9 +149,8 @@ std::shared_ptr<std::vector<double>> PipelineRunner::take_receive(size_t index, 
   if (prefetch_ == 0) {  // posted here, as the schedule reaches it
     const Action& a = actions_[index];
     receive(data, a.peer, receive_tag(a));
-    if (totals_size_ == 0) return nullptr;
-    auto totals = std::make_shared<std::vector<double>>(static_cast<size_t>(totals_size_));
-    comm_->recv_async(totals->data(), totals_size_, CommType::kF64, a.peer, receive_tag(a))->wait();
+    std::shared_ptr<std::vector<double>> totals;
+    if (totals_size_ > 0) receive_totals(a, totals)->wait();
     return totals;
   }
   prefetch_receives(index);

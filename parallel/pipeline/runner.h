@@ -128,6 +128,8 @@ class PipelineRunner {
   // With MoE totals (Model::moe_totals_size() > 0: Mixtral's all-layer aux loss): each boundary
   // message is followed by one of the slot's totals (F64) on the same pair, in the same order.
   void send_totals(Model& model, int slot, int peer, int tag);
+  // Posts the receive of the totals following receive action a's message into a new buffer.
+  WorkPtr receive_totals(const Action& a, std::shared_ptr<std::vector<double>>& into);
   void abandon_receives();  // after an error: their buffers stay busy (a receive may still land)
 
   std::vector<Action> actions_;
