@@ -1,11 +1,13 @@
 #include "comm/staged/staged_communicator.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace zerod {
@@ -62,28 +64,42 @@ class HostBuffer {
   std::unique_ptr<uint8_t[]> data_;
 };
 
-// An output to copy back to device memory once the host operation is done.
-struct CopyBack {
-  void* dst;
-  const void* src;
-  size_t bytes;
-};
+bool is_16bit_float(CommType t) {
+  return t == CommType::kBF16 || t == CommType::kF16;
+}
 
-// The host operation's Work, the staging buffers it uses, and the outputs to copy back on wait().
+// n 16-bit floats of type t at `in` widened to fp32 at `out`, and back (rounded to nearest even).
+void widen(float* out, const void* in, size_t n, CommType t) {
+  const uint16_t* h = static_cast<const uint16_t*>(in);
+  if (t == CommType::kBF16) {
+    for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(h[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(h[i]);
+  }
+}
+void narrow(void* out, const float* in, size_t n, CommType t) {
+  uint16_t* h = static_cast<uint16_t*>(out);
+  if (t == CommType::kBF16) {
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16_bits(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16_bits(in[i]);
+  }
+}
+
+// The host operation's Work, the staging buffers it uses, and the steps that write the outputs
+// (copies back to device memory) on wait().
 class StagedWork final : public Work {
  public:
   StagedWork(WorkPtr inner, std::vector<std::unique_ptr<HostBuffer>> buffers,
-             std::vector<CopyBack> backs, DeviceCopy copy)
-      : inner_(std::move(inner)),
-        buffers_(std::move(buffers)),
-        backs_(std::move(backs)),
-        copy_(std::move(copy)) {}
+             std::vector<std::function<void()>> outputs)
+      : inner_(std::move(inner)), buffers_(std::move(buffers)), outputs_(std::move(outputs)) {}
 
   void wait() override {
     if (finished_) return;
     inner_->wait();  // (a failure propagates; nothing is written to the outputs)
-    for (const CopyBack& b : backs_) copy_(b.dst, b.src, b.bytes);
+    for (const auto& write : outputs_) write();
     finished_ = true;
+    outputs_.clear();
     buffers_.clear();
   }
   bool done() const override { return finished_ || inner_->done(); }
@@ -92,8 +108,7 @@ class StagedWork final : public Work {
  private:
   WorkPtr inner_;
   std::vector<std::unique_ptr<HostBuffer>> buffers_;
-  std::vector<CopyBack> backs_;
-  DeviceCopy copy_;
+  std::vector<std::function<void()>> outputs_;
   bool finished_ = false;
 };
 
@@ -116,6 +131,11 @@ class StagedCommunicator final : public Communicator {
     if (bytes == 0) return host_.all_reduce_async(data, count, type, op);
     Stage s(*this);
     uint8_t* h = s.input(data, bytes);
+    if (is_16bit_float(type)) {  // (reduced in fp32: Gloo does not reduce 16-bit floats)
+      float* f = s.widened(h, static_cast<size_t>(count), type);
+      s.output_narrowed(data, h, f, static_cast<size_t>(count), type);
+      return s.finish(host_.all_reduce_async(f, count, CommType::kF32, op));
+    }
     s.output(data, h, bytes);
     return s.finish(host_.all_reduce_async(h, count, type, op));
   }
@@ -127,6 +147,13 @@ class StagedCommunicator final : public Communicator {
     if (block == 0) return host_.reduce_scatter_async(send, recv, count, type, op);
     Stage s(*this);
     uint8_t* h = s.input(send, block * static_cast<size_t>(n));
+    if (is_16bit_float(type)) {  // (reduced in fp32, as all_reduce)
+      const size_t c = static_cast<size_t>(count);
+      float* f = s.widened(h, c * static_cast<size_t>(n), type);
+      float* fmine = f + c * static_cast<size_t>(rank());
+      s.output_narrowed(recv, h, fmine, c, type);
+      return s.finish(host_.reduce_scatter_async(f, fmine, count, CommType::kF32, op));
+    }
     uint8_t* mine = h + block * static_cast<size_t>(rank());
     s.output(recv, mine, block);
     return s.finish(host_.reduce_scatter_async(h, mine, count, type, op));  // (in place)
@@ -220,16 +247,33 @@ class StagedCommunicator final : public Communicator {
       c_.copy_(h, src, bytes);
       return h;
     }
-    void output(void* dst, const void* host, size_t bytes) { backs_.push_back({dst, host, bytes}); }
+    // An fp32 host buffer holding the n 16-bit floats at `h` (host) widened.
+    float* widened(const void* h, size_t n, CommType type) {
+      float* f = reinterpret_cast<float*>(buffer(n * sizeof(float)));
+      widen(f, h, n, type);
+      return f;
+    }
+    // On wait(): `host` (bytes) copied to `dst`.
+    void output(void* dst, const void* host, size_t bytes) {
+      outputs_.push_back([copy = c_.copy_, dst, host, bytes] { copy(dst, host, bytes); });
+    }
+    // On wait(): the n fp32 at `f` rounded to 16-bit floats in `tmp` (host, 2n bytes), copied to
+    // `dst`.
+    void output_narrowed(void* dst, void* tmp, const float* f, size_t n, CommType type) {
+      outputs_.push_back([copy = c_.copy_, dst, tmp, f, n, type] {
+        narrow(tmp, f, n, type);
+        copy(dst, tmp, n * 2);
+      });
+    }
     WorkPtr finish(WorkPtr inner) {
-      return std::make_shared<StagedWork>(std::move(inner), std::move(buffers_), std::move(backs_),
-                                          c_.copy_);
+      return std::make_shared<StagedWork>(std::move(inner), std::move(buffers_),
+                                          std::move(outputs_));
     }
 
    private:
     StagedCommunicator& c_;
     std::vector<std::unique_ptr<HostBuffer>> buffers_;
-    std::vector<CopyBack> backs_;
+    std::vector<std::function<void()>> outputs_;
   };
 
   Communicator& host_;

@@ -8,6 +8,11 @@
 // GPU (NCCL refuses two ranks of a communicator on one device). It is slower than a device
 // communicator: each byte crosses the host link twice more than it must.
 //
+// 16-bit floats (kBF16, kF16) are reduced in fp32 on the host (widened after the copy in, the
+// result rounded to nearest even before the copy out): every rank gets the same bits, closer to
+// the exact sum than a 16-bit accumulation, and host communicators need not reduce 16-bit types
+// (Gloo's do not).
+//
 // Semantics are the host communicator's (Communicator's contract): the same sequence numbers,
 // timeouts, errors (kPeerLost naming the operation, peers and group), collective log. Inputs are
 // copied when the call is made: the caller may reuse an input buffer as soon as the call returns

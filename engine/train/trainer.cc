@@ -10,6 +10,7 @@
 
 #include "comm/collective_log.h"
 #include "comm/gloo/gloo_groups.h"
+#include "comm/staged/staged_communicator.h"
 #include "comm/strings.h"
 #include "core/error.h"
 #include "core/file_write.h"
@@ -93,6 +94,17 @@ GlooOptions world_gloo_options(const RankContext& ctx) {
 }
 }  // namespace
 
+Communicator& Trainer::device_tensors(Communicator& c) {
+  if (!backend_->device_memory()) return c;
+  std::unique_ptr<Communicator>& staged = staged_comms_[&c];
+  if (!staged) {
+    Backend* be = backend_.get();
+    staged = make_staged_communicator(
+        c, [be](void* dst, const void* src, size_t bytes) { be->copy(dst, src, bytes); });
+  }
+  return *staged;
+}
+
 void Trainer::make_expert_group() {
   // DeepSpeed-MoE's groups over the data-parallel ranks (MoE runs without context parallelism;
   // with tensor parallelism the data-parallel ranks hold one tensor slice of every expert, so
@@ -121,7 +133,7 @@ void Trainer::make_expert_group() {
     expert_data_comm_ = factory.make("expert_data." + std::to_string(data_ranks.front()),
                                      "expert_data", data_ranks, d / E);
   }
-  expert_exchange_ = std::make_unique<ExpertParallelExchange>(*comm, *backend_);
+  expert_exchange_ = std::make_unique<ExpertParallelExchange>(device_tensors(*comm), *backend_);
   for_each_model([&](Model& m) { m.set_expert_exchange(expert_exchange_.get()); });
 }
 
@@ -237,11 +249,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
         std::make_unique<ParamLayout>(spec, model_->layout().align_elems(), tshard, chunks);
     std::vector<Model*> models;
     for_each_model([&](Model& m) { models.push_back(&m); });
-    runner_ = std::make_unique<pipeline::PipelineRunner>(*actions, models, *rank_layout_, *backend_,
-                                                         &groups_->pipeline().comm(), &memory_);
+    runner_ = std::make_unique<pipeline::PipelineRunner>(
+        *actions, models, *rank_layout_, *backend_, &device_tensors(groups_->pipeline().comm()),
+        &memory_);
   } else if (actions) {
-    runner_ = std::make_unique<pipeline::PipelineRunner>(*actions, *model_, *backend_,
-                                                         &groups_->pipeline().comm(), &memory_);
+    runner_ = std::make_unique<pipeline::PipelineRunner>(
+        *actions, *model_, *backend_, &device_tensors(groups_->pipeline().comm()), &memory_);
   }
   if (cfg_.data.document_masking) {  // (validated: no context split; an EOS id in the vocabulary
                                      // or data.tokenizer)
@@ -254,14 +267,15 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     for_each_model([&](Model& m) { m.set_document_masking(static_cast<int32_t>(*eos)); });
   }
   if (tensor.size() > 1) {
-    exchange_ =
-        std::make_unique<TensorParallelExchange>(tensor.comm(), *backend_, par.sequence_parallel);
+    exchange_ = std::make_unique<TensorParallelExchange>(device_tensors(tensor.comm()), *backend_,
+                                                         par.sequence_parallel);
   }
   if (context.size() > 1) {
     // Context parallelism: the attention over the context group; the tensor group's points go
     // to the tensor-parallel exchange.
     context_exchange_ = std::make_unique<ContextParallelExchange>(
-        context.comm(), *backend_, parse_context_impl(par.context_impl), exchange_.get(), &memory_);
+        device_tensors(context.comm()), *backend_, parse_context_impl(par.context_impl),
+        exchange_.get(), &memory_);
   }
   if (par.expert > 1) make_expert_group();
   if (Exchange* ex = context_exchange_ ? context_exchange_.get() : exchange_.get()) {
@@ -277,12 +291,13 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   // context), so summing over context again would count each element C times.
   zo.world_size = groups_->zero().size();
   zo.rank = groups_->zero().rank();
-  zo.comm =
-      device_comm_ ? device_comm_.get() : (ctx_.world_size > 1 ? &groups_->zero().comm() : nullptr);
+  zo.comm = device_comm_
+                ? device_comm_.get()
+                : (ctx_.world_size > 1 ? &device_tensors(groups_->zero().comm()) : nullptr);
   // (tensor x pipeline: the stages hold disjoint units, each counted once; a last stage's tied
   // embedding copy is left out, ParamLayout::counted_in_norm.)
   if (tensor.size() > 1 || pipeline_stages() > 1)
-    zo.model_parallel_comm = &groups_->model_norm().comm();
+    zo.model_parallel_comm = &device_tensors(groups_->model_norm().comm());
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -292,8 +307,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   if (par.expert > 1) {  // (make_expert_group's groups)
     zo.expert_world_size = zo.world_size / par.expert;
     zo.expert_rank = zo.rank / par.expert;
-    zo.expert_comm = expert_data_comm_.get();
-    zo.expert_parallel_comm = expert_comm_ ? expert_comm_.get() : zo.comm;
+    zo.expert_comm = expert_data_comm_ ? &device_tensors(*expert_data_comm_) : nullptr;
+    zo.expert_parallel_comm = expert_comm_ ? &device_tensors(*expert_comm_) : zo.comm;
   }
   if (const CommCompressionConfig& cc = cfg_.communication_compression; cc.type == "powersgd") {
     zo.powersgd = cc.powersgd;
@@ -323,7 +338,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
       (pipe.rank() == 0 || pipe.rank() == pipe.size() - 1)) {
     // The first stage's embedding and the last stage's head copy: one gradient, summed once each
     // stage has reduced its own over the data-parallel group.
-    tied_ = std::make_unique<pipeline::TiedEmbeddingGrads>(pipe.comm(), *backend_, &memory_);
+    tied_ = std::make_unique<pipeline::TiedEmbeddingGrads>(device_tensors(pipe.comm()), *backend_,
+                                                           &memory_);
     zo.after_reduce = [this](ZeroEngine& e) {
       const int u = e.layout().embedding_unit();
       tied_->sum(e.grad_shard(u), e.partition().unit(u).shard);
@@ -331,8 +347,8 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   }
   engine_ = std::make_unique<ZeroEngine>(layout(), *backend_, zo, &memory_);
   if (tensor.size() > 1)
-    tp_grads_ =
-        std::make_unique<TensorParallelGrads>(layout(), *engine_, *backend_, &tensor.comm());
+    tp_grads_ = std::make_unique<TensorParallelGrads>(layout(), *engine_, *backend_,
+                                                      &device_tensors(tensor.comm()));
   if (cfg_.model.init_from) {
     // Fine-tuning: every rank reads the file and keeps its shard of each unit (tensor-parallel:
     // of its part of each unit).

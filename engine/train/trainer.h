@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -122,6 +123,9 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> device_comm_;   // NCCL between GPU ranks (engine_ uses it)
   std::unique_ptr<ProcessGroups> groups_;       // the mesh's groups over ctx_.comm
+  // Device memory without a device communicator for a group: the group's communicator behind
+  // host staging (comm/staged/), one per host communicator (device_tensors()).
+  std::map<Communicator*, std::unique_ptr<Communicator>> staged_comms_;
   std::unique_ptr<Exchange> exchange_;          // tensor-parallel: the model's collectives
   std::unique_ptr<Exchange> context_exchange_;  // context-parallel: around exchange_
   // Expert parallelism (parallelism.expert > 1): the expert-parallel group's communicator (null
@@ -131,6 +135,9 @@ class Trainer {
   std::unique_ptr<Communicator> expert_data_comm_;
   std::unique_ptr<ExpertExchange> expert_exchange_;
   void make_expert_group();
+  // The communicator to move this rank's tensors over `c` (a group's): `c` itself on CPU ranks,
+  // else `c` behind host staging (made once per communicator, kept in staged_comms_).
+  Communicator& device_tensors(Communicator& c);
   std::unique_ptr<GradSink> tp_grads_;          // tensor-parallel: drops rank-0-only gradients
   std::unique_ptr<Model> model_;  // (a pipeline stage's with parallelism.pipeline > 1)
   // Interleaved pipelines (virtual_stages V > 1): the models of chunks 1..V-1 (model_ is chunk

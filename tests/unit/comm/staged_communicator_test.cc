@@ -10,6 +10,7 @@
 
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/staged/staged_communicator.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "tests/unit/comm/comm_test_util.h"
 
@@ -109,6 +110,38 @@ TEST(StagedCommunicator, CollectivesOnDeviceMemoryGiveTheHostResults) {
     c->all_reduce(nullptr, 0, CommType::kF32, ReduceOp::kSum);  // nothing to stage
     EXPECT_GT(copier.calls, 0);
   });
+}
+
+// 16-bit floats, which Gloo does not reduce: summed in fp32 and rounded once, the same bits on
+// every rank; sums of values that bf16 cannot hold exactly.
+TEST(StagedCommunicator, ReducesSixteenBitFloatsInFp32) {
+  constexpr int n = 3;
+  constexpr size_t count = 257;
+  test::World w = make_world(n);
+  auto x = [](int r, size_t i) { return 1.0f + 0.0078125f * float(r) + 0.001f * float(i % 13); };
+  for (const CommType type : {CommType::kBF16, CommType::kF16}) {
+    const bool bf = type == CommType::kBF16;
+    auto to16 = [&](float f) { return bf ? f32_to_bf16_bits(f) : f32_to_f16_bits(f); };
+    auto from16 = [&](uint16_t h) { return bf ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); };
+    run_ranks(n, [&](int r) {
+      Copier copier;
+      auto c = make_staged_communicator(*w.comms[static_cast<size_t>(r)], copier.fn());
+      auto want = [&](size_t i) {
+        float sum = 0.0f;
+        for (int q = 0; q < n; ++q) sum += from16(to16(x(q, i)));
+        return to16(sum);
+      };
+      std::vector<uint16_t> a(count);
+      for (size_t i = 0; i < count; ++i) a[i] = to16(x(r, i));
+      c->all_reduce(device(a), count, type, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(a[i], want(i)) << i;
+      std::vector<uint16_t> send(count * n), recv(count, 0);
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < count; ++i) send[q * count + i] = to16(x(r, q * count + i));
+      c->reduce_scatter(device(send), device(recv), count, type, ReduceOp::kSum);
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(recv[i], want(r * count + i)) << i;
+    });
+  }
 }
 
 TEST(StagedCommunicator, MessagesCopyBackOnlyWhenWaitedFor) {

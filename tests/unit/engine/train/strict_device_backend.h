@@ -37,15 +37,15 @@ class StrictDeviceBackend final : public Backend {
     ZD_CHECK(p != MAP_FAILED, "mmap {} bytes", mapped);
     ZD_CHECK(mprotect(p, mapped, PROT_NONE) == 0, "mprotect");
     std::lock_guard<std::mutex> lock(regions_mu());
-    regions()[p] = mapped;
+    regions()[p] = Region{mapped, this};
     return Buffer(p, bytes, release, category, tracker);
   }
   void memset_zero(void* p, size_t bytes) override {
-    Open open;
+    Open open(this);
     cpu_->memset_zero(p, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    Open open;
+    Open open(this);
     ++copies_;
     std::memmove(dst, src, bytes);
   }
@@ -220,29 +220,35 @@ class StrictDeviceBackend final : public Backend {
   static size_t mapped_bytes() {
     std::lock_guard<std::mutex> lock(regions_mu());
     size_t total = 0;
-    for (const auto& [p, n] : regions()) total += n;
+    for (const auto& [p, r] : regions()) total += r.bytes;
     return total;
   }
 
  private:
   // While alive, every device region is readable and writable (nesting allowed).
+  // Opens this backend's memory (each instance is one rank's device: its regions only, so a
+  // rank's op never opens another rank's memory to that rank's host code) while an op runs.
   class Open {
    public:
-    Open() { set(PROT_READ | PROT_WRITE, +1); }
+    explicit Open(const StrictDeviceBackend* owner) : owner_(owner) {
+      set(PROT_READ | PROT_WRITE, +1);
+    }
     ~Open() { set(PROT_NONE, -1); }
 
    private:
-    static void set(int prot, int delta) {
+    void set(int prot, int delta) {
       std::lock_guard<std::mutex> lock(regions_mu());
-      int& depth = open_depth();
+      int& depth = open_depth()[owner_];
       const bool change = delta > 0 ? depth++ == 0 : --depth == 0;
       if (!change) return;
-      for (const auto& [p, n] : regions()) mprotect(p, n, prot);
+      for (const auto& [p, r] : regions())
+        if (r.owner == owner_) mprotect(p, r.bytes, prot);
     }
+    const StrictDeviceBackend* owner_;
   };
   template <class F>
   void run(F&& f) {
-    Open open;
+    Open open(this);
     f();
   }
   static size_t round_pages(size_t bytes) {
@@ -253,19 +259,23 @@ class StrictDeviceBackend final : public Backend {
     std::lock_guard<std::mutex> lock(regions_mu());
     auto it = regions().find(p);
     if (it == regions().end()) return;
-    munmap(p, it->second);
+    munmap(p, it->second.bytes);
     regions().erase(it);
   }
-  static std::map<void*, size_t>& regions() {
-    static std::map<void*, size_t> r;
+  struct Region {
+    size_t bytes;
+    const StrictDeviceBackend* owner;
+  };
+  static std::map<void*, Region>& regions() {
+    static std::map<void*, Region> r;
     return r;
   }
   static std::mutex& regions_mu() {
     static std::mutex m;
     return m;
   }
-  static int& open_depth() {
-    static int d = 0;
+  static std::map<const StrictDeviceBackend*, int>& open_depth() {
+    static std::map<const StrictDeviceBackend*, int> d;
     return d;
   }
 

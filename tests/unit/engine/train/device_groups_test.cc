@@ -1,0 +1,134 @@
+// Every parallel dimension on device memory, checked on the CPU: each rank (a thread) trains on a
+// StrictDeviceBackend of its own, whose memory faults on any host access outside its ops and
+// copies, and the process groups move the ranks' device tensors through host staging
+// (comm/staged/; Trainer::device_tensors). Data parallelism at ZeRO 1 and 3 (with the optimizer
+// states on the host), tensor parallelism with sequence parallelism, context parallelism (ring and
+// Ulysses, and with tensor parallelism), pipelines (1F1B, zero-bubble, interleaved, with tensor
+// parallelism) and PowerSGD must give the CPU backend's losses and gradient norms bit for bit: the
+// same kernels on the same values, so any difference is a tensor that went the wrong way between
+// host and device.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/unit/engine/train/strict_device_backend.h"
+#include "tests/unit/engine/train/train_test_util.h"
+
+namespace zerod::test {
+namespace {
+
+struct Case {
+  const char* name;
+  int world;
+  int stage;
+  std::string extra;  // top-level members of the job
+  testing::TinyModel model;
+  std::string optimizer = testing::kTinyAdamW;
+  std::string zero_extra;
+  int accum = 2;
+  bool bf16 = false;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+struct Outcome {
+  std::vector<double> losses, norms;  // rank 0's, per step
+  std::vector<double> last;           // every rank's last loss
+  int64_t staged = 0;                 // rank 0's backend copies (device runs)
+};
+
+class DeviceGroups : public ::testing::TestWithParam<Case> {
+ protected:
+  static void SetUpTestSuite() { corpus_ = new testing::TempCorpus("zerod_device_groups"); }
+  static void TearDownTestSuite() { delete corpus_; }
+
+  static Outcome train(const Case& c, bool strict) {
+    std::string extra = c.extra;
+    if (c.bf16) extra += R"(, "bf16": {"enabled": true})";
+    const JobConfig cfg = testing::tiny_job(*corpus_, c.world, c.stage, c.accum, 6, extra, "", 8,
+                                            c.zero_extra, c.model, c.optimizer);
+    Outcome out;
+    out.last.resize(static_cast<size_t>(c.world));
+    std::mutex mu;
+    testing::run_world(c.world, [&](const RankContext& ctx) {
+      TrainerOptions o = testing::quiet_trainer();
+      StrictDeviceBackend* device = nullptr;
+      if (strict) {
+        o.backend = [&] {
+          auto be = std::make_unique<StrictDeviceBackend>(cfg.compute_dtype());
+          device = be.get();
+          return be;
+        };
+      }
+      Trainer t(cfg, ctx, o);
+      const TrainResult res = t.run();
+      std::lock_guard<std::mutex> lock(mu);
+      out.last[static_cast<size_t>(ctx.rank)] = res.steps.back().loss;
+      if (ctx.rank != 0) return;
+      for (const StepMetrics& m : res.steps) {
+        out.losses.push_back(m.loss);
+        out.norms.push_back(m.grad_norm);
+      }
+      if (device) out.staged = device->copies();
+    });
+    return out;
+  }
+
+  static testing::TempCorpus* corpus_;
+};
+testing::TempCorpus* DeviceGroups::corpus_ = nullptr;
+
+TEST_P(DeviceGroups, TrainLikeTheCpuBackendBitForBit) {
+  const Case& c = GetParam();
+  const Outcome want = train(c, false);
+  const Outcome got = train(c, true);
+  ASSERT_EQ(want.losses.size(), 6u);
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.norms, want.norms);
+  EXPECT_EQ(got.last, want.last);
+  EXPECT_LT(want.losses.back(), want.losses.front()) << "the model learns";
+  EXPECT_GT(got.staged, 0);
+}
+
+std::string parallelism(const std::string& members) {
+  return R"(, "parallelism": {)" + members + "}";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dimensions, DeviceGroups,
+    ::testing::Values(
+        Case{"data_zero1", 2, 1, "", testing::tiny_gpt2()},
+        Case{"data_zero3_optimizer_on_host", 2, 3, "", testing::tiny_llama(), testing::kTinyAdamW,
+             R"(, "offload_optimizer": {"device": "cpu"})"},
+        Case{"tensor_sequence_parallel", 2, 1,
+             parallelism(R"("tensor": 2, "sequence_parallel": true)"), testing::tiny_llama()},
+        Case{"tensor_bf16", 2, 0, parallelism(R"("tensor": 2)"), testing::tiny_gpt2(),
+             testing::kTinyAdamW, "", 2, true},
+        Case{"context_ring", 2, 1, parallelism(R"("context": 2, "context_impl": "ring")"),
+             testing::tiny_llama()},
+        Case{"context_ulysses", 2, 0, parallelism(R"("context": 2)"), testing::tiny_gpt2()},
+        Case{"pipeline_1f1b_tied", 2, 1, parallelism(R"("pipeline": 2)"),
+             testing::tiny_gpt2_4layers(), testing::kTinyAdamW, "", 4},
+        Case{"pipeline_zero_bubble", 2, 0,
+             parallelism(R"("pipeline": 2, "pipeline_schedule": "zero_bubble")"),
+             testing::tiny_llama_4layers(), testing::kTinyAdamW, "", 4},
+        Case{"pipeline_interleaved", 2, 0,
+             parallelism(R"("pipeline": 2, "pipeline_schedule": "interleaved_1f1b",
+                            "virtual_stages": 2)"),
+             testing::tiny_gpt2_4layers(), testing::kTinyAdamW, "", 4},
+        Case{"pipeline_tensor_data", 8, 1, parallelism(R"("pipeline": 2, "tensor": 2)"),
+             testing::tiny_llama_4layers(), testing::kTinyAdamW, "", 2},
+        Case{"tensor_context", 4, 1,
+             parallelism(R"("tensor": 2, "context": 2, "context_impl": "ring")"),
+             testing::tiny_llama()},
+        Case{"powersgd", 2, 0,
+             R"(, "communication_compression": {"type": "powersgd", "rank": 2, "start_iter": 3})",
+             testing::tiny_gpt2()}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace zerod::test
