@@ -315,9 +315,21 @@ struct DataConfig {
 enum class TrainDevice { kCpu, kCuda };
 const char* train_device_name(TrainDevice d);
 
+// How GPU ranks move their device tensors between them (train.device_comm):
+//   auto  NCCL when the job is data parallel only (every group is the world's) and each local
+//         rank has a GPU of its own; Gloo with host staging otherwise (tensor, context, pipeline
+//         parallelism: NCCL sub-groups are not enabled yet).
+//   nccl  NCCL; refused with tensor, context or pipeline parallelism and with more local ranks
+//         than GPUs.
+//   gloo  Gloo with host staging for every group (comm/staged/): slower, but any mesh, and ranks
+//         may share a GPU (local rank r on GPU r mod the visible GPUs).
+enum class DeviceComm { kAuto, kNccl, kGloo };
+const char* device_comm_name(DeviceComm c);
+
 struct TrainConfig {
   int64_t steps = 0;                       // optimizer steps to run (required)
   TrainDevice device = TrainDevice::kCpu;  // "cpu" or "cuda" (local rank r on GPU r)
+  DeviceComm device_comm = DeviceComm::kAuto;  // GPU ranks: "auto", "nccl" or "gloo"
   std::string checkpoint_dir;              // "" -> no checkpoints
   int64_t save_interval = 0;               // steps; 0: off
   int64_t keep_last = 0;                   // 0: keep all
@@ -371,6 +383,12 @@ struct SnapshotConfig {
   std::string dir = "/dev/shm";  // a memory file system on every node (tmpfs)
   bool operator==(const SnapshotConfig&) const = default;
 };
+
+struct JobConfig;
+// Whether the job's GPU ranks exchange device tensors over NCCL (train.device cuda, more than one
+// rank, and train.device_comm nccl, or auto on a mesh that is data parallel only); false: Gloo
+// with host staging, or no device tensors between ranks.
+bool nccl_between_ranks(const JobConfig& cfg);
 
 struct JobConfig {
   // batch triangle (after resolve(): all three set and consistent), over the data-parallel size

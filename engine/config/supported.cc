@@ -15,45 +15,54 @@ struct NotBuiltYet {
   bool plans = false;  // `zerod check` accepts it (and shows its plan); only running is refused
 };
 
+// GPU ranks whose device tensors would go over NCCL whatever the world size (train.device_comm
+// nccl, or auto on a mesh that is data parallel only); nccl_between_ranks once it is resolved.
+bool over_nccl(const JobConfig& c) {
+  if (c.train.device != TrainDevice::kCuda) return false;
+  if (c.train.device_comm == DeviceComm::kNccl) return true;
+  return c.train.device_comm == DeviceComm::kAuto && c.parallelism.model_ranks() == 1 &&
+         c.parallelism.expert == 1;
+}
+
+std::string over_nccl_message(const char* what, int value) {
+  return fmt::format(
+      "{}: {} with train.device cuda and train.device_comm \"nccl\": NCCL sub-groups are not "
+      "enabled yet (they have never run on GPUs); with train.device_comm \"auto\" or \"gloo\" "
+      "the groups run over Gloo with host staging",
+      what, value);
+}
+
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) {
-       return !c.communication_compression.type.empty() && c.train.device == TrainDevice::kCuda;
-     },
+    {[](const JobConfig& c) { return !c.communication_compression.type.empty() && over_nccl(c); },
      [](const JobConfig& c) {
        return fmt::format(
-           "communication_compression.type: \"{}\" with train.device cuda: the PowerSGD hook "
-           "compiles for GPUs (cuBLAS matmuls, NCCL all-reduces) but has never run on one; it "
-           "runs on CPU ranks",
+           "communication_compression.type: \"{}\" with train.device cuda over NCCL: the PowerSGD "
+           "hook has never run over NCCL; it runs on CPU ranks and on GPU ranks with "
+           "train.device_comm \"gloo\" (host staging)",
            c.communication_compression.type);
      }},
     {[](const JobConfig& c) {
-       return c.parallelism.tensor > 1 && c.train.device == TrainDevice::kCuda;
+       return c.parallelism.tensor > 1 && c.train.device == TrainDevice::kCuda &&
+              c.train.device_comm == DeviceComm::kNccl;
      },
      [](const JobConfig& c) {
-       return fmt::format(
-           "parallelism.tensor: {} with train.device cuda: tensor-parallel groups over NCCL are "
-           "not enabled yet (they have never run on GPUs); tensor parallelism runs on CPU ranks",
-           c.parallelism.tensor);
+       return over_nccl_message("parallelism.tensor", c.parallelism.tensor);
      }},
     {[](const JobConfig& c) {
-       return c.parallelism.context > 1 && c.train.device == TrainDevice::kCuda;
+       return c.parallelism.context > 1 && c.train.device == TrainDevice::kCuda &&
+              c.train.device_comm == DeviceComm::kNccl;
      },
      [](const JobConfig& c) {
-       return fmt::format(
-           "parallelism.context: {} with train.device cuda: context-parallel groups over NCCL "
-           "are not enabled yet (they have never run on GPUs); context parallelism ({}) runs on "
-           "CPU ranks",
-           c.parallelism.context, c.parallelism.context_impl);
+       return over_nccl_message("parallelism.context", c.parallelism.context);
      }},
-    // Pipelines: every schedule runs on CPU ranks (parallel/pipeline/runner.h).
+    // Pipelines: every schedule runs on CPU ranks and, over Gloo with host staging, on GPU ranks
+    // (parallel/pipeline/runner.h).
     {[](const JobConfig& c) {
-       return c.parallelism.pipeline > 1 && c.train.device == TrainDevice::kCuda;
+       return c.parallelism.pipeline > 1 && c.train.device == TrainDevice::kCuda &&
+              c.train.device_comm == DeviceComm::kNccl;
      },
      [](const JobConfig& c) {
-       return fmt::format(
-           "parallelism.pipeline {} with train.device cuda: NCCL point-to-point messages have "
-           "never run on GPUs; pipelines run on CPU ranks",
-           c.parallelism.pipeline);
+       return over_nccl_message("parallelism.pipeline", c.parallelism.pipeline);
      },
      true},
     // (PowerSGD runs per stage over its data-parallel group, each matrix drawing the same Q as

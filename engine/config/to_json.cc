@@ -202,6 +202,31 @@ const char* train_device_name(TrainDevice d) {
   return d == TrainDevice::kCuda ? "cuda" : "cpu";
 }
 
+const char* device_comm_name(DeviceComm c) {
+  switch (c) {
+    case DeviceComm::kNccl:
+      return "nccl";
+    case DeviceComm::kGloo:
+      return "gloo";
+    case DeviceComm::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+bool nccl_between_ranks(const JobConfig& cfg) {
+  if (cfg.train.device != TrainDevice::kCuda || cfg.world_size <= 1) return false;
+  switch (cfg.train.device_comm) {
+    case DeviceComm::kNccl:
+      return true;
+    case DeviceComm::kGloo:
+      return false;
+    case DeviceComm::kAuto:
+      break;
+  }
+  return cfg.parallelism.model_ranks() == 1 && cfg.parallelism.expert == 1;
+}
+
 namespace config {
 Json rank_layout_json(const JobConfig& cfg) {
   const ParallelismConfig& p = cfg.parallelism;
@@ -375,6 +400,7 @@ nlohmann::json job_to_json(const JobConfig& cfg) {
       {"train",
        {{"steps", t.steps},
         {"device", train_device_name(t.device)},
+        {"device_comm", device_comm_name(t.device_comm)},
         {"checkpoint_dir", t.checkpoint_dir},
         {"save_interval", t.save_interval},
         {"keep_last", t.keep_last},

@@ -100,6 +100,9 @@ void read_train(ObjectReader& top, JobConfig& cfg) {
   size_t device = 0;
   if (r.read_choice("device", device, {"cpu", "cuda"}, /*case_insensitive=*/false))
     t.device = device == 1 ? TrainDevice::kCuda : TrainDevice::kCpu;
+  size_t comm = 0;
+  if (r.read_choice("device_comm", comm, {"auto", "nccl", "gloo"}, /*case_insensitive=*/false))
+    t.device_comm = static_cast<DeviceComm>(comm);
   r.read_string("checkpoint_dir", t.checkpoint_dir);
   r.read_int("save_interval", t.save_interval, at_least(0));
   r.read_int("keep_last", t.keep_last, at_least(0));

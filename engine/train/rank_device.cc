@@ -33,18 +33,19 @@ std::string train_device_problem(const JobConfig& cfg, int local_ranks) {
     return "train.device: \"cuda\", but this process sees no GPU (no NVIDIA driver or device; "
            "CUDA_VISIBLE_DEVICES?)";
   }
-  if (local_ranks > gpus) {
+  if (local_ranks > gpus && cfg.train.device_comm != DeviceComm::kGloo) {
     return fmt::format(
         "train.device: \"cuda\" with {} local ranks, but this process sees {} GPU{} (one rank "
-        "per GPU: --nproc-per-node {} at most)",
+        "per GPU: --nproc-per-node {} at most, or train.device_comm \"gloo\" to share them)",
         local_ranks, gpus, gpus == 1 ? "" : "s", gpus);
   }
 #if !defined(ZEROD_HAVE_NCCL)
-  if (cfg.world_size > 1) {
+  if (nccl_between_ranks(cfg)) {
     return fmt::format(
-        "train.device: \"cuda\" with {} ranks needs NCCL, and this zerod was built without it "
-        "(nccl.h / libnccl not found when it was configured)",
-        cfg.world_size);
+        "train.device: \"cuda\" with {} ranks and train.device_comm \"{}\" needs NCCL, and this "
+        "zerod was built without it (nccl.h / libnccl not found when it was configured); "
+        "train.device_comm \"gloo\" runs without it",
+        cfg.world_size, device_comm_name(cfg.train.device_comm));
   }
 #endif
   return "";
@@ -63,10 +64,12 @@ RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx) {
     ZD_THROW_INPUT("{}", problem);
 #if defined(ZEROD_HAVE_CUDA)
   const int gpus = visible_gpus();
+  // (train.device_comm gloo: ranks may share GPUs, round-robin.)
   const int gpu = local_rank_gpu(ctx.local_process, ctx.local_processes, ctx.local_world_size,
-                                 ctx.local_rank, gpus);
+                                 ctx.local_rank, gpus) %
+                  gpus;
   d.backend = make_cuda_backend(cfg.compute_dtype(), gpu);
-  if (ctx.world_size > 1) {
+  if (ctx.world_size > 1 && nccl_between_ranks(cfg)) {
 #if defined(ZEROD_HAVE_NCCL)
     ZD_CHECK(ctx.store != nullptr, "rank {}: a GPU job of {} ranks needs the rendezvous store",
              ctx.rank, ctx.world_size);

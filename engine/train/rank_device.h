@@ -4,13 +4,17 @@
 // cpu:  the CPU backend; every collective goes through the rank's (Gloo) communicator.
 // cuda: local rank r runs on GPU r of this process (CUDA_VISIBLE_DEVICES selects them); when a
 //       launcher started several zerods on the machine and each sees all their GPUs, process
-//       p's rank r runs on GPU p x nproc-per-node + r (local_rank_gpu in engine/runtime/launch.h).
-//       With more than one rank, an NCCL communicator is created for the ZeRO engine's tensors
-//       (gradient reductions, weight gathers, on device memory, ordered against the backend's
-//       stream), bootstrapped through the rendezvous store under "nccl/"; the rank's Gloo
-//       communicator keeps the host-side traffic (losses, checkpoints, stop requests).
-// A CUDA job on a zerod built without CUDA (or NCCL, for several ranks), or with fewer GPUs
-// than local ranks, is an InputError (exit 2) that says so.
+//       p's rank r runs on GPU p x nproc-per-node + r (local_rank_gpu in engine/runtime/launch.h);
+//       with train.device_comm gloo, ranks beyond the GPUs share them (GPU index mod the GPUs).
+//       When the ranks exchange device tensors over NCCL (nccl_between_ranks: a data-parallel
+//       job with train.device_comm auto, or nccl), an NCCL communicator is created for the ZeRO
+//       engine's tensors (gradient reductions, weight gathers, on device memory, ordered against
+//       the backend's stream), bootstrapped through the rendezvous store under "nccl/"; the
+//       rank's Gloo communicator keeps the host-side traffic (losses, checkpoints, stop
+//       requests). Otherwise device_comm is null and the trainer moves device tensors through
+//       host staging over the process groups' Gloo communicators (Trainer::device_tensors).
+// A CUDA job on a zerod built without CUDA (or NCCL, when the ranks would use it), or with fewer
+// GPUs than local ranks (unless train.device_comm is gloo), is an InputError (exit 2) that says so.
 #pragma once
 
 #include <memory>
@@ -25,7 +29,7 @@ namespace zerod {
 
 struct RankDevice {
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<Communicator> device_comm;  // NCCL, when world > 1 on GPUs (else null)
+  std::unique_ptr<Communicator> device_comm;  // NCCL, when nccl_between_ranks (else null)
 };
 
 RankDevice make_rank_device(const JobConfig& cfg, const RankContext& ctx);

@@ -198,9 +198,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   // the world's communicator, so a job without `parallelism` runs exactly as before).
   if (ctx_.world_size > 1 && mesh.shape().data < ctx_.world_size) {
     ZD_CHECK_INPUT(!device_comm_,
-                   "parallelism.tensor {} x context {} on train.device cuda: tensor- and "
-                   "context-parallel groups over NCCL are not enabled yet (CPU ranks only)",
-                   par.tensor, par.context);
+                   "parallelism.tensor {} x context {} x pipeline {} with train.device_comm nccl: "
+                   "NCCL sub-groups are not enabled yet (train.device_comm auto or gloo runs them "
+                   "over Gloo with host staging)",
+                   par.tensor, par.context, par.pipeline);
     GlooGroupFactory factory(world_gloo_options(ctx_));
     groups_ = std::make_unique<ProcessGroups>(mesh, ctx_.rank, ctx_.comm, &factory);
   } else {
@@ -410,6 +411,17 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           mesh.shape().data < ctx_.world_size ? fmt::format(" (mesh {})", mesh.describe()) : "",
           cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
           zo.overlap_comm ? " (overlap_comm)" : "");
+      if (!staged_comms_.empty()) {
+        spdlog::info(
+            "device tensors between ranks: through host memory over Gloo ({} group "
+            "communicator{}; train.device_comm {}: {})",
+            staged_comms_.size(), staged_comms_.size() == 1 ? "" : "s",
+            device_comm_name(cfg_.train.device_comm),
+            cfg_.train.device_comm == DeviceComm::kGloo ? "asked for"
+            : options_.backend ? "the given backend has no device communicator"
+                               : "NCCL sub-groups for tensor, context and pipeline parallelism "
+                                 "are not enabled yet");
+      }
       spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
                    data_->val ? fmt::format(", {} validation micro-batches per rank",
                                             data_->val->num_micro_batches())

@@ -98,11 +98,21 @@ TEST(CommunicationCompression, BadInputIsRefusedNamingTheKey) {
                        "cannot be combined with optimizer.type OneBitAdam"));
 }
 
-TEST(CommunicationCompression, GpuRunIsRefusedAtCheck) {
+// Over NCCL (the default for a data-parallel GPU job) PowerSGD is refused; over Gloo with host
+// staging (train.device_comm gloo) it runs, as on CPU ranks.
+TEST(CommunicationCompression, GpuRunOverNcclIsRefusedAtCheck) {
   JobConfig cfg = parse(job_with({{"communication_compression", {{"type", "powersgd"}}},
                                   {"train", {{"device", "cuda"}}}}))
                       .config;
-  EXPECT_THROW(check_supported(cfg), InputError);
+  try {
+    check_supported(cfg);
+    ADD_FAILURE() << "PowerSGD over NCCL accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.problems(), "train.device_comm \"gloo\"")) << joined(e.problems());
+  }
+  cfg.train.device_comm = DeviceComm::kGloo;
+  EXPECT_NO_THROW(check_supported(cfg));
+  cfg.train.device_comm = DeviceComm::kAuto;
   cfg.train.device = TrainDevice::kCpu;
   EXPECT_NO_THROW(check_supported(cfg));
 }

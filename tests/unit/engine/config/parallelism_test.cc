@@ -127,7 +127,8 @@ TEST(Parallelism, TheModelMustSplitEvenly) {
                        "parallelism.sequence_parallel: true has no effect"));
 }
 
-TEST(Parallelism, TensorSequenceAndContextRunOnCpuWhileNcclGroupsAreNotBuiltYet) {
+TEST(Parallelism,
+     TensorSequenceAndContextRunOnCpuAndOnGpusOverStagedGlooWhileNcclGroupsAreNotBuiltYet) {
   ParsedJob job = parse(job_with({{"parallelism", {{"tensor", 2}}}}));
   resolve_job(job.config, 2);
   EXPECT_NO_THROW(check_supported(job.config));
@@ -151,13 +152,54 @@ TEST(Parallelism, TensorSequenceAndContextRunOnCpuWhileNcclGroupsAreNotBuiltYet)
     EXPECT_EQ(cp.config.data_parallel_size, 2);
     EXPECT_NO_THROW(check_supported(cp.config));
   }
-  refused({{"parallelism", {{"context", 2}}}, {"train", {{"device", "cuda"}}}},
-          "parallelism.context: 2 with train.device cuda: context-parallel groups over NCCL");
-  refused({{"parallelism", {{"tensor", 2}}}, {"train", {{"device", "cuda"}}}},
-          "parallelism.tensor: 2 with train.device cuda");
+  // GPU ranks: over Gloo with host staging (train.device_comm auto or gloo); NCCL sub-groups are
+  // not built yet, so train.device_comm nccl is refused, naming the dimension.
+  const json nccl = {{"device", "cuda"}, {"device_comm", "nccl"}};
+  refused({{"parallelism", {{"context", 2}}}, {"train", nccl}},
+          "parallelism.context: 2 with train.device cuda and train.device_comm \"nccl\": NCCL "
+          "sub-groups are not enabled yet");
+  refused({{"parallelism", {{"tensor", 2}}}, {"train", nccl}},
+          "parallelism.tensor: 2 with train.device cuda and train.device_comm \"nccl\"");
+  for (const char* comm : {"auto", "gloo"}) {
+    for (const json& par : {json{{"tensor", 2}}, json{{"context", 2}}, json{{"pipeline", 2}}}) {
+      ParsedJob gpu = parse(job_with({{"parallelism", par},
+                                      {"gradient_accumulation_steps", 2},
+                                      {"model", {{"n_layer", 2}}},
+                                      {"train", {{"device", "cuda"}, {"device_comm", comm}}}}));
+      resolve_job(gpu.config, 4);
+      EXPECT_NO_THROW(check_supported(gpu.config)) << comm << " " << par.dump();
+      EXPECT_FALSE(nccl_between_ranks(gpu.config)) << comm << " " << par.dump();
+    }
+  }
   ParsedJob plain = parse(job_with({{"parallelism", {{"tensor", 1}, {"context", 1}}}}));
   resolve_job(plain.config, 2);
   EXPECT_NO_THROW(check_supported(plain.config));
+}
+
+// Which GPU jobs exchange device tensors over NCCL: data parallel only with train.device_comm
+// auto (the default) or nccl, more than one rank; never on CPU ranks or with gloo.
+TEST(Parallelism, DeviceCommChoosesNcclForDataParallelGpuJobsOnly) {
+  auto nccl = [](const json& train, int world, const json& par = json::object()) {
+    json j = {{"train", train}};
+    if (!par.empty()) j["parallelism"] = par;
+    ParsedJob job = parse(job_with(j));
+    resolve_job(job.config, world);
+    return nccl_between_ranks(job.config);
+  };
+  const json cuda = {{"device", "cuda"}};
+  EXPECT_TRUE(nccl(cuda, 2));
+  EXPECT_FALSE(nccl(cuda, 1));
+  EXPECT_FALSE(nccl({{"device", "cpu"}}, 2));
+  EXPECT_FALSE(nccl(cuda, 4, {{"tensor", 2}}));
+  EXPECT_TRUE(nccl({{"device", "cuda"}, {"device_comm", "nccl"}}, 2));
+  EXPECT_FALSE(nccl({{"device", "cuda"}, {"device_comm", "gloo"}}, 2));
+  ParsedJob job = parse(job_with({{"train", {{"device", "cuda"}, {"device_comm", "gloo"}}}}));
+  EXPECT_EQ(job.config.train.device_comm, DeviceComm::kGloo);
+  EXPECT_EQ(job_to_json(job.config)["train"]["device_comm"], "gloo");
+  const std::vector<std::string> bad =
+      problems_of(job_with({{"train", {{"device", "cuda"}, {"device_comm", "mpi"}}}}));
+  EXPECT_TRUE(contains(bad, "train.device_comm")) << joined(bad);
+  EXPECT_TRUE(contains(bad, "gloo")) << joined(bad);
 }
 
 }  // namespace

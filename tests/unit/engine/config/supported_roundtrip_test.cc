@@ -134,7 +134,7 @@ json rich_job() {
               "init_std": 0.015},
     "data": {"train": ["a/*.bin", "b/*.bin"], "val_fraction": 0.25, "seed": 18446744073709551615,
              "document_masking": true, "eos_token_id": 299},
-    "train": {"steps": 77, "device": "cuda", "checkpoint_dir": "ck/", "save_interval": 5, "keep_last": 3,
+    "train": {"steps": 77, "device": "cuda", "device_comm": "gloo", "checkpoint_dir": "ck/", "save_interval": 5, "keep_last": 3,
               "eval_interval": 11, "eval_batches": 4, "seed": 9, "peak_flops": 3.5e13}
   })");
 }

@@ -174,5 +174,48 @@ TEST(TrainerCuda, NcclRanksMatchOneGpuAtEveryStage) {
   }
 }
 
+// Ranks sharing one GPU (train.device_comm gloo: every process group moves device tensors
+// through host memory over Gloo, comm/staged/) give the CPU ranks' losses with data, tensor,
+// context and pipeline parallelism: the GPU paths of the parallel layers that the strict device
+// backend checks on the CPU (DeviceGroups), here on a real device and its streams.
+TEST(TrainerCuda, RanksSharingOneGpuOverStagedGlooMatchCpuRanks) {
+  ZD_NEED_GPUS(1);
+  TempCorpus corpus("zerod_cuda_staged");
+  struct Case {
+    const char* name;
+    std::string par;
+    testing::TinyModel model;
+    int stage, accum;
+  };
+  const Case cases[] = {
+      {"data", "", testing::tiny_gpt2(), 1, 2},
+      {"tensor", R"(, "parallelism": {"tensor": 2, "sequence_parallel": true})",
+       testing::tiny_llama(), 1, 2},
+      {"context", R"(, "parallelism": {"context": 2, "context_impl": "ring"})",
+       testing::tiny_llama(), 0, 2},
+      {"pipeline", R"(, "parallelism": {"pipeline": 2})", testing::tiny_gpt2_4layers(), 1, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto losses = [&](const std::string& train) {
+      const JobConfig cfg = tiny_job(corpus, 2, c.stage, c.accum, 8, c.par, train, 8, "", c.model);
+      std::vector<double> out;
+      std::mutex mu;
+      testing::run_world(2, [&](const RankContext& ctx) {
+        Trainer t(cfg, ctx, testing::quiet_trainer());
+        const TrainResult r = t.run();
+        std::lock_guard<std::mutex> lock(mu);
+        if (ctx.rank == 0)
+          for (const StepMetrics& m : r.steps) out.push_back(m.loss);
+      });
+      return out;
+    };
+    const std::vector<double> cpu = losses("");
+    const std::vector<double> gpu = losses(R"(, "device": "cuda", "device_comm": "gloo")");
+    EXPECT_LT(max_rel(gpu, cpu), 1e-4);
+    EXPECT_LT(gpu.back(), gpu.front()) << "the model learns";
+  }
+}
+
 }  // namespace
 }  // namespace zerod
