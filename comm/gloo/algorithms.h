@@ -16,6 +16,12 @@
 //  direct_all_to_all, send_recv (point_to_point.cc): one round in which every rank sends each
 //            peer its block and receives each peer's block (the bytes any all-to-all must move,
 //            no scratch memory); one send and one receive posted together.
+//  shared_*  ranks that are threads of one process (shared.cc, shared_group.h): each rank reads
+//            its peers' buffers directly once their addresses are exchanged (a round of tiny
+//            messages on the Link), and a barrier of tiny messages ends the collective; all-reduce
+//            = each rank reduces its chunk in place, a barrier, each copies the others' chunks.
+//            Memory bandwidth instead of loopback TCP; the ring's chunks and order of reduction,
+//            so the ring's bits.
 //  gloo_*    Gloo's own all-reduce and all-gather through its options API (native.cc), kept
 //            for comparison (GlooAlgorithm::kGloo). Their waits cannot be aborted from another
 //            thread; they time out on Gloo's own clock.
@@ -69,6 +75,8 @@ constexpr int kBroadcastChannel = 4;
 constexpr int kAllToAllChannel = 5;
 constexpr int kSendRecvChannel = 6;
 constexpr int kBarrierChannel = 8;  // + round (at most 32 rounds)
+constexpr int kSharedChannel = 40;  // shared-memory collectives: the buffers' addresses
+constexpr int kSharedBarrierChannel = 41;
 
 // Memory reused across the collectives of one communicator (its communication thread only).
 class Scratch {
@@ -94,6 +102,15 @@ void direct_all_reduce(Link& link, Scratch& scratch, void* data, size_t count, C
 void direct_reduce_scatter(Link& link, Scratch& scratch, const void* send, void* recv, size_t count,
                            CommType type, ReduceOp op);
 void direct_all_gather(Link& link, const void* send, void* recv, size_t bytes);
+
+class SharedGroup;
+// The same three over shared memory (every rank of the Link a thread of this process, `group`
+// their SharedGroup).
+void shared_all_reduce(Link& link, SharedGroup& group, Scratch& scratch, void* data, size_t count,
+                       CommType type, ReduceOp op);
+void shared_reduce_scatter(Link& link, SharedGroup& group, Scratch& scratch, const void* send,
+                           void* recv, size_t count, CommType type, ReduceOp op);
+void shared_all_gather(Link& link, SharedGroup& group, const void* send, void* recv, size_t bytes);
 
 // data (bytes) of `root` copied to every rank.
 void tree_broadcast(Link& link, void* data, size_t bytes, int root, const Tuning& tuning);

@@ -6,52 +6,10 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "comm/gloo/algorithms.h"
+#include "comm/gloo/exchange.h"
 #include "comm/gloo/reduce.h"
 
 namespace zerod::gloo_backend {
-
-namespace {
-
-// out (count) = x(0) op x(1) op ... op x(n-1), folded left in rank order so every rank computes
-// the same bits. `acc` (count elements of scratch) holds partial results; out may alias any x.
-template <class X>
-void fold_in_rank_order(int n, X x, uint8_t* acc, uint8_t* out, size_t count, CommType type,
-                        ReduceOp op) {
-  if (n == 2) {
-    reduce_to(out, x(0), x(1), count, type, op);
-    return;
-  }
-  reduce_to(acc, x(0), x(1), count, type, op);
-  for (int q = 2; q + 1 < n; ++q) reduce_into(acc, x(q), count, type, op);
-  reduce_to(out, acc, x(n - 1), count, type, op);
-}
-
-// One round with every peer at once: receive `bytes` from each rank p into in_at(p) while
-// sending out_at(p) to it; returns when every transfer is done.
-template <class In, class Out>
-void exchange_with_all(Link& link, size_t bytes, In in_at, Out out_at) {
-  const int n = link.size();
-  const int r = link.rank();
-  std::vector<Buffer> in(n), out(n);
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    in[p] = link.buffer(in_at(p), bytes);
-    link.recv(in[p], p, 0, bytes, kDirectChannel);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    out[p] = link.buffer(out_at(p), bytes);
-    link.send(out[p], p, 0, bytes, kDirectChannel);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p != r) link.wait_recv(in[p], p);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p != r) link.wait_send(out[p], p);  // before the sent memory may be overwritten
-  }
-}
-
-}  // namespace
 
 void direct_all_reduce(Link& link, Scratch& scratch, void* data, size_t count, CommType type,
                        ReduceOp op) {
@@ -62,7 +20,7 @@ void direct_all_reduce(Link& link, Scratch& scratch, void* data, size_t count, C
   auto* d = static_cast<uint8_t*>(data);
   uint8_t* tmp = scratch.get(n * bytes);  // slot p: rank p's vector; slot r: partial results
   exchange_with_all(
-      link, bytes, [&](int p) { return tmp + p * bytes; }, [&](int) { return d; });
+      link, kDirectChannel, bytes, [&](int p) { return tmp + p * bytes; }, [&](int) { return d; });
   auto x = [&](int q) -> const uint8_t* { return q == r ? d : tmp + q * bytes; };
   fold_in_rank_order(n, x, tmp + r * bytes, d, count, type, op);
 }
@@ -81,7 +39,8 @@ void direct_reduce_scatter(Link& link, Scratch& scratch, const void* send, void*
   }
   uint8_t* tmp = scratch.get(n * bytes);  // slot p: rank p's part of chunk r; slot r: partials
   exchange_with_all(
-      link, bytes, [&](int p) { return tmp + p * bytes; }, [&](int p) { return s + p * bytes; });
+      link, kDirectChannel, bytes, [&](int p) { return tmp + p * bytes; },
+      [&](int p) { return s + p * bytes; });
   auto x = [&](int q) -> const uint8_t* { return q == r ? s + r * bytes : tmp + q * bytes; };
   fold_in_rank_order(n, x, tmp + r * bytes, o, count, type, op);
 }
@@ -94,7 +53,8 @@ void direct_all_gather(Link& link, const void* send, void* recv, size_t bytes) {
   if (send != o + r * bytes) std::memcpy(o + r * bytes, send, bytes);
   if (n == 1) return;
   exchange_with_all(
-      link, bytes, [&](int p) { return o + p * bytes; }, [&](int) { return o + r * bytes; });
+      link, kDirectChannel, bytes, [&](int p) { return o + p * bytes; },
+      [&](int) { return o + r * bytes; });
 }
 
 }  // namespace zerod::gloo_backend

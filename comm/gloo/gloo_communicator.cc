@@ -3,12 +3,14 @@
 #include <gloo/rendezvous/context.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "comm/gloo/algorithms.h"
 #include "comm/gloo/connect.h"
 #include "comm/gloo/executor.h"
 #include "comm/gloo/link.h"
+#include "comm/gloo/shared_group.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -70,6 +72,10 @@ size_t direct_all_reduce_max(int n) {
 size_t direct_scatter_gather_max(int n) {
   return n == 2 ? (2 << 20) : (256 << 10);
 }
+// Smallest collective (bytes per rank) that ranks in one process move through shared memory:
+// below it, one round of direct messages costs less than the shared path's two or three rounds
+// of tiny ones.
+constexpr size_t kSharedMin = 64 << 10;
 
 using gloo_backend::Link;
 
@@ -90,6 +96,19 @@ class GlooCommunicator final : public Communicator {
     executor_ = gloo_backend::Executor::start(context_, timeout_, options.monitor, names_);
     const double rate = options.rate_limit_bits_per_s > 0 ? options.rate_limit_bits_per_s
                                                           : gloo_backend::rate_limit_from_env();
+    // Ranks in this process share memory (a throttled link stays a link: not then).
+    if (size_ > 1 && (algorithm_ == GlooAlgorithm::kAuto || algorithm_ == GlooAlgorithm::kShared)) {
+      // (Joined whatever the settings below, so that ranks whose environments differ never wait
+      // for each other's keys.)
+      // (Kept even when unused: rank 0's reference keeps the group alive for the others to join.)
+      joined_ = gloo_backend::join_shared_group(*options.store, rank_, size_, timeout_);
+      shared_ = joined_;
+      const char* off = std::getenv("ZEROD_GLOO_SHARED");
+      if (algorithm_ == GlooAlgorithm::kAuto && (rate > 0 || (off && std::string(off) == "0")))
+        shared_ = nullptr;
+    }
+    ZD_CHECK(algorithm_ != GlooAlgorithm::kShared || size_ == 1 || shared_ != nullptr,
+             "Gloo algorithm 'shared': {} has a peer in another process", who);
     if (rate > 0) {
       const bool per_node = gloo_backend::rate_limit_per_node_from_env();
       const int first = options.local_ranks > 0 ? options.first_local_rank : names_.global(rank_);
@@ -135,7 +154,9 @@ class GlooCommunicator final : public Communicator {
     return executor_->post_p2p(op, bytes,
                                fmt::format("{} x {}", op.count, comm_type_name(op.type)));
   }
-  GlooAlgorithm choose(size_t bytes, size_t direct_max) const;
+  // `bytes`: the collective's size as the TCP thresholds count it; `per_rank`: what each rank
+  // reduces or copies of its peers' (the shared-memory threshold).
+  GlooAlgorithm choose(size_t bytes, size_t direct_max, size_t per_rank) const;
   // "rank 5" (its global rank in a sub-group), or "nobody" for kNoPeer.
   std::string peer_name(int peer) const;
 
@@ -146,13 +167,21 @@ class GlooCommunicator final : public Communicator {
   gloo_backend::Tuning tuning_;
   RankNames names_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::shared_ptr<gloo_backend::SharedGroup> joined_;  // every rank in this process (else null)
+  std::shared_ptr<gloo_backend::SharedGroup> shared_;  // joined_, when the collectives use it
   gloo_backend::Scratch scratch_;
   std::shared_ptr<gloo_backend::Executor> executor_;
 };
 
-GlooAlgorithm GlooCommunicator::choose(size_t bytes, size_t direct_max) const {
+GlooAlgorithm GlooCommunicator::choose(size_t bytes, size_t direct_max, size_t per_rank) const {
   if (algorithm_ != GlooAlgorithm::kAuto) return algorithm_;
-  return bytes <= direct_max ? GlooAlgorithm::kDirect : GlooAlgorithm::kRing;
+  const GlooAlgorithm tcp = bytes <= direct_max ? GlooAlgorithm::kDirect : GlooAlgorithm::kRing;
+  // Shared memory reduces as the ring does, so it replaces the ring (ranks in one process get
+  // the bits of ranks in separate ones), and with 2 ranks the direct exchange too (both orders
+  // give the same sums then).
+  if (shared_ && per_rank >= kSharedMin && (tcp == GlooAlgorithm::kRing || size_ == 2))
+    return GlooAlgorithm::kShared;
+  return tcp;
 }
 
 WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType type, ReduceOp op) {
@@ -163,7 +192,11 @@ WorkPtr GlooCommunicator::all_reduce_async(void* data, int64_t count, CommType t
   return executor_->submit(
       "all_reduce", fmt::format("{} x {}, {}", count, comm_type_name(type), reduce_op_name(op)),
       count * static_cast<int64_t>(comm_type_size(type)), [this, data, n, type, op](Link& link) {
-        switch (choose(n * comm_type_size(type), direct_all_reduce_max(size_))) {
+        const size_t bytes = n * comm_type_size(type);
+        switch (choose(bytes, direct_all_reduce_max(size_), bytes / size_)) {
+          case GlooAlgorithm::kShared:
+            gloo_backend::shared_all_reduce(link, *shared_, scratch_, data, n, type, op);
+            break;
           case GlooAlgorithm::kDirect:
             gloo_backend::direct_all_reduce(link, scratch_, data, n, type, op);
             break;
@@ -189,7 +222,10 @@ WorkPtr GlooCommunicator::reduce_scatter_async(const void* send, void* recv, int
       count * size_ * static_cast<int64_t>(comm_type_size(type)),
       [this, send, recv, n, type, op](Link& link) {
         const size_t elem = comm_type_size(type);
-        switch (choose(n * elem, direct_scatter_gather_max(size_))) {
+        switch (choose(n * elem, direct_scatter_gather_max(size_), n * elem)) {
+          case GlooAlgorithm::kShared:
+            gloo_backend::shared_reduce_scatter(link, *shared_, scratch_, send, recv, n, type, op);
+            break;
           case GlooAlgorithm::kDirect:
             gloo_backend::direct_reduce_scatter(link, scratch_, send, recv, n, type, op);
             break;
@@ -216,7 +252,10 @@ WorkPtr GlooCommunicator::all_gather_async(const void* send, void* recv, int64_t
   return executor_->submit(
       "all_gather", fmt::format("{} x {} per rank", count, comm_type_name(type)),
       static_cast<int64_t>(bytes) * size_, [this, send, recv, bytes](Link& link) {
-        switch (choose(bytes, direct_scatter_gather_max(size_))) {
+        switch (choose(bytes, direct_scatter_gather_max(size_), bytes)) {
+          case GlooAlgorithm::kShared:
+            gloo_backend::shared_all_gather(link, *shared_, send, recv, bytes);
+            break;
           case GlooAlgorithm::kDirect:
             gloo_backend::direct_all_gather(link, send, recv, bytes);
             break;
@@ -286,16 +325,18 @@ const char* gloo_algorithm_name(GlooAlgorithm a) {
       return "direct";
     case GlooAlgorithm::kGloo:
       return "gloo";
+    case GlooAlgorithm::kShared:
+      return "shared";
   }
   ZD_THROW("unknown GlooAlgorithm {}", static_cast<int>(a));
 }
 
 GlooAlgorithm parse_gloo_algorithm(const std::string& name) {
-  for (auto a :
-       {GlooAlgorithm::kAuto, GlooAlgorithm::kRing, GlooAlgorithm::kDirect, GlooAlgorithm::kGloo}) {
+  for (auto a : {GlooAlgorithm::kAuto, GlooAlgorithm::kRing, GlooAlgorithm::kDirect,
+                 GlooAlgorithm::kGloo, GlooAlgorithm::kShared}) {
     if (name == gloo_algorithm_name(a)) return a;
   }
-  ZD_THROW_INPUT("unknown Gloo algorithm '{}': expected auto, ring, direct or gloo", name);
+  ZD_THROW_INPUT("unknown Gloo algorithm '{}': expected auto, ring, direct, gloo or shared", name);
 }
 
 std::unique_ptr<Communicator> make_gloo_communicator(const GlooOptions& options) {

@@ -38,15 +38,19 @@ namespace zerod {
 // send_recv one round of direct sends). Measurements and the thresholds of kAuto are in
 // comm/gloo/gloo_communicator.cc.
 enum class GlooAlgorithm : uint8_t {
-  kAuto,    // direct sends for small sizes (up to 4 MB with 2 ranks), the ring above (default)
+  kAuto,    // ranks in one process: shared memory from 64 KB (unless ZEROD_GLOO_SHARED=0 or a
+            // rate limit); else direct sends for small sizes (up to 4 MB with 2 ranks), the ring
+            // above (default)
   kRing,    // always our pipelined ring
   kDirect,  // always one round of direct sends (least latency; scratch memory of n copies)
   kGloo,    // Gloo's options API (gloo::allreduce, gloo::allgather); reduce-scatter is then
             // an all-reduce plus a copy, as Gloo has no reduce-scatter in that API
+  kShared,  // ranks that are threads of one process read each other's buffers (shared.cc);
+            // creation fails when a rank is in another process
 };
 
 const char* gloo_algorithm_name(GlooAlgorithm a);
-// "auto", "ring", "direct", "gloo"; throws InputError otherwise.
+// "auto", "ring", "direct", "gloo", "shared"; throws InputError otherwise.
 GlooAlgorithm parse_gloo_algorithm(const std::string& name);
 
 struct GlooOptions {

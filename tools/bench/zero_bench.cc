@@ -39,6 +39,7 @@
 #include "bench_job.h"
 #include "collective_bw.h"
 #include "comm/collective_log.h"
+#include "comm/gloo/gloo_communicator.h"
 #include "comm/store.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -52,14 +53,18 @@ using namespace zerod;
 namespace {
 
 // Bus bandwidths (GB/s) at world 2 on `bytes` messages: the TCP stream between the two ranks'
-// threads (1-dir, 2-dir) and each collective, and each collective's ratio to the 2-dir stream.
-// `rounds` rounds, each measuring the stream right before the collectives (median iteration of
-// each); reported: the median over rounds of each rate and of each ratio, so that a burst of
-// other load on the shared machine skews one round, not the comparison.
+// threads (1-dir, 2-dir) and each collective, on both paths of the Gloo backend between ranks of
+// one process: over loopback TCP (its ring, what ranks in different processes use) and through
+// shared memory (what GlooAlgorithm::kAuto picks between threads, comm/gloo/shared.cc); each
+// collective's ratio to the 2-dir stream. `rounds` rounds, each measuring the stream right before
+// the collectives (median iteration of each); reported: the median over rounds of each rate and of
+// each ratio, so that a burst of other load on the shared machine skews one round, not the
+// comparison.
+constexpr const char* kPaths[] = {"tcp", "shared"};
 struct CommRates {
   double tcp1 = 0, tcp2 = 0;
-  double coll[3] = {0, 0, 0};   // in the order of bench::kCollectives
-  double ratio[3] = {0, 0, 0};  // coll / tcp2, median over rounds
+  double coll[2][3] = {};   // [path][collective in the order of bench::kCollectives]
+  double ratio[2][3] = {};  // coll / tcp2, median over rounds
 };
 
 double median_of(std::vector<double> v) {
@@ -77,33 +82,46 @@ CommRates measure_collectives(size_t bytes, int rounds) {
   o.store_prefix = "collectives";
   run_local_ranks(o, [&](const RankContext& ctx) {
     ZD_CHECK(ctx.comm != nullptr, "rank {} has no communicator", ctx.rank);
+    std::unique_ptr<Communicator> comms[2];
+    for (int p = 0; p < 2; ++p) {
+      GlooOptions g;
+      g.rank = ctx.rank;
+      g.size = kRanks;
+      g.store = std::make_shared<PrefixStore>(std::string("collectives_") + kPaths[p], o.store);
+      g.algorithm = p == 0 ? GlooAlgorithm::kRing : GlooAlgorithm::kShared;
+      comms[p] = make_gloo_communicator(g);
+    }
     std::vector<float> a(bytes / sizeof(float) + 1, 1.0f), b(bytes / sizeof(float) + 1, 0.0f);
     const int iters = bench::iterations_for(bytes);
     const double gb = static_cast<double>(bytes) / 1e9;
-    bench::TcpStream stream(ctx.rank, *o.store, "collectives_tcp");
+    bench::TcpStream stream(ctx.rank, *o.store, "collectives_tcp_stream");
     auto* src = reinterpret_cast<const char*>(a.data());
     auto* dst = reinterpret_cast<char*>(b.data());
     stream.one_direction(src, dst, bytes, 1);  // warm-up
     stream.two_directions(src, dst, bytes, 1);
-    std::vector<double> tcp1, tcp2, coll[3], ratio[3];
+    std::vector<double> tcp1, tcp2, coll[2][3], ratio[2][3];
     for (int round = 0; round < rounds; ++round) {
       tcp1.push_back(gb / stream.one_direction(src, dst, bytes, iters).median);
       tcp2.push_back(gb / stream.two_directions(src, dst, bytes, iters).median);
-      for (size_t i = 0; i < 3; ++i) {
-        const bench::Op op = bench::kCollectives[i];
-        const bench::Timing t = bench::time_collective(*ctx.comm, op, a, b, bytes, iters);
-        coll[i].push_back(gb / t.median * bench::bus_factor(op, kRanks));
-        ratio[i].push_back(coll[i].back() / tcp2.back());
-        if (round == 0) bench::check_collective(*ctx.comm, op, a, b, bytes);
+      for (int p = 0; p < 2; ++p) {
+        for (size_t i = 0; i < 3; ++i) {
+          const bench::Op op = bench::kCollectives[i];
+          const bench::Timing t = bench::time_collective(*comms[p], op, a, b, bytes, iters);
+          coll[p][i].push_back(gb / t.median * bench::bus_factor(op, kRanks));
+          ratio[p][i].push_back(coll[p][i].back() / tcp2.back());
+          if (round == 0) bench::check_collective(*comms[p], op, a, b, bytes);
+        }
       }
     }
     if (ctx.rank != 0) return;
     std::lock_guard<std::mutex> lock(mu);
     out.tcp1 = median_of(tcp1);
     out.tcp2 = median_of(tcp2);
-    for (size_t i = 0; i < 3; ++i) {
-      out.coll[i] = median_of(coll[i]);
-      out.ratio[i] = median_of(ratio[i]);
+    for (int p = 0; p < 2; ++p) {
+      for (size_t i = 0; i < 3; ++i) {
+        out.coll[p][i] = median_of(coll[p][i]);
+        out.ratio[p][i] = median_of(ratio[p][i]);
+      }
     }
   });
   return out;
@@ -284,23 +302,29 @@ int main(int argc, char** argv) {
       ZD_CHECK_INPUT(comm_rounds >= 1, "--comm-rounds {}: at least 1", comm_rounds);
       const CommRates c = measure_collectives(bytes, comm_rounds);
       fmt::print(
-          "\nCollectives at world 2 (threads, Gloo over loopback), {} byte messages, GB/s (1e9 "
-          "B/s; median iteration, median of {} rounds): TCP stream 1-dir {:.3f}, 2-dir {:.3f} per "
-          "direction\n",
+          "\nCollectives at world 2 (threads), {} byte messages, GB/s (1e9 B/s; median iteration, "
+          "median of {} rounds): TCP stream 1-dir {:.3f}, 2-dir {:.3f} per direction\n",
           bytes, comm_rounds, c.tcp1, c.tcp2);
       comm_json = fmt::format(
           R"({{"bytes": {}, "rounds": {}, "tcp_1dir_gbs": {:.3f}, "tcp_2dir_gbs": {:.3f})", bytes,
           comm_rounds, c.tcp1, c.tcp2);
-      for (size_t i = 0; i < 3; ++i) {
-        const double ratio = c.ratio[i];
-        const char* name = bench::op_name(bench::kCollectives[i]);
-        fmt::print(
-            "  {:<15} busbw {:.3f} GB/s = {:.0f}% of TCP 2-dir ({:.0f}% of 1-dir); target >= 70%: "
-            "{}\n",
-            name, c.coll[i], 100 * ratio, 100 * c.coll[i] / c.tcp1,
-            ratio >= 0.70 ? "met" : "MISSED");
-        comm_json +=
-            fmt::format(R"(, "{}_gbs": {:.3f}, "{}_vs_tcp": {:.3f})", name, c.coll[i], name, ratio);
+      for (int p = 0; p < 2; ++p) {
+        fmt::print("  {}\n", p == 0 ? "Gloo over loopback TCP (ring; ranks in other processes)"
+                                    : "Gloo through shared memory (ranks in this process: the "
+                                      "default between threads)");
+        // (JSON: the TCP path's keys as before; the shared path's prefixed "shared_".)
+        const std::string prefix = p == 0 ? "" : "shared_";
+        for (size_t i = 0; i < 3; ++i) {
+          const double ratio = c.ratio[p][i];
+          const char* name = bench::op_name(bench::kCollectives[i]);
+          fmt::print(
+              "    {:<15} busbw {:.3f} GB/s = {:.0f}% of TCP 2-dir ({:.0f}% of 1-dir); target >= "
+              "70%: {}\n",
+              name, c.coll[p][i], 100 * ratio, 100 * c.coll[p][i] / c.tcp1,
+              ratio >= 0.70 ? "met" : "MISSED");
+          comm_json += fmt::format(R"(, "{}{}_gbs": {:.3f}, "{}{}_vs_tcp": {:.3f})", prefix, name,
+                                   c.coll[p][i], prefix, name, ratio);
+        }
       }
       comm_json += "}";
     }

@@ -86,6 +86,7 @@ TEST(GlooProcessHelper, DISABLED_Rank) {
     o.size = 2;
     o.store = std::make_shared<PrefixStore>("comm", store);
     o.timeout = Ms(std::stoi(env("ZEROD_COMM_HELPER_TIMEOUT_MS")));
+    if (mode == "shared") o.algorithm = GlooAlgorithm::kShared;  // (refused: another process)
     auto comm = make_gloo_communicator(o);
     if (mode == "collectives") {
       run_checked_collectives(*comm);
@@ -172,6 +173,21 @@ std::string kill_rank_1_when_ready(const std::string& mode) {
 
 TEST(GlooProcesses, CollectivesBetweenTwoProcessesOverAFileStore) {
   expect_both_ok("collectives");
+}
+
+// Processes never read each other's memory: the shared-memory algorithm is refused at creation
+// on both ranks (auto, above, goes over TCP between them).
+TEST(GlooProcesses, SharedMemoryIsRefusedBetweenProcesses) {
+  Helpers h;
+  const pid_t a = h.spawn(0, "shared", 20000);
+  const pid_t b = h.spawn(1, "shared", 20000);
+  ASSERT_NE(h.wait(a, Ms(30000)), -1);
+  ASSERT_NE(h.wait(b, Ms(30000)), -1);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(contains(h.result(r), "Gloo algorithm 'shared': rank " + std::to_string(r) +
+                                          " of 2 has a peer in another process"))
+        << h.result(r);
+  }
 }
 
 TEST(GlooProcesses, PointToPointBetweenTwoProcesses) {
