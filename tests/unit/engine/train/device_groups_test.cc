@@ -9,6 +9,9 @@
 // host and device.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -34,6 +37,8 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
+
+std::string parallelism(const std::string& members);
 
 struct Outcome {
   std::vector<double> losses, norms;  // rank 0's, per step
@@ -92,6 +97,50 @@ TEST_P(DeviceGroups, TrainLikeTheCpuBackendBitForBit) {
   EXPECT_EQ(got.last, want.last);
   EXPECT_LT(want.losses.back(), want.losses.front()) << "the model learns";
   EXPECT_GT(got.staged, 0);
+}
+
+// Checkpoints of ranks on device memory: saved at step 3 of 6 by DP=2 x T=2 ranks at ZeRO-3
+// (each rank's shard, its tensor slices), resumed by the same mesh on the strict backend and by
+// DP=4 CPU ranks (resharded), continue with the CPU run's last three losses.
+TEST_F(DeviceGroups, CheckpointsSaveAndResumeAcrossMeshes) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("zerod_device_groups_ckpt_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto job = [&](int world, const std::string& par, const std::string& ckpt) {
+    return testing::tiny_job(*corpus_, world, 3, 2, 6, par,
+                             R"(, "checkpoint_dir": ")" + ckpt + R"(", "save_interval": 3)", 8, "",
+                             testing::tiny_llama());
+  };
+  auto run = [&](const JobConfig& cfg, int world, bool strict, const std::string& resume) {
+    std::vector<double> losses(0);
+    std::mutex mu;
+    testing::run_world(world, [&](const RankContext& ctx) {
+      TrainerOptions o = testing::quiet_trainer();
+      if (strict) {
+        o.backend = [&] { return std::make_unique<StrictDeviceBackend>(cfg.compute_dtype()); };
+      }
+      Trainer t(cfg, ctx, o);
+      if (!resume.empty()) t.resume(resume);
+      const TrainResult res = t.run();
+      std::lock_guard<std::mutex> lock(mu);
+      if (ctx.rank == 0)
+        for (const StepMetrics& m : res.steps) losses.push_back(m.loss);
+    });
+    return losses;
+  };
+  const std::string tp = parallelism(R"("tensor": 2)");
+  const std::vector<double> cpu = run(job(4, tp, (dir / "cpu").string()), 4, false, "");
+  const std::vector<double> dev = run(job(4, tp, (dir / "dev").string()), 4, true, "");
+  ASSERT_EQ(cpu.size(), 6u);
+  EXPECT_EQ(dev, cpu);
+  const std::vector<double> tail(cpu.begin() + 3, cpu.end());
+  EXPECT_EQ(run(job(4, tp, (dir / "dev").string()), 4, true, "global_step3"), tail);
+  const std::vector<double> resharded =
+      run(job(4, "", (dir / "dev").string()), 4, false, "global_step3");
+  ASSERT_EQ(resharded.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(resharded[i], tail[i], 1e-5 * tail[i]) << i;
+  fs::remove_all(dir);
 }
 
 std::string parallelism(const std::string& members) {
