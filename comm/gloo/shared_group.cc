@@ -26,13 +26,20 @@ const std::string& process_token() {
   return token;
 }
 
-// The groups of this process by id (rank 0 registers, the other ranks look up).
+// The groups of this process being joined, by id: rank 0 registers its group with the number of
+// ranks still to join, each joiner takes it and the last one removes the entry. The table holds
+// the group until then, so a rank 0 that fails right after creating it (its job refused, its
+// thread gone) does not take the group away from ranks that have yet to join.
+struct Pending {
+  std::shared_ptr<SharedGroup> group;
+  int joiners = 0;
+};
 std::mutex& table_mu() {
   static std::mutex m;
   return m;
 }
-std::map<std::string, std::weak_ptr<SharedGroup>>& table() {
-  static std::map<std::string, std::weak_ptr<SharedGroup>> t;
+std::map<std::string, Pending>& table() {
+  static std::map<std::string, Pending> t;
   return t;
 }
 
@@ -95,9 +102,7 @@ std::shared_ptr<SharedGroup> join_shared_group(Store& store, int rank, int size,
     auto group = std::make_shared<SharedGroup>(size);
     {
       std::lock_guard<std::mutex> lock(table_mu());
-      for (auto it = table().begin(); it != table().end();)  // (prunes the groups gone)
-        it = it->second.expired() ? table().erase(it) : std::next(it);
-      table()[id] = group;
+      table()[id] = Pending{group, size - 1};
     }
     store.set("zerod_shared_group", as_bytes(id));
     return group;
@@ -105,13 +110,9 @@ std::shared_ptr<SharedGroup> join_shared_group(Store& store, int rank, int size,
   const std::string id = as_string(store.get("zerod_shared_group", timeout));
   std::lock_guard<std::mutex> lock(table_mu());
   auto it = table().find(id);
-  std::shared_ptr<SharedGroup> group = it == table().end() ? nullptr : it->second.lock();
-  if (group == nullptr) {
-    ZD_THROW_KIND(ErrorKind::kPeerLost,
-                  "rank {}: the shared-memory group '{}' of rank 0 is gone (rank 0 left while the "
-                  "communicator was being created)",
-                  rank, id);
-  }
+  ZD_CHECK(it != table().end(), "rank {}: no shared-memory group '{}' in this process", rank, id);
+  std::shared_ptr<SharedGroup> group = it->second.group;
+  if (--it->second.joiners == 0) table().erase(it);
   return group;
 }
 

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -145,6 +146,51 @@ TEST(GlooShared, ALeavingRankWaitsForItsReadersAndRefusesNewOnes) {
   owner.join();
   EXPECT_TRUE(left.load());
   EXPECT_FALSE(group.begin_read(0, 5)) << "a read started after its owner left";
+}
+
+// A store whose get() of the shared group's id waits for `gate` first.
+class GatedStore final : public Store {
+ public:
+  GatedStore(Store& inner, std::shared_future<void> gate) : inner_(inner), gate_(std::move(gate)) {}
+  void set(const std::string& key, const Bytes& value) override { inner_.set(key, value); }
+  Bytes get(const std::string& key, Millis timeout) override {
+    if (key == "zerod_shared_group") gate_.wait();
+    return inner_.get(key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys, Millis timeout) override {
+    inner_.wait(keys, timeout);
+  }
+  bool check(const std::vector<std::string>& keys) override { return inner_.check(keys); }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_.add(key, delta); }
+
+ private:
+  Store& inner_;
+  std::shared_future<void> gate_;
+};
+
+// Rank 0 may fail and drop its communicator right after creating the group (a job refused at
+// once): the ranks that look it up afterwards still get it (the table holds it until every rank
+// joined).
+TEST(GlooShared, RanksJoinAfterRankZeroIsGone) {
+  MemoryStore store;
+  std::promise<void> rank0_gone;
+  const std::shared_future<void> gate = rank0_gone.get_future().share();
+  SharedGroup* made = nullptr;
+  std::vector<SharedGroup*> joined(3, nullptr);
+  run_ranks(3, [&](int r) {
+    if (r == 0) {
+      std::shared_ptr<SharedGroup> g = gloo_backend::join_shared_group(store, 0, 3, Ms(5000));
+      made = g.get();
+      g.reset();  // rank 0 is gone before the others look the group up
+      rank0_gone.set_value();
+      return;
+    }
+    GatedStore gated(store, gate);
+    joined[static_cast<size_t>(r)] = gloo_backend::join_shared_group(gated, r, 3, Ms(5000)).get();
+  });
+  ASSERT_NE(made, nullptr);
+  EXPECT_EQ(joined[1], made);
+  EXPECT_EQ(joined[2], made);
 }
 
 }  // namespace
