@@ -81,6 +81,14 @@ TEST(Heartbeat, ABrokenStreamIsADeadNodeWithinASecond) {
   EXPECT_FALSE(snap[2].alive);
   EXPECT_TRUE(snap[0].alive);
   EXPECT_TRUE(snap[1].alive);
+  // (The session marks itself failed, then calls its callbacks outside its lock: wait for it.)
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return !callbacks.empty();
+      },
+      2s));
+  std::this_thread::sleep_for(50ms);  // a second call, if there were one, would come by now
   {
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_EQ(callbacks.size(), 1u);
