@@ -389,6 +389,8 @@ struct JobConfig;
 // rank, and train.device_comm nccl, or auto on a mesh that is data parallel only); false: Gloo
 // with host staging, or no device tensors between ranks.
 bool nccl_between_ranks(const JobConfig& cfg);
+// The same whatever the world size (what a job would use with several ranks).
+bool device_comm_is_nccl(const JobConfig& cfg);
 
 struct JobConfig {
   // batch triangle (after resolve(): all three set and consistent), over the data-parallel size

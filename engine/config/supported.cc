@@ -15,15 +15,6 @@ struct NotBuiltYet {
   bool plans = false;  // `zerod check` accepts it (and shows its plan); only running is refused
 };
 
-// GPU ranks whose device tensors would go over NCCL whatever the world size (train.device_comm
-// nccl, or auto on a mesh that is data parallel only); nccl_between_ranks once it is resolved.
-bool over_nccl(const JobConfig& c) {
-  if (c.train.device != TrainDevice::kCuda) return false;
-  if (c.train.device_comm == DeviceComm::kNccl) return true;
-  return c.train.device_comm == DeviceComm::kAuto && c.parallelism.model_ranks() == 1 &&
-         c.parallelism.expert == 1;
-}
-
 std::string over_nccl_message(const char* what, int value) {
   return fmt::format(
       "{}: {} with train.device cuda and train.device_comm \"nccl\": NCCL sub-groups are not "
@@ -33,7 +24,9 @@ std::string over_nccl_message(const char* what, int value) {
 }
 
 const NotBuiltYet kNotBuiltYet[] = {
-    {[](const JobConfig& c) { return !c.communication_compression.type.empty() && over_nccl(c); },
+    {[](const JobConfig& c) {
+       return !c.communication_compression.type.empty() && device_comm_is_nccl(c);
+     },
      [](const JobConfig& c) {
        return fmt::format(
            "communication_compression.type: \"{}\" with train.device cuda over NCCL: the PowerSGD "

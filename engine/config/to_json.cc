@@ -214,8 +214,8 @@ const char* device_comm_name(DeviceComm c) {
   return "auto";
 }
 
-bool nccl_between_ranks(const JobConfig& cfg) {
-  if (cfg.train.device != TrainDevice::kCuda || cfg.world_size <= 1) return false;
+bool device_comm_is_nccl(const JobConfig& cfg) {
+  if (cfg.train.device != TrainDevice::kCuda) return false;
   switch (cfg.train.device_comm) {
     case DeviceComm::kNccl:
       return true;
@@ -225,6 +225,10 @@ bool nccl_between_ranks(const JobConfig& cfg) {
       break;
   }
   return cfg.parallelism.model_ranks() == 1 && cfg.parallelism.expert == 1;
+}
+
+bool nccl_between_ranks(const JobConfig& cfg) {
+  return cfg.world_size > 1 && device_comm_is_nccl(cfg);
 }
 
 namespace config {
