@@ -1,7 +1,9 @@
 // DeepSpeed's 1-bit optimizers (deepspeed/runtime/fp16/onebit/) over the states of a stage-0
-// ZeroEngine: after a warm-up of ordinary steps on all-reduced gradients, each rank updates its
-// momentum from its own gradients and the momenta are averaged through the 1-bit compressed
-// all-reduce (comm/compressed_allreduce.h), with worker and server errors kept per rank.
+// ZeroEngine, always in host memory (GPU ranks: the engine keeps them on the host and hands this
+// an fp32 host copy of the gradients; `comm` is then the group's Gloo communicator, not the one
+// that moves device tensors): after a warm-up of ordinary steps on all-reduced gradients, each rank
+// updates its momentum from its own gradients and the momenta are averaged through the 1-bit
+// compressed all-reduce (comm/compressed_allreduce.h), with worker and server errors kept per rank.
 //
 //   OneBitAdam (arXiv 2102.02888, adam.py). Steps 1..freeze_step: Adam with DeepSpeed's 1-bit
 //     formula (no bias correction, decoupled decay: p -= lr (m / (sqrt(v) + eps) + wd p)), the

@@ -74,6 +74,15 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   }
   if (opt_.model_parallel_comm != nullptr && opt_.model_parallel_comm->size() == 1)
     opt_.model_parallel_comm = nullptr;
+  if (opt_.host_comm == nullptr) {
+    ZD_CHECK(!be_.device_memory() || opt_.world_size == 1,
+             "a data-parallel group of {} on device memory needs its host communicator",
+             opt_.world_size);
+    opt_.host_comm = be_.device_memory() ? nullptr : opt_.comm;
+  }
+  if (opt_.host_model_parallel_comm == nullptr && !be_.device_memory())
+    opt_.host_model_parallel_comm = opt_.model_parallel_comm;
+  if (opt_.model_parallel_comm == nullptr) opt_.host_model_parallel_comm = nullptr;
   bool all_counted = true;
   for (int u = 0; u < layout_.num_units(); ++u)
     for (const TensorInfo& t : layout_.unit(u).tensors)
@@ -114,12 +123,19 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   }
   reducer_ = std::make_unique<GradReducer>(partition_, be_, ro, tracker);
   if (opt_.onebit != OnebitKind::kNone) {
-    ZD_CHECK_INPUT(opt_.stage == 0 && !be_.device_memory() && esz_ == 4 && !offloaded(),
-                   "the 1-bit optimizers run at ZeRO stage 0 on the CPU without offload (stage "
-                   "{})",
-                   opt_.stage);
+    // CPU ranks: the states where the model is (fp32). GPU ranks: in host memory, all of them.
+    const bool states_ok = be_.device_memory() ? opt_.optimizer_states == StatesHome::kHost &&
+                                                     split_ == partition_.shard_elems_total()
+                                               : esz_ == 4 && !offloaded();
+    ZD_CHECK_INPUT(opt_.stage == 0 && states_ok,
+                   "the 1-bit optimizers run at ZeRO stage 0 with their states in host memory "
+                   "(stage {}{})",
+                   opt_.stage, states_ok ? "" : ", states elsewhere");
+    ZD_CHECK(opt_.model_parallel_comm == nullptr || opt_.host_model_parallel_comm != nullptr,
+             "the 1-bit optimizers on device memory need the model-parallel host communicator");
+    Communicator* host = opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm;
     onebit_ = std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_,
-                                                partition_, *opt_.comm, opt_.model_parallel_comm);
+                                                partition_, *host, opt_.host_model_parallel_comm);
   }
   if (opt_.stage >= 3) {
     GathererOptions go;
@@ -555,11 +571,25 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   os.eps = s.eps;
   os.weight_decay = s.weight_decay;
   os.grad_scale = static_cast<float>(r.clip_coef / divisor);
+  // GPU ranks: the states are in host memory (the constructor) and the update runs there on an
+  // fp32 host copy of the gradients, as offloaded states' does; the new master is converted into
+  // the device's compute weights below.
+  if (be_.device_memory() && onebit_grads_.bytes() == 0) {
+    onebit_grads_ =
+        be_.allocate_host(static_cast<size_t>(partition_.shard_elems_total()) * sizeof(float),
+                          MemCategory::kPinned, tracker_);
+  }
   std::vector<OnebitUnit> units;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (guard_) guard_->before_update(u);
-    units.push_back({master(u), exp_avg(u), exp_avg_sq(u),
-                     static_cast<const float*>(reducer_->shard(u)), partition_.unit(u).shard});
+    const int64_t n = partition_.unit(u).shard;
+    const float* grad = static_cast<const float*>(reducer_->shard(u));
+    if (be_.device_memory()) {
+      float* host = onebit_grads_.as<float>() + partition_.shard_offset(u);
+      be_.cast_from_compute(host, reducer_->shard(u), n);
+      grad = host;
+    }
+    units.push_back({master(u), exp_avg(u), exp_avg_sq(u), grad, n});
   }
   if (warm) {
     onebit_->warmup_step(units, os);
@@ -701,7 +731,8 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
 
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
-    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0), opt_.comm);
+    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0),
+                                           opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm);
   }
   const int owner = owner_rank(0);  // (no experts units: refused with expert groups)
   float* local = muon_->local();

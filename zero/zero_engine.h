@@ -54,6 +54,12 @@ struct ZeroOptions {
   // global gradient norm and the overflow check also sum over them, each element counted once
   // (ParamLayout::counted_in_norm), so every rank of the world clips and skips alike.
   Communicator* model_parallel_comm = nullptr;
+  // The host communicators of the same two groups (Gloo, without host staging), for the
+  // exchanges of host buffers: Muon's matrices and the 1-bit optimizers' compressed momenta. On a
+  // GPU, `comm` moves device tensors (NCCL, or Gloo behind host staging) and cannot take them.
+  // Null: `comm` / `model_parallel_comm` themselves (CPU ranks: they are host communicators).
+  Communicator* host_comm = nullptr;
+  Communicator* host_model_parallel_comm = nullptr;
   // Expert parallelism (the layout's shard().expert_size > 1: its experts units hold this rank's
   // experts only): those units are partitioned and reduced over the expert-data-parallel group,
   // the data-parallel ranks holding the same experts (its size, this rank's index in it and its
@@ -96,8 +102,9 @@ struct ZeroOptions {
   int64_t param_max_in_cpu = 1000000000;  // elements
   bool param_pin_memory = false;
   AioOptions param_aio;
-  // DeepSpeed's 1-bit optimizers (zero/onebit.h; stage 0, states in host memory): kNone for
-  // the others.
+  // DeepSpeed's 1-bit optimizers (zero/onebit.h; stage 0, states in host memory: on a GPU,
+  // optimizer_states kHost with offload_ratio 1, the update on the host as ZeRO-Offload's):
+  // kNone for the others.
   OnebitKind onebit = OnebitKind::kNone;
   OnebitConfig onebit_config;
   // Called in step() once this rank's reduced gradient shards are final, before the norm: a
@@ -318,6 +325,8 @@ class ZeroEngine : public ParamSource, public GradSink {
   // master (none when fp32 aliases weights_), exp_avg, exp_avg_sq.
   Buffer host_[3], dev_[3];
   int64_t split_ = 0;
+  // The 1-bit optimizers on a GPU: the step's gradients in host fp32 (the shard, whole).
+  Buffer onebit_grads_;
   std::unique_ptr<StateSwapper> swapper_;        // NVMe
   std::unique_ptr<ParamSwapper> param_swapper_;  // stage 3 parameters on NVMe
   int resident_param_units_ = 0;  // with param_swapper_: units [0, this) stay in weights_

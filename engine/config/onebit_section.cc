@@ -79,12 +79,8 @@ void validate_onebit(const JobConfig& cfg, Problems& p) {
             fmt::format("offload cannot be combined with optimizer {} (it runs at stage 0 only)",
                         o.type));
   }
-  if (cfg.train.device != TrainDevice::kCpu) {
-    p.error("train.device",
-            fmt::format("\"{}\" with optimizer {}: the compressed all-reduce runs on host memory "
-                        "over Gloo; zerod's 1-bit optimizers train on the CPU only",
-                        train_device_name(cfg.train.device), o.type));
-  }
+  // (train.device cuda: the states and the update are on the host, the compressed momenta go
+  // over the data-parallel group's Gloo communicator, whatever train.device_comm: zero/onebit.h.)
   if (cfg.parallelism.tensor > 1 || cfg.parallelism.context > 1) {
     p.error(
         cfg.parallelism.tensor > 1 ? "parallelism.tensor" : "parallelism.context",

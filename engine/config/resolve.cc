@@ -152,13 +152,6 @@ void resolve_job(JobConfig& cfg, int world_size) {
       problems.push_back(fmt::format("parallelism.pipeline_schedule: {} (pipeline {})", why,
                                      out.parallelism.pipeline));
   }
-  // Muon's matrix exchange between data-parallel ranks moves host buffers, which NCCL cannot.
-  if (out.optimizer.type == "Muon" && out.train.device == TrainDevice::kCuda && dp > 1) {
-    problems.push_back(fmt::format(
-        "optimizer.type: Muon on train.device cuda with {} data-parallel ranks: its matrix "
-        "exchange is not implemented over NCCL yet (train on one GPU, or on the CPU)",
-        dp));
-  }
   if (!problems.empty()) throw ConfigError(std::move(problems), cfg.source);
   config::derive_values(out);
   cfg = std::move(out);

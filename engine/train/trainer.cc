@@ -297,8 +297,11 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
                 : (ctx_.world_size > 1 ? &device_tensors(groups_->zero().comm()) : nullptr);
   // (tensor x pipeline: the stages hold disjoint units, each counted once; a last stage's tied
   // embedding copy is left out, ParamLayout::counted_in_norm.)
-  if (tensor.size() > 1 || pipeline_stages() > 1)
+  if (ctx_.world_size > 1) zo.host_comm = &groups_->zero().comm();
+  if (tensor.size() > 1 || pipeline_stages() > 1) {
     zo.model_parallel_comm = &device_tensors(groups_->model_norm().comm());
+    zo.host_model_parallel_comm = &groups_->model_norm().comm();
+  }
   zo.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
   zo.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
   zo.overlap_comm = cfg_.zero.overlap_comm_resolved;
@@ -334,6 +337,11 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_aio = swap_options(cfg_).aio;
   zo.onebit = onebit_kind(cfg_.optimizer.type);
   zo.onebit_config = cfg_.optimizer.onebit;
+  if (zo.onebit != OnebitKind::kNone && backend_->device_memory()) {
+    // GPU ranks: the 1-bit optimizers' states and update on the host (zero/onebit.h).
+    zo.optimizer_states = StatesHome::kHost;
+    zo.offload_ratio = 1.0;
+  }
   const ProcessGroup& pipe = groups_->pipeline();
   if (pipeline_stages() > 1 && spec.tied() &&
       (pipe.rank() == 0 || pipe.rank() == pipe.size() - 1)) {
@@ -411,6 +419,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           mesh.shape().data < ctx_.world_size ? fmt::format(" (mesh {})", mesh.describe()) : "",
           cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
           zo.overlap_comm ? " (overlap_comm)" : "");
+      if (zo.onebit != OnebitKind::kNone && backend_->device_memory()) {
+        spdlog::info(
+            "optimizer {}: its states and update in host memory (12 bytes a parameter), the "
+            "gradients copied there each step; the compressed momenta over Gloo",
+            cfg_.optimizer.type);
+      }
       if (!staged_comms_.empty()) {
         spdlog::info(
             "device tensors between ranks: through host memory over Gloo ({} group "

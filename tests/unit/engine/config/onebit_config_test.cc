@@ -115,7 +115,7 @@ TEST(OnebitConfig, UnknownKeysAndBadValuesNameTheKey) {
       "optimizer.params.amsgrad"));
 }
 
-TEST(OnebitConfig, OtherStagesOffloadDevicesAndParallelismAreRefused) {
+TEST(OnebitConfig, OtherStagesOffloadAndParallelismAreRefused) {
   const json onebit = {{"type", "OneBitAdam"}, {"params", {{"freeze_step", 2}}}};
   for (int stage : {1, 2, 3}) {
     const auto p =
@@ -131,8 +131,9 @@ TEST(OnebitConfig, OtherStagesOffloadDevicesAndParallelismAreRefused) {
                        "zero_optimization.offload_param.device: offload cannot be combined "
                        "with optimizer OneBitAdam"))
       << joined(off);
-  const auto gpu = problems_of(job_with({{"optimizer", onebit}, {"train", {{"device", "cuda"}}}}));
-  EXPECT_TRUE(contains(gpu, "train.device: \"cuda\" with optimizer OneBitAdam")) << joined(gpu);
+  // GPU ranks are fine (the states and the update go to the host), but not with offload keys.
+  EXPECT_TRUE(
+      problems_of(job_with({{"optimizer", onebit}, {"train", {{"device", "cuda"}}}})).empty());
   const auto tp = problems_of(job_with({{"optimizer", onebit}, {"parallelism", {{"tensor", 2}}}}));
   EXPECT_TRUE(contains(tp, "parallelism.tensor: 2 with optimizer OneBitAdam")) << joined(tp);
   // fp16 and bf16 at stage 0 are fine.
@@ -199,8 +200,7 @@ TEST(OnebitConfig, ZeroOneAdamKeysDefaultsAndRefusals) {
                        "zero_optimization.offload_optimizer.device: offload cannot be combined "
                        "with optimizer ZeroOneAdam"))
       << joined(off);
-  const auto gpu = problems_of(job_with({{"optimizer", zo}, {"train", {{"device", "cuda"}}}}));
-  EXPECT_TRUE(contains(gpu, "train.device: \"cuda\" with optimizer ZeroOneAdam")) << joined(gpu);
+  EXPECT_TRUE(problems_of(job_with({{"optimizer", zo}, {"train", {{"device", "cuda"}}}})).empty());
   const auto cp = problems_of(job_with({{"optimizer", zo}, {"parallelism", {{"context", 2}}}}));
   EXPECT_TRUE(contains(cp, "parallelism.context: 2 with optimizer ZeroOneAdam")) << joined(cp);
   // Pipeline stages combine (each stage over its data-parallel group); not with tensor ranks.

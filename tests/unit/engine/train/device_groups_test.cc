@@ -4,9 +4,9 @@
 // (comm/staged/; Trainer::device_tensors). Data parallelism at ZeRO 1 and 3 (with the optimizer
 // states on the host), tensor parallelism with sequence parallelism, context parallelism (ring and
 // Ulysses, and with tensor parallelism), pipelines (1F1B, zero-bubble, interleaved, with tensor
-// parallelism) and PowerSGD must give the CPU backend's losses and gradient norms bit for bit: the
-// same kernels on the same values, so any difference is a tensor that went the wrong way between
-// host and device.
+// parallelism), PowerSGD, Muon and the 1-bit optimizers must give the CPU backend's losses and
+// gradient norms bit for bit: the same kernels on the same values, so any difference is a tensor
+// that went the wrong way between host and device.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -147,6 +147,56 @@ std::string parallelism(const std::string& members) {
   return R"(, "parallelism": {)" + members + "}";
 }
 
+constexpr const char* kOnebitAdam =
+    R"({"type": "OneBitAdam", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1,
+        "freeze_step": 3}})";
+constexpr const char* kOnebitLamb =
+    R"({"type": "OneBitLamb", "params": {"lr": 0.05, "betas": [0.9, 0.95], "weight_decay": 0.1,
+        "freeze_step": 3}})";
+// Variance steps 1-2 (step 2 compressed), then local steps synchronised at steps 3, 5 and 7.
+constexpr const char* kZeroOneAdam =
+    R"({"type": "ZeroOneAdam", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1,
+        "var_freeze_step": 2, "var_update_scaler": 2, "local_step_scaler": 1,
+        "local_step_clipper": 2}})";
+
+// ZeroOneAdam saved between two synchronisations (step 4 of 8: local steps, each rank's weights
+// and momentum its own, in host memory on GPU ranks) resumes on the strict backend with the
+// uninterrupted CPU run's losses (the mean over both ranks: rank 1 going on from rank 0's weights
+// would change them): the rank files restore the host states and the device weights follow.
+TEST_F(DeviceGroups, ZeroOneAdamResumesBetweenSynchronisations) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("zerod_device_groups_01_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto run = [&](const std::string& ckpt, bool strict, const std::string& resume) {
+    const JobConfig cfg = testing::tiny_job(
+        *corpus_, 2, 0, 2, 8, "", R"(, "checkpoint_dir": ")" + ckpt + R"(", "save_interval": 4)", 8,
+        "", testing::tiny_llama(), kZeroOneAdam);
+    std::vector<double> losses;
+    testing::run_world(2, [&](const RankContext& ctx) {
+      TrainerOptions o = testing::quiet_trainer();
+      if (strict) o.backend = [&] { return std::make_unique<StrictDeviceBackend>(DType::kF32); };
+      Trainer t(cfg, ctx, o);
+      if (!resume.empty()) t.resume(resume);
+      const TrainResult res = t.run();
+      if (ctx.rank == 0)
+        for (const StepMetrics& m : res.steps) losses.push_back(m.loss);
+    });
+    return losses;
+  };
+  const std::vector<double> cpu = run((dir / "cpu").string(), false, "");
+  ASSERT_EQ(cpu.size(), 8u);
+  EXPECT_EQ(run((dir / "dev").string(), true, ""), cpu);
+  const std::vector<double> tail(cpu.begin() + 4, cpu.end());
+  EXPECT_EQ(run((dir / "dev").string(), true, "global_step4"), tail);
+  // Without the rank files the ranks go on from rank 0's weights: other losses.
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(
+        fs::remove(dir / "dev" / "global_step4" / ("onebit_rank" + std::to_string(r) + ".bin")));
+  EXPECT_NE(run((dir / "dev").string(), true, "global_step4"), tail);
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Dimensions, DeviceGroups,
     ::testing::Values(
@@ -176,7 +226,17 @@ INSTANTIATE_TEST_SUITE_P(
              testing::tiny_llama()},
         Case{"powersgd", 2, 0,
              R"(, "communication_compression": {"type": "powersgd", "rank": 2, "start_iter": 3})",
-             testing::tiny_gpt2()}),
+             testing::tiny_gpt2()},
+        // Exchanges of host buffers over the host communicator (ZeroOptions::host_comm): Muon's
+        // matrices at ZeRO-1 with the states on the host, and the 1-bit optimizers, whose
+        // states and update a GPU rank keeps on the host (steps 4-6 compressed).
+        Case{"muon_data", 2, 1, "", testing::tiny_gpt2(), testing::other_optimizers()[4].second,
+             R"(, "offload_optimizer": {"device": "cpu"})"},
+        Case{"onebit_adam", 2, 0, "", testing::tiny_gpt2(), kOnebitAdam},
+        Case{"onebit_adam_bf16", 2, 0, "", testing::tiny_llama(), kOnebitAdam, "", 2, true},
+        Case{"onebit_lamb_pipeline_data", 4, 0, parallelism(R"("pipeline": 2)"),
+             testing::tiny_gpt2_4layers(), kOnebitLamb, "", 4},
+        Case{"zeroone_adam", 2, 0, "", testing::tiny_llama(), kZeroOneAdam}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

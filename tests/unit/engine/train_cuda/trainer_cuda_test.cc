@@ -176,7 +176,8 @@ TEST(TrainerCuda, NcclRanksMatchOneGpuAtEveryStage) {
 
 // Ranks sharing one GPU (train.device_comm gloo: every process group moves device tensors
 // through host memory over Gloo, comm/staged/) give the CPU ranks' losses with data, tensor,
-// context and pipeline parallelism: the GPU paths of the parallel layers that the strict device
+// context and pipeline parallelism, Muon and OneBitAdam: the GPU paths of the parallel layers and
+// of the host-buffer exchanges that the strict device
 // backend checks on the CPU (DeviceGroups), here on a real device and its streams.
 TEST(TrainerCuda, RanksSharingOneGpuOverStagedGlooMatchCpuRanks) {
   ZD_NEED_GPUS(1);
@@ -186,8 +187,16 @@ TEST(TrainerCuda, RanksSharingOneGpuOverStagedGlooMatchCpuRanks) {
     std::string par;
     testing::TinyModel model;
     int stage, accum;
+    std::string optimizer = testing::kTinyAdamW;
+    std::string zero_extra;
   };
   const Case cases[] = {
+      // The host-buffer exchanges over the host communicator (ZeroOptions::host_comm): Muon's
+      // matrices, the 1-bit optimizers' compressed momenta (states and update on the host).
+      {"muon", "", testing::tiny_gpt2(), 1, 2, testing::other_optimizers()[4].second,
+       R"(, "offload_optimizer": {"device": "cpu"})"},
+      {"onebit_adam", "", testing::tiny_gpt2(), 0, 2,
+       R"({"type": "OneBitAdam", "params": {"lr": 2e-3, "freeze_step": 3}})"},
       {"data", "", testing::tiny_gpt2(), 1, 2},
       {"tensor", R"(, "parallelism": {"tensor": 2, "sequence_parallel": true})",
        testing::tiny_llama(), 1, 2},
@@ -198,7 +207,8 @@ TEST(TrainerCuda, RanksSharingOneGpuOverStagedGlooMatchCpuRanks) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     auto losses = [&](const std::string& train) {
-      const JobConfig cfg = tiny_job(corpus, 2, c.stage, c.accum, 8, c.par, train, 8, "", c.model);
+      const JobConfig cfg = tiny_job(corpus, 2, c.stage, c.accum, 8, c.par, train, 8, c.zero_extra,
+                                     c.model, c.optimizer);
       std::vector<double> out;
       std::mutex mu;
       testing::run_world(2, [&](const RankContext& ctx) {
