@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/shard.h"
 
 namespace zerod {
 
@@ -13,14 +14,22 @@ std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout) {
     if (u == layout.embedding_unit() || u == layout.final_unit()) continue;  // embeddings, head
     for (const TensorInfo& t : layout.unit(u).tensors) {
       if (t.shape.size() != 2) continue;  // norms, biases
-      out.push_back({u, t.offset, t.shape[0], t.shape[1], 0});
+      MuonMatrix m{.unit = u, .begin = t.offset, .rows = t.shape[0], .cols = t.shape[1]};
+      if (t.split == Split::kRows || t.split == Split::kColumns) {
+        ZD_CHECK(t.global_shape.size() == 2, "{}: a split matrix without its global shape", t.name);
+        m.split = t.split;
+        m.parts = t.parts;
+      }
+      m.global_rows = m.split == Split::kReplicated ? m.rows : t.global_shape[0];
+      m.global_cols = m.split == Split::kReplicated ? m.cols : t.global_shape[1];
+      out.push_back(m);
     }
   }
   return out;
 }
 
 MuonExchange::MuonExchange(const ParamLayout& layout, const Partition& partition, int rank,
-                           Communicator* comm)
+                           Communicator* comm, Communicator* tensor)
     : matrices_(muon_matrices(layout)),
       pieces_(static_cast<size_t>(layout.num_units())),
       received_(matrices_.size()),
@@ -92,6 +101,13 @@ MuonExchange::MuonExchange(const ParamLayout& layout, const Partition& partition
     first_unit_ = matrices_.front().unit;
     last_unit_ = matrices_.back().unit;
   }
+  for (const MuonMatrix& m : matrices_) {
+    for (const TensorInfo& t : layout.unit(m.unit).tensors)
+      if (t.offset == m.begin && t.shape.size() == 2) tensors_.push_back(t);
+  }
+  ZD_CHECK(tensors_.size() == matrices_.size(), "Muon: {} tensors for {} matrices", tensors_.size(),
+           matrices_.size());
+  setup_tensor(tensor);
   local_.assign(static_cast<size_t>(world_ * block_), 0.0f);
   if (world_ > 1) recv_.assign(local_.size(), 0.0f);
   for (int64_t n : replicated_) gather_block_ = std::max(gather_block_, n);
@@ -112,19 +128,36 @@ void MuonExchange::orthogonalise(const cpu::MuonNs& ns) {
     comm_->all_to_all(local_.data(), recv_.data(), block_, CommType::kF32);
     in = recv_.data();
   }
+  // This rank's matrices (its slices of them), assembled from the pieces: in matrix_ one at a
+  // time, or for the tensor exchange in its send buffer, all at once.
   for (size_t i = 0; i < matrices_.size(); ++i) {
     if (received_[i].empty()) continue;
     const MuonMatrix& m = matrices_[i];
-    const int64_t n = m.rows * m.cols;
-    if (static_cast<int64_t>(matrix_.size()) < n) matrix_.resize(static_cast<size_t>(n));
-    const int64_t w = cpu::muon_ns_work_floats(m.rows, m.cols);
-    if (static_cast<int64_t>(work_.size()) < w) work_.resize(static_cast<size_t>(w));
+    float* slice = matrix_.data();
+    if (tp_owner_[i] >= 0) {
+      slice = tsend_.data() + tp_owner_[i] * tensor_block_ + tp_at_[i];
+    } else if (static_cast<int64_t>(matrix_.size()) < m.rows * m.cols) {
+      matrix_.resize(static_cast<size_t>(m.rows * m.cols));
+      slice = matrix_.data();
+    }
     for (const Received& p : received_[i])
-      std::copy(in + p.at, in + p.at + (p.end - p.begin), matrix_.data() + (p.begin - m.begin));
-    cpu::newton_schulz(matrix_.data(), m.rows, m.cols, ns, work_.data());
+      std::copy(in + p.at, in + p.at + (p.end - p.begin), slice + (p.begin - m.begin));
+    if (tp_owner_[i] >= 0) continue;
+    newton_schulz(slice, m.rows, m.cols, ns);
     for (const Received& p : received_[i]) {
-      const float* from = matrix_.data() + (p.begin - m.begin);
+      const float* from = slice + (p.begin - m.begin);
       std::copy(from, from + (p.end - p.begin), in + p.at);
+    }
+  }
+  if (tensor_block_ > 0) {
+    orthogonalise_split(ns);
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      if (received_[i].empty() || tp_owner_[i] < 0) continue;
+      const float* slice = tsend_.data() + tp_owner_[i] * tensor_block_ + tp_at_[i];
+      for (const Received& p : received_[i]) {
+        const float* from = slice + (p.begin - matrices_[i].begin);
+        std::copy(from, from + (p.end - p.begin), in + p.at);
+      }
     }
   }
   if (world_ > 1) comm_->all_to_all(recv_.data(), local_.data(), block_, CommType::kF32);
@@ -149,6 +182,87 @@ void MuonExchange::share_replicated() {
                           gathered_at_[static_cast<size_t>(p.matrix)];
       std::copy(from, from + (p.end - p.begin), local_.data() + p.slot);
     }
+  }
+}
+
+void MuonExchange::newton_schulz(float* x, int64_t rows, int64_t cols, const cpu::MuonNs& ns) {
+  const int64_t w = cpu::muon_ns_work_floats(rows, cols);
+  if (static_cast<int64_t>(work_.size()) < w) work_.resize(static_cast<size_t>(w));
+  cpu::newton_schulz(x, rows, cols, ns, work_.data());
+}
+
+// The tensor group: the split matrices this rank owns, each to a tensor owner (greedy by the
+// whole matrix's cost; the group's ranks own the same matrices, so they agree), their slices at
+// tp_at_ in the owner's block.
+void MuonExchange::setup_tensor(Communicator* tensor) {
+  tp_owner_.assign(matrices_.size(), -1);
+  tp_at_.assign(matrices_.size(), 0);
+  if (tensor == nullptr || tensor->size() == 1) return;
+  tensor_ = tensor;
+  tp_ = tensor->size();
+  tp_rank_ = tensor->rank();
+  std::vector<size_t> order;
+  for (size_t i = 0; i < matrices_.size(); ++i)
+    if (!received_[i].empty() && matrices_[i].split != Split::kReplicated) order.push_back(i);
+  auto cost = [&](size_t i) {
+    return cpu::muon_ns_flops(matrices_[i].global_rows, matrices_[i].global_cols, 5);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cost(a) > cost(b); });
+  std::vector<double> load(static_cast<size_t>(tp_), 0.0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());
+    tp_owner_[i] = static_cast<int>(least - load.begin());
+    *least += cost(i);
+  }
+  std::vector<int64_t> used(static_cast<size_t>(tp_), 0);
+  for (size_t i = 0; i < matrices_.size(); ++i) {  // matrix order within each block
+    if (tp_owner_[i] < 0) continue;
+    int64_t& u = used[static_cast<size_t>(tp_owner_[i])];
+    tp_at_[i] = u;
+    u += matrices_[i].rows * matrices_[i].cols;
+  }
+  tensor_block_ = *std::max_element(used.begin(), used.end());
+  tsend_.assign(static_cast<size_t>(tp_ * tensor_block_), 0.0f);
+  trecv_.assign(tsend_.size(), 0.0f);
+}
+
+// Every slice to its matrix's tensor owner, which orthogonalises the whole matrix; each rank's
+// slices back where they were sent from (tsend_).
+void MuonExchange::orthogonalise_split(const cpu::MuonNs& ns) {
+  tensor_->all_to_all(tsend_.data(), trecv_.data(), tensor_block_, CommType::kF32);
+  std::vector<float*> slices(static_cast<size_t>(tp_));
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    if (tp_owner_[i] != tp_rank_) continue;
+    const MuonMatrix& m = matrices_[i];
+    for (int t = 0; t < tp_; ++t)
+      slices[static_cast<size_t>(t)] = trecv_.data() + t * tensor_block_ + tp_at_[i];
+    const int64_t n = m.global_rows * m.global_cols;
+    if (static_cast<int64_t>(whole_.size()) < n) whole_.resize(static_cast<size_t>(n));
+    gather_whole(i, slices, whole_.data(), /*to_whole=*/true);
+    newton_schulz(whole_.data(), m.global_rows, m.global_cols, ns);
+    gather_whole(i, slices, whole_.data(), /*to_whole=*/false);
+  }
+  tensor_->all_to_all(trecv_.data(), tsend_.data(), tensor_block_, CommType::kF32);
+}
+
+// The whole matrix (global_rows x global_cols, row-major) from the T slices, each at its place
+// in the single rank's element order (model/shard.h's runs), or (to_whole false) the slices from
+// it.
+void MuonExchange::gather_whole(size_t i, const std::vector<float*>& slices, float* whole,
+                                bool to_whole) const {
+  for (int t = 0; t < tp_; ++t) {
+    TensorShard shard;
+    shard.rank = t;
+    shard.size = tp_;
+    float* slice = slices[static_cast<size_t>(t)];
+    for_each_run(tensors_[i], shard, [&](int64_t local, int64_t global, int64_t n) {
+      if (to_whole) {
+        std::copy(slice + local, slice + local + n, whole + global);
+      } else {
+        std::copy(whole + global, whole + global + n, slice + local);
+      }
+    });
   }
 }
 

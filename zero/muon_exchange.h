@@ -28,6 +28,17 @@
 // matrices in place and one all_gather shares the results (each rank receives the matrices it
 // does not own, (W - 1) / W of them): measured faster than every rank orthogonalising every
 // matrix (README, "Muon").
+//
+// Tensor parallelism (T ranks, each holding a slice of every split matrix: rows or columns,
+// GPT-2's c_attn per q/k/v part). The T ranks of a tensor group hold slices of the same shapes,
+// so their data-parallel owners agree: the T owners of a matrix's slices are the ranks of one
+// tensor group. Between steps 3's assembly and Newton-Schulz, they orthogonalise the whole
+// matrix once: each of their matrices has a tensor owner (the same greedy spread by cost over the
+// T ranks), one all_to_all over the tensor group brings it every slice, it assembles the matrix
+// in the global order (the single rank's element order, so the same bits as one rank computes),
+// runs Newton-Schulz, and a second all_to_all returns each rank its slice. Each slice crosses the
+// tensor group twice, (T - 1) / T of it off the rank. Replicated 2-D tensors are orthogonalised
+// where they are, as without tensor parallelism.
 #pragma once
 
 #include <cstdint>
@@ -40,11 +51,17 @@
 
 namespace zerod {
 
-// The Muon matrices of a layout: unit, element range of the unit's flat buffer, shape.
+// The Muon matrices of a layout: unit, element range of the unit's flat buffer, shape (this
+// rank's: a tensor-parallel slice of the matrix when split is not kReplicated).
 struct MuonMatrix {
   int unit = 0;
   int64_t begin = 0, rows = 0, cols = 0;
   int owner = 0;
+  // Tensor parallelism (TensorInfo): how the slice is cut from the whole matrix, of
+  // global_rows x global_cols (Newton-Schulz and the lr adjustment see the whole one).
+  Split split = Split::kReplicated;
+  int parts = 1;
+  int64_t global_rows = 0, global_cols = 0;
   int64_t end() const { return begin + rows * cols; }
 };
 
@@ -62,8 +79,10 @@ class MuonExchange {
  public:
   // partition: the optimizer partition (world 1 at stage 0); rank: this rank's shard in it;
   // comm: the data-parallel group (its size must match the partition's when that is above 1;
-  // null or of size 1: no exchange).
-  MuonExchange(const ParamLayout& layout, const Partition& partition, int rank, Communicator* comm);
+  // null or of size 1: no exchange). tensor: the tensor-parallel group when the layout's
+  // matrices are slices (null or of size 1: none); see "Tensor parallelism" above.
+  MuonExchange(const ParamLayout& layout, const Partition& partition, int rank, Communicator* comm,
+               Communicator* tensor = nullptr);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
   // This rank's pieces of unit u, by begin.
@@ -92,7 +111,23 @@ class MuonExchange {
   // Stage 0 (a partition of one, a group of several): the results of each rank's matrices are
   // all-gathered (share_replicated).
   void share_replicated();
+  void newton_schulz(float* x, int64_t rows, int64_t cols, const cpu::MuonNs& ns);
+  // Tensor parallelism: the owners and block offsets of the split matrices; the exchange over
+  // the tensor group (the slices in tsend_ before and after); a whole matrix from its T slices
+  // (slices[t]: rank t's) or, to_whole false, the slices from it.
+  void setup_tensor(Communicator* tensor);
+  void orthogonalise_split(const cpu::MuonNs& ns);
+  void gather_whole(size_t i, const std::vector<float*>& slices, float* whole, bool to_whole) const;
+  std::vector<TensorInfo> tensors_;  // per matrix, its tensor (the split)
   int world_, rank_;  // of the partition
+  Communicator* tensor_ = nullptr;  // null: no tensor parallelism
+  int tp_ = 1, tp_rank_ = 0;
+  // Per matrix: its tensor owner, and its slice's offset in that owner's block (tensor_block_
+  // floats a block, the same on every rank of the group); -1: not exchanged.
+  std::vector<int> tp_owner_;
+  std::vector<int64_t> tp_at_;
+  int64_t tensor_block_ = 0;
+  std::vector<float> tsend_, trecv_, whole_;
   Communicator* comm_;
   int group_, me_;  // the communicator's size and rank (owners are spread over them)
   int first_unit_ = 0, last_unit_ = -1;

@@ -723,7 +723,8 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
     float* param_out = out ? reinterpret_cast<float*>(at(out, lo - a, esz_)) : nullptr;
     cpu::muon_apply(pm + (lo - a), muon_->local() + piece.slot + (lo - piece.begin), param_out,
                     hi - lo, s.lr, s.weight_decay,
-                    cpu::muon_adjusted_lr(s.lr, s.adjust_lr, m.rows, m.cols), be_.compute_dtype());
+                    cpu::muon_adjusted_lr(s.lr, s.adjust_lr, m.global_rows, m.global_cols),
+                    be_.compute_dtype());
     x = hi;
   }
   if (x < b) run(x, b, adam);
@@ -732,7 +733,8 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
     muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0),
-                                           opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm);
+                                           opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm,
+                                           opt_.host_tensor_comm);
   }
   const int owner = owner_rank(0);  // (no experts units: refused with expert groups)
   float* local = muon_->local();

@@ -60,6 +60,9 @@ struct ZeroOptions {
   // Null: `comm` / `model_parallel_comm` themselves (CPU ranks: they are host communicators).
   Communicator* host_comm = nullptr;
   Communicator* host_model_parallel_comm = nullptr;
+  // The tensor-parallel group's host communicator when the layout's matrices are slices (null:
+  // none): Muon orthogonalises each whole matrix over it (zero/muon_exchange.h).
+  Communicator* host_tensor_comm = nullptr;
   // Expert parallelism (the layout's shard().expert_size > 1: its experts units hold this rank's
   // experts only): those units are partitioned and reduced over the expert-data-parallel group,
   // the data-parallel ranks holding the same experts (its size, this rank's index in it and its

@@ -163,8 +163,15 @@ void Executor::watch_main() {
   probe_ = nullptr;
   if (why.empty()) return;
   const Link* aborted = nullptr;
+  // Gloo closes a pair when an operation on it outlives the timeout; that closure can reach this
+  // watcher before the operation's own timeout error reaches its caller: it is a timeout.
+  const bool timed_out = why.find("Application timeout") != std::string::npos;
   const std::string reason =
-      fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why);
+      timed_out ? fmt::format(
+                      "timed out: a connection of rank {} was closed by Gloo's timeout "
+                      "({})",
+                      names_.global(rank_), why)
+                : fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why);
   while (!stopping_) {
     const auto now = Clock::now();
     if (current_ != nullptr && current_ != aborted && now - current_since_ >= kStuckAfter) {

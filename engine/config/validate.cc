@@ -55,18 +55,11 @@ void validate_scheduler(const JobConfig& cfg, Problems& p) {
   }
 }
 
-// Muon orthogonalises whole matrices: a tensor-parallel rank holds a slice of each (refused, not
-// gathered over the tensor group), and the Newton-Schulz step runs on the host, so on a GPU the
-// optimizer states must be offloaded there (all of them: cpu with ratio 1, or nvme).
+// Muon's Newton-Schulz step runs on the host, so on a GPU the optimizer states must be offloaded
+// there (all of them: cpu with ratio 1, or nvme). (A tensor-parallel rank's slices of a matrix
+// are orthogonalised whole over the tensor group: zero/muon_exchange.h.)
 void validate_muon(const JobConfig& cfg, Problems& p) {
   if (cfg.optimizer.type != "Muon") return;
-  if (cfg.parallelism.tensor > 1) {
-    p.error("parallelism.tensor",
-            fmt::format("{} with optimizer Muon: Muon orthogonalises whole matrices and a tensor "
-                        "rank holds a slice of each; zerod does not gather them over the tensor "
-                        "group (use tensor 1, or another optimizer)",
-                        cfg.parallelism.tensor));
-  }
   const OffloadOptimizerConfig& off = cfg.zero.offload_optimizer;
   const bool all_on_host =
       off.device == OffloadDevice::kNvme || (off.device == OffloadDevice::kCpu && off.ratio >= 1.0);

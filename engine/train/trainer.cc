@@ -298,6 +298,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   // (tensor x pipeline: the stages hold disjoint units, each counted once; a last stage's tied
   // embedding copy is left out, ParamLayout::counted_in_norm.)
   if (ctx_.world_size > 1) zo.host_comm = &groups_->zero().comm();
+  if (tensor.size() > 1) zo.host_tensor_comm = &tensor.comm();
   if (tensor.size() > 1 || pipeline_stages() > 1) {
     zo.model_parallel_comm = &device_tensors(groups_->model_norm().comm());
     zo.host_model_parallel_comm = &groups_->model_norm().comm();

@@ -19,9 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "../comm/comm_test_util.h"
-#include "comm/gloo/gloo_groups.h"
-#include "comm/process_groups.h"
+#include "../comm/mesh_test_util.h"
 #include "model/model.h"
 #include "model/shard.h"
 #include "model_test_util.h"
@@ -37,6 +35,7 @@ using test::expect_close;
 using test::global_weights;
 using test::random_batch;
 using test::Reference;
+using test::run_mesh;
 using test::single_rank;
 using test::States;
 
@@ -45,27 +44,6 @@ ModelSpec gpt2() {
 }
 ModelSpec llama(ModelArch arch) {
   return test::tiny_llama(arch, 24);
-}
-
-// Runs body(rank, groups) on the ranks of a world of `shape` (threads, Gloo on 127.0.0.1), with
-// the mesh's process groups.
-template <class F>
-void run_mesh(const MeshShape& shape, F&& body) {
-  auto store = std::make_shared<MemoryStore>();
-  auto monitor = std::make_shared<LocalPeerMonitor>(shape.world());
-  test::run_ranks(shape.world(), [&](int r) {
-    GlooOptions o;
-    o.rank = r;
-    o.size = shape.world();
-    o.store = std::make_shared<PrefixStore>("world", store);
-    o.bind_address = "127.0.0.1";
-    o.timeout = test::Ms(30000);
-    o.monitor = monitor;
-    std::unique_ptr<Communicator> world = make_gloo_communicator(o);
-    GlooGroupFactory factory(o);
-    ProcessGroups groups(Mesh(shape), r, world.get(), &factory);
-    body(r, groups);
-  });
 }
 
 struct Case {

@@ -227,11 +227,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"powersgd", 2, 0,
              R"(, "communication_compression": {"type": "powersgd", "rank": 2, "start_iter": 3})",
              testing::tiny_gpt2()},
-        // Exchanges of host buffers over the host communicator (ZeroOptions::host_comm): Muon's
-        // matrices at ZeRO-1 with the states on the host, and the 1-bit optimizers, whose
+        // Exchanges of host buffers over the host communicators (ZeroOptions::host_comm): Muon's
+        // matrices at ZeRO-1 with the states on the host (and their tensor-parallel slices over
+        // the tensor group's), and the 1-bit optimizers, whose
         // states and update a GPU rank keeps on the host (steps 4-6 compressed).
         Case{"muon_data", 2, 1, "", testing::tiny_gpt2(), testing::other_optimizers()[4].second,
              R"(, "offload_optimizer": {"device": "cpu"})"},
+        Case{"muon_tensor_data", 4, 1, parallelism(R"("tensor": 2)"), testing::tiny_llama(),
+             testing::other_optimizers()[4].second, R"(, "offload_optimizer": {"device": "cpu"})"},
         Case{"onebit_adam", 2, 0, "", testing::tiny_gpt2(), kOnebitAdam},
         Case{"onebit_adam_bf16", 2, 0, "", testing::tiny_llama(), kOnebitAdam, "", 2, true},
         Case{"onebit_lamb_pipeline_data", 4, 0, parallelism(R"("pipeline": 2)"),
