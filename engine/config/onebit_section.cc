@@ -81,14 +81,6 @@ void validate_onebit(const JobConfig& cfg, Problems& p) {
   }
   // (train.device cuda: the states and the update are on the host, the compressed momenta go
   // over the data-parallel group's Gloo communicator, whatever train.device_comm: zero/onebit.h.)
-  if (cfg.parallelism.tensor > 1 || cfg.parallelism.context > 1) {
-    p.error(
-        cfg.parallelism.tensor > 1 ? "parallelism.tensor" : "parallelism.context",
-        fmt::format("{} with optimizer {}: the 1-bit optimizers run on data parallelism and "
-                    "pipeline stages only",
-                    cfg.parallelism.tensor > 1 ? cfg.parallelism.tensor : cfg.parallelism.context,
-                    o.type));
-  }
   const bool zero_one = o.type == "ZeroOneAdam";
   const int64_t freeze = zero_one ? o.onebit.var_freeze_step : o.onebit.freeze_step;
   if (cfg.train.steps > 0 && freeze >= cfg.train.steps) {

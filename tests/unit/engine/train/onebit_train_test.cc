@@ -48,20 +48,22 @@ class OnebitTraining : public ::testing::Test {
     std::vector<std::map<std::string, CollectiveTotals>> totals;
   };
   Run run(const std::string& optimizer, int steps, int save_interval = 0,
-          const std::string& resume = "", const std::string& extra = "") {
+          const std::string& resume = "", const std::string& extra = "", int world = 2,
+          const testing::TinyModel& model = testing::tiny_gpt2()) {
     std::string train_extra;
     if (save_interval > 0 || !resume.empty())
       train_extra = R"(, "checkpoint_dir": ")" + ckpt_.string() + R"(", "save_interval": )" +
                     std::to_string(save_interval);
-    const JobConfig cfg = tiny_job(*corpus_, 2, 0, 1, steps, extra, train_extra, 8, "",
-                                   testing::tiny_gpt2(), optimizer);
+    const JobConfig cfg =
+        tiny_job(*corpus_, world, 0, 1, steps, extra, train_extra, 8, "", model, optimizer);
     Run out;
     std::mutex mu;
-    run_world(2, [&](const RankContext& ctx) {
+    run_world(world, [&](const RankContext& ctx) {
       TrainerOptions o = quiet_trainer();
       if (ctx.rank == 0) {
         o.on_step = [&](const StepMetrics&) {
-          out.totals.push_back(ctx.comm->collective_log()->totals());
+          if (const CollectiveLog* log = ctx.comm ? ctx.comm->collective_log() : nullptr)
+            out.totals.push_back(log->totals());  // (world 1: none)
         };
       }
       Trainer t(cfg, ctx, o);
@@ -222,6 +224,43 @@ TEST_F(OnebitTraining, ZeroOneAdamResumeBetweenSynchronisationsIsBitwise) {
   const Run reset = run(zeroone(), 14, 0, "global_step9");
   ASSERT_EQ(reset.losses.size(), 5u);
   EXPECT_NE(reset.losses, rest.losses);
+}
+
+// Tensor and context parallelism (each rank compresses its own slices of the momentum over its
+// data-parallel group, as Megatron-DeepSpeed's 1-bit optimizers see a tensor rank's parameters):
+// - T=2 over one data-parallel rank: nothing to compress, so past the freeze both OneBitAdam and
+//   ZeroOneAdam take the single rank's steps (frozen variance, local momentum, the slices' masks,
+//   the replicated tensors' gradients summed over the tensor group): its losses within 1e-5;
+// - C=2: the warm-up is AdamW without bias correction bit for bit, and past the freeze it learns;
+// - T=2 x DP=2: learns past the freeze and resumes after it bit for bit; so does OneBitLamb learn.
+TEST_F(OnebitTraining, TensorAndContextParallelism) {
+  const std::string tp2 = R"(, "parallelism": {"tensor": 2})";
+  for (const std::string& opt : {onebit(2), zeroone()}) {
+    const Run single = run(opt, 6, 0, "", "", 1, testing::tiny_llama());
+    const Run tp = run(opt, 6, 0, "", tp2, 2, testing::tiny_llama());
+    ASSERT_EQ(tp.losses.size(), 6u);
+    for (size_t i = 0; i < 6; ++i)
+      EXPECT_NEAR(tp.losses[i], single.losses[i], 1e-5 * single.losses[i]) << opt << i;
+    EXPECT_LT(single.losses.back(), single.losses.front());
+  }
+  const std::string cp2 = R"(, "parallelism": {"context": 2})";
+  EXPECT_EQ(run(onebit(100), 6, 0, "", cp2).losses,
+            run(kAdamNoBiasCorrection, 6, 0, "", cp2).losses);
+  const Run cp = run(onebit(2), 8, 0, "", cp2);
+  ASSERT_EQ(cp.losses.size(), 8u);
+  EXPECT_LT(cp.losses.back(), cp.losses[2]) << ::testing::PrintToString(cp.losses);
+  const Run whole = run(onebit(2), 8, 4, "", tp2, 4, testing::tiny_llama());
+  ASSERT_EQ(whole.losses.size(), 8u);
+  EXPECT_LT(whole.losses.back(), whole.losses[2]) << ::testing::PrintToString(whole.losses);
+  const Run rest = run(onebit(2), 8, 0, "global_step4", tp2, 4, testing::tiny_llama());
+  EXPECT_EQ(rest.losses, std::vector<double>(whole.losses.begin() + 4, whole.losses.end()));
+  // OneBitLamb (trust ratios per slice; the freeze's mean momentum scale over the tensor group).
+  const Run lamb = run(R"({"type": "OneBitLamb", "params": {"lr": 0.05, "betas": [0.9, 0.95],
+                          "weight_decay": 0.1, "freeze_step": 2}})",
+                       8, 0, "", tp2, 4, testing::tiny_llama());
+  ASSERT_EQ(lamb.losses.size(), 8u);
+  for (double l : lamb.losses) ASSERT_TRUE(std::isfinite(l));
+  EXPECT_LT(lamb.losses.back(), lamb.losses[2]) << ::testing::PrintToString(lamb.losses);
 }
 
 }  // namespace
