@@ -386,8 +386,8 @@ struct SnapshotConfig {
 
 struct JobConfig;
 // Whether the job's GPU ranks exchange device tensors over NCCL (train.device cuda, more than one
-// rank, and train.device_comm nccl, or auto on a mesh that is data parallel only); false: Gloo
-// with host staging, or no device tensors between ranks.
+// rank, and train.device_comm nccl, or auto on a mesh that is data parallel only without
+// communication_compression); false: Gloo with host staging, or no device tensors between ranks.
 bool nccl_between_ranks(const JobConfig& cfg);
 // The same whatever the world size (what a job would use with several ranks).
 bool device_comm_is_nccl(const JobConfig& cfg);

@@ -29,9 +29,10 @@ const NotBuiltYet kNotBuiltYet[] = {
      },
      [](const JobConfig& c) {
        return fmt::format(
-           "communication_compression.type: \"{}\" with train.device cuda over NCCL: the PowerSGD "
-           "hook has never run over NCCL; it runs on CPU ranks and on GPU ranks with "
-           "train.device_comm \"gloo\" (host staging)",
+           "communication_compression.type: \"{}\" with train.device cuda and "
+           "train.device_comm \"nccl\": the PowerSGD hook has never run over NCCL; it runs on "
+           "CPU ranks and on GPU ranks with train.device_comm \"auto\" or \"gloo\" (host "
+           "staging)",
            c.communication_compression.type);
      }},
     {[](const JobConfig& c) {
@@ -59,7 +60,7 @@ const NotBuiltYet kNotBuiltYet[] = {
      },
      true},
     // (PowerSGD runs per stage over its data-parallel group, each matrix drawing the same Q as
-    // in the whole model; the 1-bit optimizers are refused with pipelines by their section.)
+    // in the whole model; so do the 1-bit optimizers.)
     {[](const JobConfig& c) { return c.aio.use_gds; },
      [](const JobConfig&) {
        return std::string("aio.use_gds: GPUDirect Storage is not implemented yet in zerod");

@@ -224,7 +224,10 @@ bool device_comm_is_nccl(const JobConfig& cfg) {
     case DeviceComm::kAuto:
       break;
   }
-  return cfg.parallelism.model_ranks() == 1 && cfg.parallelism.expert == 1;
+  // auto: NCCL for a job that is data parallel only, without PowerSGD (whose hook has not run
+  // over NCCL); Gloo with host staging for the rest.
+  return cfg.parallelism.model_ranks() == 1 && cfg.parallelism.expert == 1 &&
+         cfg.communication_compression.type.empty();
 }
 
 bool nccl_between_ranks(const JobConfig& cfg) {

@@ -434,8 +434,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
             device_comm_name(cfg_.train.device_comm),
             cfg_.train.device_comm == DeviceComm::kGloo ? "asked for"
             : options_.backend ? "the given backend has no device communicator"
-                               : "NCCL sub-groups for tensor, context and pipeline parallelism "
-                                 "are not enabled yet");
+            : cfg_.parallelism.model_ranks() == 1 && par.expert == 1
+                ? "the PowerSGD hook has not run over NCCL"
+                : "NCCL sub-groups for tensor, context and pipeline parallelism are not enabled "
+                  "yet");
       }
       spdlog::info("data: {} training samples{}", data_->train->dataset().num_samples(),
                    data_->val ? fmt::format(", {} validation micro-batches per rank",

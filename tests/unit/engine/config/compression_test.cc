@@ -102,17 +102,19 @@ TEST(CommunicationCompression, BadInputIsRefusedNamingTheKey) {
 // staging (train.device_comm gloo) it runs, as on CPU ranks.
 TEST(CommunicationCompression, GpuRunOverNcclIsRefusedAtCheck) {
   JobConfig cfg = parse(job_with({{"communication_compression", {{"type", "powersgd"}}},
-                                  {"train", {{"device", "cuda"}}}}))
+                                  {"train", {{"device", "cuda"}, {"device_comm", "nccl"}}}}))
                       .config;
   try {
     check_supported(cfg);
     ADD_FAILURE() << "PowerSGD over NCCL accepted";
   } catch (const ConfigError& e) {
-    EXPECT_TRUE(contains(e.problems(), "train.device_comm \"gloo\"")) << joined(e.problems());
+    EXPECT_TRUE(contains(e.problems(), "train.device_comm \"auto\" or \"gloo\""))
+        << joined(e.problems());
   }
-  cfg.train.device_comm = DeviceComm::kGloo;
-  EXPECT_NO_THROW(check_supported(cfg));
-  cfg.train.device_comm = DeviceComm::kAuto;
+  for (DeviceComm comm : {DeviceComm::kGloo, DeviceComm::kAuto}) {  // (auto: Gloo for PowerSGD)
+    cfg.train.device_comm = comm;
+    EXPECT_NO_THROW(check_supported(cfg));
+  }
   cfg.train.device = TrainDevice::kCpu;
   EXPECT_NO_THROW(check_supported(cfg));
 }

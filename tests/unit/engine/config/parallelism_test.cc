@@ -191,6 +191,26 @@ TEST(Parallelism, DeviceCommChoosesNcclForDataParallelGpuJobsOnly) {
   EXPECT_FALSE(nccl(cuda, 1));
   EXPECT_FALSE(nccl({{"device", "cpu"}}, 2));
   EXPECT_FALSE(nccl(cuda, 4, {{"tensor", 2}}));
+  {  // PowerSGD: auto takes Gloo (its hook has not run over NCCL), an explicit nccl is refused.
+    json j = {{"train", cuda}, {"communication_compression", {{"type", "powersgd"}, {"rank", 2}}}};
+    ParsedJob job = parse(job_with(j));
+    resolve_job(job.config, 2);
+    EXPECT_FALSE(nccl_between_ranks(job.config));
+    EXPECT_NO_THROW(check_supported(job.config));
+    j["train"]["device_comm"] = "nccl";
+    ParsedJob forced = parse(job_with(j));
+    resolve_job(forced.config, 2);
+    EXPECT_TRUE(nccl_between_ranks(forced.config));
+    try {
+      check_supported(forced.config);
+      ADD_FAILURE() << "PowerSGD over NCCL accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(contains(e.problems(),
+                           "communication_compression.type: \"powersgd\" with "
+                           "train.device cuda and train.device_comm \"nccl\""))
+          << joined(e.problems());
+    }
+  }
   EXPECT_TRUE(nccl({{"device", "cuda"}, {"device_comm", "nccl"}}, 2));
   EXPECT_FALSE(nccl({{"device", "cuda"}, {"device_comm", "gloo"}}, 2));
   ParsedJob job = parse(job_with({{"train", {{"device", "cuda"}, {"device_comm", "gloo"}}}}));
