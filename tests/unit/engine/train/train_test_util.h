@@ -240,6 +240,20 @@ inline TrainerOptions quiet_trainer() {
   return o;
 }
 
+// Rank 0's losses of `cfg` trained on `world` ranks (resumed from `resume` when not empty).
+inline std::vector<double> rank0_losses(const JobConfig& cfg, int world,
+                                        const std::string& resume = "") {
+  std::vector<double> out;
+  run_world(world, [&](const RankContext& ctx) {
+    Trainer t(cfg, ctx, quiet_trainer());
+    if (!resume.empty()) t.resume(resume);
+    const TrainResult res = t.run();
+    if (ctx.rank == 0)
+      for (const StepMetrics& s : res.steps) out.push_back(s.loss);
+  });
+  return out;
+}
+
 // Rank 0's losses and gradient norms per step, and every rank's last loss; rank 0's tensor
 // group size and the elements of its model unit 1 (the first block: a tensor slice of it under
 // tensor parallelism).
