@@ -168,8 +168,8 @@ void Executor::watch_main() {
   const bool timed_out = why.find("Application timeout") != std::string::npos;
   const std::string reason =
       timed_out ? fmt::format(
-                      "timed out: a connection of rank {} was closed by Gloo's timeout "
-                      "({})",
+                      "timed out: a peer sent no matching message within the timeout (Gloo "
+                      "closed a connection of rank {}: {})",
                       names_.global(rank_), why)
                 : fmt::format("a connection of rank {} failed: {}", names_.global(rank_), why);
   while (!stopping_) {

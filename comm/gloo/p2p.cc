@@ -138,11 +138,13 @@ void P2PMessage::wait_buffer(gloo::transport::UnboundBuffer& buf) {
     why = tidy_gloo_message(e.what());
   }
   if (ok) return;
+  // Past the deadline it is a timeout, also when the executor's watcher aborted the message first
+  // (Gloo closes the pair of an operation that timed out, which the watcher sees).
+  const bool timed_out = Clock::now() + std::chrono::milliseconds(5) >= deadline_;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_) throw PeerError(spec_.peer, false, abort_reason_);
+    if (aborted_ && !timed_out) throw PeerError(spec_.peer, false, abort_reason_);
   }
-  const bool timed_out = Clock::now() + std::chrono::milliseconds(5) >= deadline_;
   if (timed_out) {
     throw PeerError(spec_.peer, true,
                     fmt::format("timed out: the peer {} within the timeout{}",

@@ -84,4 +84,14 @@ JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t 
   return job.config;
 }
 
+void use_muon(JobConfig& job) {
+  job.optimizer.type = "Muon";
+  job.optimizer.adam_lr = job.optimizer.lr;
+  job.optimizer.lr = 0.02;
+  job.optimizer.momentum = 0.95;
+  job.optimizer.nesterov = true;
+  job.optimizer.eps = 1e-10;
+  job.optimizer.adam_weight_decay = job.optimizer.weight_decay;
+}
+
 }  // namespace zerod::bench

@@ -50,4 +50,8 @@ JobConfig bench_job(const BenchShape& shape, const SyntheticData& data, int64_t 
                     int world_size, const std::string& zero = R"({"stage": 0})",
                     const std::string& extra = "");
 
+// Turns the bench job's AdamW into Muon (lr 0.02, momentum 0.95, Nesterov) for the hidden
+// matrices, keeping that AdamW (its lr and decay) for the other tensors.
+void use_muon(JobConfig& job);
+
 }  // namespace zerod::bench

@@ -18,8 +18,12 @@
 // activations against data parallelism's gradient reduction), rank 0's model states and peak
 // activations.
 //
+// With --optimizer adamw,muon both settings run with each optimizer (Muon: the hidden matrices,
+// orthogonalised whole over the tensor group under T, zero/muon_exchange.h), so the table shows
+// Muon's cost against AdamW in either setting, in the same run.
+//
 //   zerod_tp_bench [--world 2] [--tensor 2 | --expert 2 --experts 4 [--top-k 2]] [--stage 0]
-//                  [--steps 6] [--warmup 2] [--rounds 2]
+//                  [--optimizer adamw[,muon]] [--steps 6] [--warmup 2] [--rounds 2]
 //                  [shape flags as zerod_train_bench, --model gpt2|llama]
 #include <CLI/CLI.hpp>
 
@@ -43,8 +47,9 @@ using namespace zerod;
 namespace {
 
 struct Setting {
-  std::string name;  // "DP=2", "T=2", "E=1", "E=2"
+  std::string name;  // "DP=2", "T=2", "E=1", "E=2" (with --optimizer adamw,muon: "T=2 muon")
   int tensor = 1, expert = 1;
+  std::string optimizer = "adamw";
   std::vector<double> seconds;  // rank 0's measured steps, every round
   double comm_bytes_per_step = 0, states_mib = 0, activations_mib = 0;
 };
@@ -79,6 +84,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--stage", stage, "ZeRO stage of both (over their data-parallel groups)")
       ->capture_default_str();
+  std::vector<std::string> optimizers{"adamw"};
+  app.add_option("--optimizer", optimizers, "adamw and/or muon (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"adamw", "muon"}))
+      ->capture_default_str();
   app.add_option("--steps", steps, "measured steps per run")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured first steps of each run")->capture_default_str();
   app.add_option("--rounds", rounds, "runs of each setting, alternating")->capture_default_str();
@@ -100,15 +110,21 @@ int main(int argc, char** argv) {
     }
     const int64_t global = int64_t{shape.batch} * world;  // sequences per step, both settings
     const bench::SyntheticData data(shape, global * (steps + warmup + 2));
-    std::vector<Setting> settings =
-        moe ? std::vector<Setting>{{"E=1", 1, 1, {}}, {fmt::format("E={}", expert), 1, expert, {}}}
-            : std::vector<Setting>{
-                  {fmt::format("DP={}", world), 1, 1, {}},
-                  {world == tensor ? fmt::format("T={}", tensor)
-                                   : fmt::format("T={} x DP={}", tensor, world / tensor),
-                   tensor,
-                   1,
-                   {}}};
+    std::vector<Setting> settings;
+    for (const std::string& optimizer : optimizers) {
+      const std::string tail = optimizers.size() > 1 ? " " + optimizer : "";
+      if (moe) {
+        settings.push_back({"E=1" + tail, 1, 1, optimizer});
+        settings.push_back({fmt::format("E={}", expert) + tail, 1, expert, optimizer});
+      } else {
+        settings.push_back({fmt::format("DP={}", world) + tail, 1, 1, optimizer});
+        settings.push_back(
+            {(world == tensor ? fmt::format("T={}", tensor)
+                              : fmt::format("T={} x DP={}", tensor, world / tensor)) +
+                 tail,
+             tensor, 1, optimizer});
+      }
+    }
     fmt::print(
         "{} benchmark: world {} (threads, {} core(s)), {} {} layers{}, {} wide, {} "
         "heads, seq {}, vocab {}, {}, ZeRO stage {}; global batch {} sequences ({} tokens) a "
@@ -130,6 +146,7 @@ int main(int argc, char** argv) {
         JobConfig job = bench::bench_job(run_shape, data, steps + warmup, world,
                                          fmt::format(R"({{"stage": {}}})", stage), extra);
         job.wall_clock_breakdown = false;
+        if (s.optimizer == "muon") bench::use_muon(job);
         ZD_CHECK(job.global_batch() == global, "{}: global batch {}, expected {}", s.name,
                  job.global_batch(), global);
         std::mutex mu;
@@ -169,9 +186,19 @@ int main(int argc, char** argv) {
                  static_cast<double>(global * shape.seq) / m, m / base, s.comm_bytes_per_step / 1e6,
                  s.states_mib, s.activations_mib);
     }
-    fmt::print("result: {} step time / {} step time = {:.2f} (median over {} steps each)\n",
-               settings[1].name, settings[0].name, median(settings[1].seconds) / base,
-               settings[1].seconds.size());
+    for (size_t i = 0; i + 1 < settings.size(); i += 2) {
+      fmt::print("result: {} step time / {} step time = {:.2f} (median over {} steps each)\n",
+                 settings[i + 1].name, settings[i].name,
+                 median(settings[i + 1].seconds) / median(settings[i].seconds),
+                 settings[i + 1].seconds.size());
+    }
+    for (size_t i = 2; i < settings.size(); ++i) {  // each optimizer against the first
+      const Setting& against = settings[i % 2];
+      fmt::print("result: {} step time / {} step time = {:.2f}; comm {:.2f} / {:.2f} MB/step\n",
+                 settings[i].name, against.name,
+                 median(settings[i].seconds) / median(against.seconds),
+                 settings[i].comm_bytes_per_step / 1e6, against.comm_bytes_per_step / 1e6);
+    }
   } catch (const InputError& e) {
     fmt::print(stderr, "zerod_tp_bench: {}\n", e.what());
     return 2;

@@ -217,15 +217,7 @@ int main(int argc, char** argv) {
                                 nvme ? fmt::format(R"(, "max_in_cpu": {})", max_in_cpu) : "");
           zero += "}";
           JobConfig job = bench::bench_job(shape, data, steps + warmup, world, zero);
-          if (optimizer == "muon") {  // the bench's AdamW for the other tensors
-            job.optimizer.type = "Muon";
-            job.optimizer.adam_lr = job.optimizer.lr;
-            job.optimizer.lr = 0.02;
-            job.optimizer.momentum = 0.95;
-            job.optimizer.nesterov = true;
-            job.optimizer.eps = 1e-10;
-            job.optimizer.adam_weight_decay = job.optimizer.weight_decay;
-          }
+          if (optimizer == "muon") bench::use_muon(job);  // (AdamW for the other tensors)
           if (device == "cuda") {
             job.train.device = TrainDevice::kCuda;
             job.wall_clock_breakdown = false;  // (it synchronizes the GPU around every op)
