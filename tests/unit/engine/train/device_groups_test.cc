@@ -237,6 +237,8 @@ INSTANTIATE_TEST_SUITE_P(
              testing::other_optimizers()[4].second, R"(, "offload_optimizer": {"device": "cpu"})"},
         Case{"onebit_adam", 2, 0, "", testing::tiny_gpt2(), kOnebitAdam},
         Case{"onebit_adam_bf16", 2, 0, "", testing::tiny_llama(), kOnebitAdam, "", 2, true},
+        Case{"onebit_adam_fp16", 2, 0, R"(, "fp16": {"enabled": true, "initial_scale_power": 8})",
+             testing::tiny_gpt2(), kOnebitAdam},
         Case{"onebit_lamb_pipeline_data", 4, 0, parallelism(R"("pipeline": 2)"),
              testing::tiny_gpt2_4layers(), kOnebitLamb, "", 4},
         Case{"zeroone_adam", 2, 0, "", testing::tiny_llama(), kZeroOneAdam}),
