@@ -56,17 +56,20 @@ void validate_scheduler(const JobConfig& cfg, Problems& p) {
 }
 
 // Muon's Newton-Schulz step runs on the host, so on a GPU the optimizer states must be offloaded
-// there (all of them: cpu with ratio 1, or nvme). (A tensor-parallel rank's slices of a matrix
-// are orthogonalised whole over the tensor group: zero/muon_exchange.h.)
+// there at stages 1-3 (all of them: cpu with ratio 1, or nvme); at stage 0, where offload cannot
+// be set, the trainer keeps them on the host itself (as the 1-bit optimizers'). (A
+// tensor-parallel rank's slices of a matrix are orthogonalised whole over the tensor group:
+// zero/muon_exchange.h.)
 void validate_muon(const JobConfig& cfg, Problems& p) {
   if (cfg.optimizer.type != "Muon") return;
   const OffloadOptimizerConfig& off = cfg.zero.offload_optimizer;
   const bool all_on_host =
       off.device == OffloadDevice::kNvme || (off.device == OffloadDevice::kCpu && off.ratio >= 1.0);
-  if (cfg.train.device == TrainDevice::kCuda && !all_on_host) {
+  if (cfg.train.device == TrainDevice::kCuda && cfg.zero.stage > 0 && !all_on_host) {
     p.error("zero_optimization.offload_optimizer.device",
-            "optimizer Muon on train.device cuda runs its step on the host: set offload_optimizer "
-            "device to \"cpu\" (ratio 1) or \"nvme\"");
+            fmt::format("optimizer Muon on train.device cuda at stage {} runs its step on the "
+                        "host: set offload_optimizer device to \"cpu\" (ratio 1) or \"nvme\"",
+                        cfg.zero.stage));
   }
 }
 

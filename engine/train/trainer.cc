@@ -338,8 +338,10 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.param_aio = swap_options(cfg_).aio;
   zo.onebit = onebit_kind(cfg_.optimizer.type);
   zo.onebit_config = cfg_.optimizer.onebit;
-  if (zo.onebit != OnebitKind::kNone && backend_->device_memory()) {
-    // GPU ranks: the 1-bit optimizers' states and update on the host (zero/onebit.h).
+  const bool muon_at_stage0 = cfg_.optimizer.type == "Muon" && zo.stage == 0;
+  if ((zo.onebit != OnebitKind::kNone || muon_at_stage0) && backend_->device_memory()) {
+    // GPU ranks: the 1-bit optimizers' states and update on the host (zero/onebit.h), and
+    // Muon's at stage 0 (its Newton-Schulz runs there; stages 1-3 offload them by config).
     zo.optimizer_states = StatesHome::kHost;
     zo.offload_ratio = 1.0;
   }
@@ -420,11 +422,12 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           mesh.shape().data < ctx_.world_size ? fmt::format(" (mesh {})", mesh.describe()) : "",
           cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
           zo.overlap_comm ? " (overlap_comm)" : "");
-      if (zo.onebit != OnebitKind::kNone && backend_->device_memory()) {
+      if ((zo.onebit != OnebitKind::kNone || muon_at_stage0) && backend_->device_memory()) {
         spdlog::info(
             "optimizer {}: its states and update in host memory (12 bytes a parameter), the "
-            "gradients copied there each step; the compressed momenta over Gloo",
-            cfg_.optimizer.type);
+            "gradients copied there each step; {} over Gloo",
+            cfg_.optimizer.type,
+            muon_at_stage0 ? "the matrices' results" : "the compressed momenta");
       }
       if (!staged_comms_.empty()) {
         spdlog::info(

@@ -815,9 +815,11 @@ TEST(ConfigSections, MuonBadInputNamesTheKey) {
   };
   EXPECT_TRUE(muon_job({{"parallelism", {{"tensor", 2}}}}).empty());
   const json cuda = {{"device", "cuda"}};
-  EXPECT_TRUE(contains(muon_job({{"train", cuda}}),
+  EXPECT_TRUE(contains(muon_job({{"train", cuda}, {"zero_optimization", {{"stage", 1}}}}),
                        "zero_optimization.offload_optimizer.device: optimizer Muon on "
-                       "train.device cuda"));
+                       "train.device cuda at stage 1"));
+  // Stage 0: the trainer keeps the states on the host itself (offload cannot be set there).
+  EXPECT_FALSE(contains(muon_job({{"train", cuda}}), "optimizer Muon"));
   const json offloaded = {{"stage", 3}, {"offload_optimizer", {{"device", "cpu"}}}};
   EXPECT_FALSE(
       contains(muon_job({{"train", cuda}, {"zero_optimization", offloaded}}), "optimizer Muon"));

@@ -233,6 +233,7 @@ INSTANTIATE_TEST_SUITE_P(
         // states and update a GPU rank keeps on the host (steps 4-6 compressed).
         Case{"muon_data", 2, 1, "", testing::tiny_gpt2(), testing::other_optimizers()[4].second,
              R"(, "offload_optimizer": {"device": "cpu"})"},
+        Case{"muon_stage0", 2, 0, "", testing::tiny_gpt2(), testing::other_optimizers()[4].second},
         Case{"muon_tensor_data", 4, 1, parallelism(R"("tensor": 2)"), testing::tiny_llama(),
              testing::other_optimizers()[4].second, R"(, "offload_optimizer": {"device": "cpu"})"},
         Case{"onebit_adam", 2, 0, "", testing::tiny_gpt2(), kOnebitAdam},
