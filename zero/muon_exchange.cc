@@ -8,10 +8,12 @@
 
 namespace zerod {
 
-std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout) {
+std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout, MuonUnits which) {
   std::vector<MuonMatrix> out;
   for (int u = 0; u < layout.num_units(); ++u) {
     if (u == layout.embedding_unit() || u == layout.final_unit()) continue;  // embeddings, head
+    if (which != MuonUnits::kAll && layout.unit(u).experts != (which == MuonUnits::kExperts))
+      continue;
     for (const TensorInfo& t : layout.unit(u).tensors) {
       if (t.shape.size() != 2) continue;  // norms, biases
       MuonMatrix m{.unit = u, .begin = t.offset, .rows = t.shape[0], .cols = t.shape[1]};
@@ -29,11 +31,11 @@ std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout) {
 }
 
 MuonExchange::MuonExchange(const ParamLayout& layout, const Partition& partition, int rank,
-                           Communicator* comm, Communicator* tensor)
-    : matrices_(muon_matrices(layout)),
+                           Communicator* comm, Communicator* tensor, MuonUnits which, int world)
+    : matrices_(muon_matrices(layout, which)),
       pieces_(static_cast<size_t>(layout.num_units())),
       received_(matrices_.size()),
-      world_(partition.world_size()),
+      world_(world > 0 ? world : partition.world_size()),
       rank_(rank),
       comm_(comm),
       group_(comm != nullptr ? comm->size() : 1),

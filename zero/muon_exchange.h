@@ -72,17 +72,24 @@ struct MuonPiece {
   int64_t begin = 0, end = 0, slot = 0;
 };
 
-// The hidden matrices of `layout` (the tensors Muon updates), owners all 0.
-std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout);
+// Which units an exchange serves: every unit, or (expert parallelism, where the experts units
+// are partitioned and exchanged over their own expert-data-parallel group) the others or the
+// experts units only.
+enum class MuonUnits { kAll, kDense, kExperts };
+
+// The hidden matrices of `layout` (the tensors Muon updates) in the units `which`, owners all 0.
+std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout, MuonUnits which = MuonUnits::kAll);
 
 class MuonExchange {
  public:
   // partition: the optimizer partition (world 1 at stage 0); rank: this rank's shard in it;
   // comm: the data-parallel group (its size must match the partition's when that is above 1;
   // null or of size 1: no exchange). tensor: the tensor-parallel group when the layout's
-  // matrices are slices (null or of size 1: none); see "Tensor parallelism" above.
+  // matrices are slices (null or of size 1: none); see "Tensor parallelism" above. which: the
+  // units served; for kExperts, world is their partition's (the expert-data-parallel group's
+  // size at stages 1-3, 1 at stage 0), comm that group and rank this rank's index in it.
   MuonExchange(const ParamLayout& layout, const Partition& partition, int rank, Communicator* comm,
-               Communicator* tensor = nullptr);
+               Communicator* tensor = nullptr, MuonUnits which = MuonUnits::kAll, int world = 0);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
   // This rank's pieces of unit u, by begin.

@@ -610,11 +610,9 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   if (onebit_ && (onebit_->owns_warmup() || !onebit_->reduces_gradients(adam_steps_ + 1)))
     return onebit_step(s);
   StepResult r;
-  ZD_CHECK_INPUT(
-      !expert_groups() || (s.kind != OptimizerKind::kMuon && s.kind != OptimizerKind::kLamb),
-      "optimizer.type {}: Muon and Lamb do not run with parallelism.expert > 1 yet "
-      "(their whole-matrix work spans the data-parallel group)",
-      s.kind == OptimizerKind::kMuon ? "Muon" : "Lamb");
+  ZD_CHECK_INPUT(!expert_groups() || s.kind != OptimizerKind::kLamb,
+                 "optimizer.type Lamb does not run with parallelism.expert > 1 yet (its "
+                 "whole-tensor norms span the data-parallel group)");
   double sumsq = global_sum_squares();
   const bool distributed = opt_.comm->size() > 1;
   // The other parts of the model (disjoint, replicated tensors counted on one rank only).
@@ -715,14 +713,15 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
   adam.weight_decay = decay ? s.adam_weight_decay : 0.0;
   ZD_CHECK(host || !be_.device_memory(), "Muon's update runs on host memory");
   int64_t x = a;
-  for (const MuonPiece& piece : muon_->pieces(u)) {
+  MuonExchange& mx = muon_for(u);
+  for (const MuonPiece& piece : mx.pieces(u)) {
     const int64_t lo = std::max(piece.begin, a), hi = std::min(piece.end, b);
     if (lo >= hi) continue;
     if (x < lo) run(x, lo, adam);
-    const MuonMatrix& m = muon_->matrices()[static_cast<size_t>(piece.matrix)];
+    const MuonMatrix& m = mx.matrices()[static_cast<size_t>(piece.matrix)];
     float* param_out = out ? reinterpret_cast<float*>(at(out, lo - a, esz_)) : nullptr;
-    cpu::muon_apply(pm + (lo - a), muon_->local() + piece.slot + (lo - piece.begin), param_out,
-                    hi - lo, s.lr, s.weight_decay,
+    cpu::muon_apply(pm + (lo - a), mx.local() + piece.slot + (lo - piece.begin), param_out, hi - lo,
+                    s.lr, s.weight_decay,
                     cpu::muon_adjusted_lr(s.lr, s.adjust_lr, m.global_rows, m.global_cols),
                     be_.compute_dtype());
     x = hi;
@@ -730,26 +729,51 @@ void ZeroEngine::update_range(int u, int64_t a, int64_t b, bool decay, float* pm
   if (x < b) run(x, b, adam);
 }
 
+MuonExchange& ZeroEngine::muon_for(int u) {
+  return muon_experts_ && partition_.unit(u).experts ? *muon_experts_ : *muon_;
+}
+
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
-    muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0),
-                                           opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm,
-                                           opt_.host_tensor_comm);
+    Communicator* host = opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm;
+    if (!expert_groups()) {
+      muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0), host,
+                                             opt_.host_tensor_comm);
+    } else {
+      // Expert parallelism: the experts units over their expert-data-parallel group, as their
+      // gradients and shards are (one rank of it: each rank orthogonalises its own experts).
+      muon_ = std::make_unique<MuonExchange>(layout_, partition_, opt_.stage == 0 ? 0 : opt_.rank,
+                                             host, opt_.host_tensor_comm, MuonUnits::kDense);
+      Communicator* experts = opt_.host_expert_comm;
+      if (experts == nullptr && !be_.device_memory()) experts = expert_comm_;
+      ZD_CHECK(opt_.expert_world_size == 1 || experts != nullptr,
+               "Muon over an expert-data-parallel group of {} needs its host communicator",
+               opt_.expert_world_size);
+      muon_experts_ = std::make_unique<MuonExchange>(
+          layout_, partition_, opt_.stage == 0 ? 0 : opt_.expert_rank,
+          opt_.expert_world_size > 1 ? experts : nullptr, opt_.host_tensor_comm,
+          MuonUnits::kExperts, opt_.stage == 0 ? 1 : opt_.expert_world_size);
+    }
   }
-  const int owner = owner_rank(0);  // (no experts units: refused with expert groups)
-  float* local = muon_->local();
+  int first = muon_->first_unit(), last = muon_->last_unit();
+  if (muon_experts_ && muon_experts_->first_unit() <= muon_experts_->last_unit()) {
+    first = std::min(first, muon_experts_->first_unit());
+    last = std::max(last, muon_experts_->last_unit());
+  }
   visit_states_host(
-      StatesMode::kUpdate, muon_->first_unit(), muon_->last_unit() + 1,
+      StatesMode::kUpdate, first, last + 1,
       [&](int u, int64_t lo, int64_t hi, float* /*pm*/, float* pa, float* /*pv*/) {
-        const int64_t sb = partition_.unit(u).begin(owner);
+        MuonExchange& mx = muon_for(u);
+        float* local = mx.local();
+        const int64_t sb = partition_.unit(u).begin(owner_rank(u));
         const char* grads = static_cast<const char*>(reducer_->shard(u));
-        for (const MuonPiece& piece : muon_->pieces(u)) {
+        for (const MuonPiece& piece : mx.pieces(u)) {
           const int64_t a = std::max(piece.begin, sb + lo), b = std::min(piece.end, sb + hi);
           if (a >= b) continue;
           const void* grad = grads + (a - sb) * static_cast<int64_t>(esz_);
           const float* g = static_cast<const float*>(grad);  // the CPU's: fp32 arrays
           if (be_.device_memory()) {  // (a GPU's compute-dtype gradients, to the host in fp32)
-            float* h = muon_->scratch(b - a);
+            float* h = mx.scratch(b - a);
             be_.cast_from_compute(h, grad, b - a);
             g = h;
           }
@@ -758,6 +782,7 @@ void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
         }
       });
   muon_->orthogonalise(s.ns);
+  if (muon_experts_) muon_experts_->orthogonalise(s.ns);
 }
 
 double ZeroEngine::comm_wait_seconds() const {

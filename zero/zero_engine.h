@@ -63,6 +63,8 @@ struct ZeroOptions {
   // The tensor-parallel group's host communicator when the layout's matrices are slices (null:
   // none): Muon orthogonalises each whole matrix over it (zero/muon_exchange.h).
   Communicator* host_tensor_comm = nullptr;
+  // The expert-data-parallel group's host communicator (with expert_comm; Muon's experts).
+  Communicator* host_expert_comm = nullptr;
   // Expert parallelism (the layout's shard().expert_size > 1: its experts units hold this rank's
   // experts only): those units are partitioned and reduced over the expert-data-parallel group,
   // the data-parallel ranks holding the same experts (its size, this rank's index in it and its
@@ -343,6 +345,10 @@ class ZeroEngine : public ParamSource, public GradSink {
   std::unique_ptr<ParamGatherer> gatherer_;  // stage 3
   std::unique_ptr<OnebitOptimizer> onebit_;
   std::unique_ptr<MuonExchange> muon_;  // optimizer Muon (made at its first step)
+  // With expert groups: muon_ serves the other units, this the experts units (over the
+  // expert-data-parallel group).
+  std::unique_ptr<MuonExchange> muon_experts_;
+  MuonExchange& muon_for(int u);
   Buffer host_stage_;                        // host_stage()
   Buffer scalar_;                            // sum_over_ranks() on a GPU
   int64_t adam_steps_ = 0;

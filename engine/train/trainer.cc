@@ -313,6 +313,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
     zo.expert_world_size = zo.world_size / par.expert;
     zo.expert_rank = zo.rank / par.expert;
     zo.expert_comm = expert_data_comm_ ? &device_tensors(*expert_data_comm_) : nullptr;
+    zo.host_expert_comm = expert_data_comm_ ? expert_data_comm_.get() : nullptr;
     zo.expert_parallel_comm = expert_comm_ ? &device_tensors(*expert_comm_) : zo.comm;
   }
   if (const CommCompressionConfig& cc = cfg_.communication_compression; cc.type == "powersgd") {
