@@ -9,6 +9,8 @@
 //           doubles;
 //   reduce  at stages 1-3 one all-reduce (sum) of that vector over the data-parallel group, so
 //           every rank has every tensor's norms (stage 0: every rank holds every tensor whole);
+//           with expert parallelism the experts units' entries sum over their own
+//           expert-data-parallel group instead (their shards are split over it);
 //   pass 2  every piece: master -= step_size * clamp(||w|| / ||u||) * u.
 // Pass 2 recomputes u from the updated m, v and the unchanged master, as DeepSpeed's kernel
 // (part 3) does, rather than storing it: storing would need a fourth fp32 array per element (a
@@ -39,11 +41,10 @@ void ZeroEngine::lamb_step(const OptimStep& s, OptimizerParams p) {
   for (int u = 0; u < units; ++u)
     first[static_cast<size_t>(u) + 1] =
         first[static_cast<size_t>(u)] + static_cast<int>(layout_.unit(u).tensors.size());
-  const int owner = owner_rank(0);  // (no experts units: Lamb is refused with expert groups)
   // fn(k, a, b, off) for every tensor k of unit u that elements [lo, hi) of its shard meet: unit
   // elements [a, b), at `off` in the piece. p.weight_decay is set to the tensor's.
   auto each_tensor = [&](int u, int64_t lo, int64_t hi, auto&& fn) {
-    const int64_t sb = partition_.unit(u).begin(owner);
+    const int64_t sb = partition_.unit(u).begin(owner_rank(u));
     const std::vector<TensorInfo>& ts = layout_.unit(u).tensors;
     for (size_t i = 0; i < ts.size(); ++i) {
       const int64_t a = std::max(ts[i].offset, sb + lo);
@@ -58,7 +59,7 @@ void ZeroEngine::lamb_step(const OptimStep& s, OptimizerParams p) {
   std::vector<double> sums(2 * static_cast<size_t>(first.back()), 0.0);
   visit_states(StatesMode::kUpdate, 0, units,
                [&](int u, int64_t lo, int64_t hi, float* pm, float* pa, float* pv) {
-                 const int64_t sb = partition_.unit(u).begin(owner);
+                 const int64_t sb = partition_.unit(u).begin(owner_rank(u));
                  char* grads = static_cast<char*>(reducer_->shard(u));
                  if (guard_ && lo == 0) guard_->before_update(u);
                  const bool host = be_.device_memory() && states_on_host(u);
@@ -77,9 +78,22 @@ void ZeroEngine::lamb_step(const OptimStep& s, OptimizerParams p) {
                    sums[2 * static_cast<size_t>(k) + 1] += q.u2;
                  });
                });
-  // Stage 0 ranks hold every tensor whole; the others hold disjoint pieces.
-  if (opt_.comm->size() > 1 && opt_.stage >= 1)
+  // Stage 0 ranks hold every tensor whole; the others hold disjoint pieces, of the experts units
+  // over the expert-data-parallel group.
+  if (opt_.stage >= 1 && expert_groups()) {
+    std::vector<double> experts(sums.size(), 0.0);
+    for (int u = 0; u < units; ++u) {
+      if (!partition_.unit(u).experts) continue;
+      for (int k = first[static_cast<size_t>(u)]; k < first[static_cast<size_t>(u) + 1]; ++k)
+        for (size_t j = 0; j < 2; ++j) std::swap(experts[2 * k + j], sums[2 * k + j]);
+    }
+    if (expert_comm_->size() > 1)
+      sum_over_ranks(experts.data(), static_cast<int64_t>(experts.size()), expert_comm_);
+    if (opt_.comm->size() > 1) sum_over_ranks(sums.data(), static_cast<int64_t>(sums.size()));
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += experts[i];
+  } else if (opt_.comm->size() > 1 && opt_.stage >= 1) {
     sum_over_ranks(sums.data(), static_cast<int64_t>(sums.size()));
+  }
   const cpu::LambConstants kc = cpu::lamb_constants(p);
   std::vector<float> coeff(static_cast<size_t>(first.back()));
   for (size_t k = 0; k < coeff.size(); ++k)

@@ -610,9 +610,6 @@ StepResult ZeroEngine::step(const OptimStep& s) {
   if (onebit_ && (onebit_->owns_warmup() || !onebit_->reduces_gradients(adam_steps_ + 1)))
     return onebit_step(s);
   StepResult r;
-  ZD_CHECK_INPUT(!expert_groups() || s.kind != OptimizerKind::kLamb,
-                 "optimizer.type Lamb does not run with parallelism.expert > 1 yet (its "
-                 "whole-tensor norms span the data-parallel group)");
   double sumsq = global_sum_squares();
   const bool distributed = opt_.comm->size() > 1;
   // The other parts of the model (disjoint, replicated tensors counted on one rank only).

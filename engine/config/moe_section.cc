@@ -92,11 +92,11 @@ void validate_expert_parallelism(const JobConfig& cfg, const std::string& expert
                         E, n, experts_key));
   }
   const std::string& type = cfg.optimizer.type;
-  if (type == "Lamb" || type == "OneBitAdam" || type == "ZeroOneAdam" || type == "OneBitLamb") {
+  if (type == "OneBitAdam" || type == "ZeroOneAdam" || type == "OneBitLamb") {
     p.error("optimizer.type",
             fmt::format("{} does not run with parallelism.expert {} yet: each rank stores only "
                         "its experts, and {}'s step spans the data-parallel group (use Adam, "
-                        "AdamW, SGD, Adagrad, Lion or Muon, or expert 1)",
+                        "AdamW, SGD, Adagrad, Lion, Lamb or Muon, or expert 1)",
                         type, E, type));
   }
   if (!cfg.communication_compression.type.empty()) {
