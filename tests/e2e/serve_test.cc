@@ -1115,7 +1115,9 @@ TEST_F(Serve, AThousandWatchStreamsDoNotSlowTraining) {
       "steps): x%.3f; daemon CPU per step %.3f s and %.3f s (x%.3f); threads %d with none\n",
       base_s, base.size(), watched_s, kStreams, watched.size(), watched_s / base_s, cpu_base,
       cpu_watched, cpu_watched / cpu_base, before);
-  EXPECT_LE(watched_s, 1.10 * base_s);
+  // Wall time shares the machine with the other tests (x1.114 seen in a clean CI run with no
+  // daemon change); the regression this guards against, a thread per stream, took 65-75% more.
+  EXPECT_LE(watched_s, 1.25 * base_s);
   // The daemon's CPU time per step (training plus serving the streams) is a steadier measure
   // than wall time on a shared machine: a thread per stream took 65-75% more here.
   EXPECT_LE(cpu_watched, 1.25 * cpu_base);
