@@ -14,13 +14,18 @@ std::vector<MuonMatrix> muon_matrices(const ParamLayout& layout, MuonUnits which
     if (u == layout.embedding_unit() || u == layout.final_unit()) continue;  // embeddings, head
     if (which != MuonUnits::kAll && layout.unit(u).experts != (which == MuonUnits::kExperts))
       continue;
-    for (const TensorInfo& t : layout.unit(u).tensors) {
+    const std::vector<TensorInfo>& tensors = layout.unit(u).tensors;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorInfo& t = tensors[i];
       if (t.shape.size() != 2) continue;  // norms, biases
-      MuonMatrix m{.unit = u, .begin = t.offset, .rows = t.shape[0], .cols = t.shape[1]};
+      MuonMatrix m{.unit = u,
+                   .tensor = static_cast<int>(i),
+                   .begin = t.offset,
+                   .rows = t.shape[0],
+                   .cols = t.shape[1]};
       if (t.split == Split::kRows || t.split == Split::kColumns) {
         ZD_CHECK(t.global_shape.size() == 2, "{}: a split matrix without its global shape", t.name);
         m.split = t.split;
-        m.parts = t.parts;
       }
       m.global_rows = m.split == Split::kReplicated ? m.rows : t.global_shape[0];
       m.global_cols = m.split == Split::kReplicated ? m.cols : t.global_shape[1];
@@ -103,12 +108,8 @@ MuonExchange::MuonExchange(const ParamLayout& layout, const Partition& partition
     first_unit_ = matrices_.front().unit;
     last_unit_ = matrices_.back().unit;
   }
-  for (const MuonMatrix& m : matrices_) {
-    for (const TensorInfo& t : layout.unit(m.unit).tensors)
-      if (t.offset == m.begin && t.shape.size() == 2) tensors_.push_back(t);
-  }
-  ZD_CHECK(tensors_.size() == matrices_.size(), "Muon: {} tensors for {} matrices", tensors_.size(),
-           matrices_.size());
+  for (const MuonMatrix& m : matrices_)
+    tensors_.push_back(layout.unit(m.unit).tensors[static_cast<size_t>(m.tensor)]);
   setup_tensor(tensor);
   local_.assign(static_cast<size_t>(world_ * block_), 0.0f);
   if (world_ > 1) recv_.assign(local_.size(), 0.0f);
@@ -130,6 +131,13 @@ void MuonExchange::orthogonalise(const cpu::MuonNs& ns) {
     comm_->all_to_all(local_.data(), recv_.data(), block_, CommType::kF32);
     in = recv_.data();
   }
+  // Matrix i's pieces (of the slice at `slice`) back where they were received.
+  auto put_back = [&](size_t i, const float* slice) {
+    for (const Received& p : received_[i]) {
+      const float* from = slice + (p.begin - matrices_[i].begin);
+      std::copy(from, from + (p.end - p.begin), in + p.at);
+    }
+  };
   // This rank's matrices (its slices of them), assembled from the pieces: in matrix_ one at a
   // time, or for the tensor exchange in its send buffer, all at once.
   for (size_t i = 0; i < matrices_.size(); ++i) {
@@ -146,21 +154,13 @@ void MuonExchange::orthogonalise(const cpu::MuonNs& ns) {
       std::copy(in + p.at, in + p.at + (p.end - p.begin), slice + (p.begin - m.begin));
     if (tp_owner_[i] >= 0) continue;
     newton_schulz(slice, m.rows, m.cols, ns);
-    for (const Received& p : received_[i]) {
-      const float* from = slice + (p.begin - m.begin);
-      std::copy(from, from + (p.end - p.begin), in + p.at);
-    }
+    put_back(i, slice);
   }
   if (tensor_block_ > 0) {
     orthogonalise_split(ns);
-    for (size_t i = 0; i < matrices_.size(); ++i) {
-      if (received_[i].empty() || tp_owner_[i] < 0) continue;
-      const float* slice = tsend_.data() + tp_owner_[i] * tensor_block_ + tp_at_[i];
-      for (const Received& p : received_[i]) {
-        const float* from = slice + (p.begin - matrices_[i].begin);
-        std::copy(from, from + (p.end - p.begin), in + p.at);
-      }
-    }
+    for (size_t i = 0; i < matrices_.size(); ++i)
+      if (!received_[i].empty() && tp_owner_[i] >= 0)
+        put_back(i, tsend_.data() + tp_owner_[i] * tensor_block_ + tp_at_[i]);
   }
   if (world_ > 1) comm_->all_to_all(recv_.data(), local_.data(), block_, CommType::kF32);
   if (world_ == 1 && group_ > 1) share_replicated();

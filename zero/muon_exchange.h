@@ -55,12 +55,12 @@ namespace zerod {
 // rank's: a tensor-parallel slice of the matrix when split is not kReplicated).
 struct MuonMatrix {
   int unit = 0;
+  int tensor = 0;  // its index among the unit's tensors
   int64_t begin = 0, rows = 0, cols = 0;
   int owner = 0;
   // Tensor parallelism (TensorInfo): how the slice is cut from the whole matrix, of
   // global_rows x global_cols (Newton-Schulz and the lr adjustment see the whole one).
   Split split = Split::kReplicated;
-  int parts = 1;
   int64_t global_rows = 0, global_cols = 0;
   int64_t end() const { return begin + rows * cols; }
 };

@@ -66,6 +66,8 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
                opt_.expert_comm->rank(), opt_.expert_comm->size(), opt_.expert_rank, ew);
       expert_comm_ = opt_.expert_comm;
     }
+    if (opt_.host_expert_comm == nullptr && !be_.device_memory())
+      opt_.host_expert_comm = expert_comm_;
     ZD_CHECK_INPUT(!opt_.powersgd && opt_.onebit == OnebitKind::kNone,
                    "parallelism.expert {}: communication_compression and the 1-bit optimizers do "
                    "not run with expert parallelism yet (the experts' gradients reduce over their "
@@ -74,11 +76,13 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
   }
   if (opt_.model_parallel_comm != nullptr && opt_.model_parallel_comm->size() == 1)
     opt_.model_parallel_comm = nullptr;
+  // The host communicators default to the groups' own on CPU ranks; one rank on device memory
+  // exchanges nothing (its SelfCommunicator copies through the backend).
   if (opt_.host_comm == nullptr) {
     ZD_CHECK(!be_.device_memory() || opt_.world_size == 1,
              "a data-parallel group of {} on device memory needs its host communicator",
              opt_.world_size);
-    opt_.host_comm = be_.device_memory() ? nullptr : opt_.comm;
+    opt_.host_comm = opt_.comm;
   }
   if (opt_.host_model_parallel_comm == nullptr && !be_.device_memory())
     opt_.host_model_parallel_comm = opt_.model_parallel_comm;
@@ -133,9 +137,9 @@ ZeroEngine::ZeroEngine(const ParamLayout& layout, Backend& backend, const ZeroOp
                    opt_.stage, states_ok ? "" : ", states elsewhere");
     ZD_CHECK(opt_.model_parallel_comm == nullptr || opt_.host_model_parallel_comm != nullptr,
              "the 1-bit optimizers on device memory need the model-parallel host communicator");
-    Communicator* host = opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm;
-    onebit_ = std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_,
-                                                partition_, *host, opt_.host_model_parallel_comm);
+    onebit_ =
+        std::make_unique<OnebitOptimizer>(opt_.onebit, opt_.onebit_config, layout_, partition_,
+                                          *opt_.host_comm, opt_.host_model_parallel_comm);
   }
   if (opt_.stage >= 3) {
     GathererOptions go;
@@ -574,18 +578,15 @@ StepResult ZeroEngine::onebit_step(const OptimStep& s) {
   // GPU ranks: the states are in host memory (the constructor) and the update runs there on an
   // fp32 host copy of the gradients, as offloaded states' does; the new master is converted into
   // the device's compute weights below.
-  if (be_.device_memory() && onebit_grads_.bytes() == 0) {
-    onebit_grads_ =
-        be_.allocate_host(static_cast<size_t>(partition_.shard_elems_total()) * sizeof(float),
-                          MemCategory::kPinned, tracker_);
-  }
+  float* host_grads =
+      be_.device_memory() ? host_stage(partition_.shard_elems_total()) : nullptr;  // (whole)
   std::vector<OnebitUnit> units;
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (guard_) guard_->before_update(u);
     const int64_t n = partition_.unit(u).shard;
     const float* grad = static_cast<const float*>(reducer_->shard(u));
     if (be_.device_memory()) {
-      float* host = onebit_grads_.as<float>() + partition_.shard_offset(u);
+      float* host = host_grads + partition_.shard_offset(u);
       be_.cast_from_compute(host, reducer_->shard(u), n);
       grad = host;
     }
@@ -732,7 +733,7 @@ MuonExchange& ZeroEngine::muon_for(int u) {
 
 void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
   if (!muon_) {
-    Communicator* host = opt_.host_comm != nullptr ? opt_.host_comm : opt_.comm;
+    Communicator* host = opt_.host_comm;
     if (!expert_groups()) {
       muon_ = std::make_unique<MuonExchange>(layout_, partition_, owner_rank(0), host,
                                              opt_.host_tensor_comm);
@@ -742,7 +743,6 @@ void ZeroEngine::muon_orthogonalise(const OptimStep& s, float grad_scale) {
       muon_ = std::make_unique<MuonExchange>(layout_, partition_, opt_.stage == 0 ? 0 : opt_.rank,
                                              host, opt_.host_tensor_comm, MuonUnits::kDense);
       Communicator* experts = opt_.host_expert_comm;
-      if (experts == nullptr && !be_.device_memory()) experts = expert_comm_;
       ZD_CHECK(opt_.expert_world_size == 1 || experts != nullptr,
                "Muon over an expert-data-parallel group of {} needs its host communicator",
                opt_.expert_world_size);

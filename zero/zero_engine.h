@@ -330,8 +330,6 @@ class ZeroEngine : public ParamSource, public GradSink {
   // master (none when fp32 aliases weights_), exp_avg, exp_avg_sq.
   Buffer host_[3], dev_[3];
   int64_t split_ = 0;
-  // The 1-bit optimizers on a GPU: the step's gradients in host fp32 (the shard, whole).
-  Buffer onebit_grads_;
   std::unique_ptr<StateSwapper> swapper_;        // NVMe
   std::unique_ptr<ParamSwapper> param_swapper_;  // stage 3 parameters on NVMe
   int resident_param_units_ = 0;  // with param_swapper_: units [0, this) stay in weights_

@@ -340,7 +340,9 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
   zo.onebit = onebit_kind(cfg_.optimizer.type);
   zo.onebit_config = cfg_.optimizer.onebit;
   const bool muon_at_stage0 = cfg_.optimizer.type == "Muon" && zo.stage == 0;
-  if ((zo.onebit != OnebitKind::kNone || muon_at_stage0) && backend_->device_memory()) {
+  const bool states_kept_on_host =
+      (zo.onebit != OnebitKind::kNone || muon_at_stage0) && backend_->device_memory();
+  if (states_kept_on_host) {
     // GPU ranks: the 1-bit optimizers' states and update on the host (zero/onebit.h), and
     // Muon's at stage 0 (its Newton-Schulz runs there; stages 1-3 offload them by config).
     zo.optimizer_states = StatesHome::kHost;
@@ -423,7 +425,7 @@ Trainer::Trainer(JobConfig cfg, RankContext ctx, TrainerOptions options)
           mesh.shape().data < ctx_.world_size ? fmt::format(" (mesh {})", mesh.describe()) : "",
           cfg_.global_batch() * T, dtype_name(cfg_.compute_dtype()), cfg_.zero.stage,
           zo.overlap_comm ? " (overlap_comm)" : "");
-      if ((zo.onebit != OnebitKind::kNone || muon_at_stage0) && backend_->device_memory()) {
+      if (states_kept_on_host) {
         spdlog::info(
             "optimizer {}: its states and update in host memory (12 bytes a parameter), the "
             "gradients copied there each step; {} over Gloo",

@@ -148,12 +148,11 @@ void check_tensor_exchange(const testing::TinyModel& model, int partition_world)
       EXPECT_EQ(m.global_cols, whole[k].cols);
       rank_split += m.split != Split::kReplicated;
       global[k].assign(static_cast<size_t>(m.rows * m.cols), -1);
-      for (const TensorInfo& t : layout.unit(m.unit).tensors) {
-        if (t.offset != m.begin) continue;
-        for_each_run(t, shard, [&](int64_t local, int64_t g, int64_t n) {
-          for (int64_t i = 0; i < n; ++i) global[k][static_cast<size_t>(local + i)] = g + i;
-        });
-      }
+      const TensorInfo& t = layout.unit(m.unit).tensors[static_cast<size_t>(m.tensor)];
+      ASSERT_EQ(t.offset, m.begin);
+      for_each_run(t, shard, [&](int64_t local, int64_t g, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) global[k][static_cast<size_t>(local + i)] = g + i;
+      });
     }
     for (int u = 0; u < layout.num_units(); ++u) {
       for (const MuonPiece& p : ex.pieces(u)) {
