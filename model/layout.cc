@@ -25,18 +25,6 @@ const char* model_arch_name(ModelArch a) {
   return "?";
 }
 
-const char* rope_scaling_name(RopeScaling::Type t) {
-  switch (t) {
-    case RopeScaling::Type::kNone:
-      return "none";
-    case RopeScaling::Type::kLinear:
-      return "linear";
-    case RopeScaling::Type::kLlama3:
-      return "llama3";
-  }
-  return "?";
-}
-
 namespace {
 // One MLP of `width` channels: SwiGLU (gate, up, down; no biases with experts) or GPT-2's GELU
 // MLP (c_fc and c_proj with biases).

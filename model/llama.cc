@@ -8,17 +8,69 @@
 
 namespace zerod {
 
-void rope_tables(const ModelSpec& s, std::vector<float>* cos_t, std::vector<float>* sin_t) {
-  const int HS = s.head_size(), half = HS / 2;
-  ZD_CHECK(HS % 2 == 0, "rotary embedding needs an even head size, got {}", HS);
-  // inv_freq in fp32, as transformers computes it: 1 / base^(float(2i) / dim).
-  std::vector<float> inv(static_cast<size_t>(half));
-  const float base = static_cast<float>(s.rope_theta);
-  for (int i = 0; i < half; ++i) {
+namespace {
+// 1 / base^(float(2i) / HS) in fp32, as transformers computes the default frequencies.
+std::vector<float> default_inv_freq(float base, int HS) {
+  std::vector<float> inv(static_cast<size_t>(HS / 2));
+  for (int i = 0; i < HS / 2; ++i) {
     const float e = static_cast<float>(2 * i) / static_cast<float>(HS);
     inv[static_cast<size_t>(i)] = 1.0f / powf(base, e);
   }
+  return inv;
+}
+
+// YaRN (arXiv 2309.00071; transformers' _compute_yarn_parameters): channels that turn more
+// than beta_fast times over the pretraining length keep their frequency (extrapolation), those
+// under beta_slow turns are divided by the factor (interpolation), with a linear ramp between.
+std::vector<float> yarn_inv_freq(const RopeScaling& r, float base, int HS) {
+  const int dim = HS;
+  const double length = r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
+                                                               : r.max_position_embeddings;
+  ZD_CHECK(length > 0, "rope yarn needs max_position_embeddings");
+  const auto correction_dim = [&](double rotations) {
+    return dim * std::log(length / (rotations * 2.0 * M_PI)) / (2.0 * std::log(double{base}));
+  };
+  const double low = std::max(std::floor(correction_dim(r.beta_fast)), 0.0);
+  float high = static_cast<float>(std::min(std::ceil(correction_dim(r.beta_slow)), dim - 1.0));
+  const float lo = static_cast<float>(low);
+  if (lo == high) high += 0.001f;  // transformers' guard against a zero-width ramp
+  const float factor = static_cast<float>(r.factor);
+  std::vector<float> inv(static_cast<size_t>(dim / 2));
+  for (int i = 0; i < dim / 2; ++i) {
+    const float pos_freq = powf(base, static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - lo) / (high - lo), 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;  // the share of the unscaled frequency
+    inv[static_cast<size_t>(i)] = interpolation * (1.0f - keep) + extrapolation * keep;
+  }
+  return inv;
+}
+}  // namespace
+
+double rope_attention_factor(const RopeScaling& r) {
+  if (r.type != RopeScaling::Type::kYarn) return 1.0;
+  if (r.attention_factor > 0) return r.attention_factor;
+  return r.factor <= 1.0 ? 1.0 : 0.1 * std::log(r.factor) + 1.0;
+}
+
+void rope_tables(const ModelSpec& s, std::vector<float>* cos_t, std::vector<float>* sin_t) {
+  const int HS = s.head_size(), half = HS / 2;
+  ZD_CHECK(HS % 2 == 0, "rotary embedding needs an even head size, got {}", HS);
   const RopeScaling& r = s.rope_scaling;
+  float base = static_cast<float>(s.rope_theta);
+  if (r.type == RopeScaling::Type::kDynamic) {
+    // NTK-aware scaling: past max_position_embeddings the base grows with the sequence, which
+    // here is the model's whole length (transformers takes the largest position + 1).
+    ZD_CHECK(r.max_position_embeddings > 0, "rope dynamic needs max_position_embeddings");
+    const double max_pos = r.max_position_embeddings;
+    const double len = std::max<double>(s.seq_len, max_pos);
+    if (len > max_pos) {
+      base = static_cast<float>(
+          s.rope_theta * std::pow(r.factor * len / max_pos - (r.factor - 1), HS / (HS - 2.0)));
+    }
+  }
+  std::vector<float> inv =
+      r.type == RopeScaling::Type::kYarn ? yarn_inv_freq(r, base, HS) : default_inv_freq(base, HS);
   if (r.type == RopeScaling::Type::kLinear) {
     for (float& f : inv) f = f / static_cast<float>(r.factor);
   } else if (r.type == RopeScaling::Type::kLlama3) {
@@ -38,14 +90,16 @@ void rope_tables(const ModelSpec& s, std::vector<float>* cos_t, std::vector<floa
       f = scaled;
     }
   }
+  // yarn scales cos and sin (as attention logits scaled by its square).
+  const float scale = static_cast<float>(rope_attention_factor(r));
   cos_t->assign(static_cast<size_t>(s.seq_len) * half, 0.0f);
   sin_t->assign(static_cast<size_t>(s.seq_len) * half, 0.0f);
   for (int t = 0; t < s.seq_len; ++t) {
     for (int i = 0; i < half; ++i) {
       const float angle = static_cast<float>(t) * inv[static_cast<size_t>(i)];
       const size_t k = static_cast<size_t>(t) * half + i;
-      (*cos_t)[k] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      (*sin_t)[k] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      (*cos_t)[k] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+      (*sin_t)[k] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     }
   }
 }

@@ -22,8 +22,11 @@ namespace zerod {
 
 // The rotary tables of a spec: cos, sin (seq_len, HS/2) in fp32, computed as Hugging Face
 // computes them in fp32 (inv_freq = 1 / theta^(2i/HS), then the rope_scaling of the spec, then
-// angle = float(position) * inv_freq).
+// angle = float(position) * inv_freq; yarn scales both tables by its attention factor).
+// rope dynamic takes the sequence length to be the spec's seq_len.
 void rope_tables(const ModelSpec& spec, std::vector<float>* cos, std::vector<float>* sin);
+// What yarn multiplies cos and sin by (attention_factor, else 0.1 ln(factor) + 1); 1 elsewhere.
+double rope_attention_factor(const RopeScaling& r);
 
 class Llama final : public ModelBase {
  public:

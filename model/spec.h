@@ -21,17 +21,41 @@ enum class ModelArch : uint8_t {
 const char* model_arch_name(ModelArch a);
 
 // Rotary-embedding frequency scaling (Hugging Face `rope_scaling` / `rope_parameters`).
+// dynamic and yarn are computed as transformers 4.57 does (modeling_rope_utils.py).
 struct RopeScaling {
-  enum class Type : uint8_t { kNone, kLinear, kLlama3 };
+  enum class Type : uint8_t { kNone, kLinear, kLlama3, kDynamic, kYarn };
   Type type = Type::kNone;
   double factor = 1.0;
-  double low_freq_factor = 1.0;                 // llama3
-  double high_freq_factor = 4.0;                // llama3
-  int original_max_position_embeddings = 8192;  // llama3
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3 (required there); yarn: the pretraining length whose rotations set the ramp
+  // (0: max_position_embeddings).
+  int original_max_position_embeddings = 0;
+  // dynamic: the length past which the base grows; yarn: the ramp's length when
+  // original_max_position_embeddings is 0. 0 elsewhere (config.json's value is not needed).
+  int max_position_embeddings = 0;
+  double attention_factor = 0.0;  // yarn: cos and sin are scaled by it (0: 0.1 ln(factor) + 1)
+  double beta_fast = 32.0;        // yarn: rotations bounding the extrapolated channels
+  double beta_slow = 1.0;         // yarn: rotations bounding the interpolated channels
 
   bool operator==(const RopeScaling&) const = default;
 };
-const char* rope_scaling_name(RopeScaling::Type t);  // "none", "linear", "llama3"
+// "none", "linear", "llama3", "dynamic", "yarn" (Hugging Face's rope_type; "none" is "default").
+inline const char* rope_scaling_name(RopeScaling::Type t) {
+  switch (t) {
+    case RopeScaling::Type::kNone:
+      return "none";
+    case RopeScaling::Type::kLinear:
+      return "linear";
+    case RopeScaling::Type::kLlama3:
+      return "llama3";
+    case RopeScaling::Type::kDynamic:
+      return "dynamic";
+    case RopeScaling::Type::kYarn:
+      return "yarn";
+  }
+  return "?";
+}
 
 struct ModelSpec {
   ModelArch arch = ModelArch::kGpt2;

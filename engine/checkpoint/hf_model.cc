@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "engine/config/input_limits.h"
+#include "engine/config/model_spec.h"
 
 namespace zerod {
 
@@ -426,21 +427,12 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
   if (s.head_size() * s.n_head != s.n_embd) j["head_dim"] = s.head_size();
   j["vocab_size"] = s.vocab_size;
   j["hidden_act"] = "silu";
-  j["max_position_embeddings"] = s.seq_len;
+  const RopeScaling& r = s.rope_scaling;
+  j["max_position_embeddings"] =
+      r.max_position_embeddings > 0 ? r.max_position_embeddings : s.seq_len;
   j["rms_norm_eps"] = s.rms_norm_eps;
   j["rope_theta"] = s.rope_theta;
-  const RopeScaling& r = s.rope_scaling;
-  if (r.type == RopeScaling::Type::kLinear) {
-    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
-  } else if (r.type == RopeScaling::Type::kLlama3) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", r.factor},
-                         {"low_freq_factor", r.low_freq_factor},
-                         {"high_freq_factor", r.high_freq_factor},
-                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
-  } else {
-    j["rope_scaling"] = nullptr;
-  }
+  j["rope_scaling"] = rope_scaling_json(r);
   j["tie_word_embeddings"] = s.tie_word_embeddings;
   j["initializer_range"] = s.init_std;
   j["attention_dropout"] = 0.0;

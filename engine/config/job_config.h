@@ -277,11 +277,17 @@ struct ModelConfig {
   int intermediate_size = 0;  // required for the Llama family
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  std::string rope_type = "default";  // default | linear | llama3
+  std::string rope_type = "default";  // default | linear | llama3 | dynamic | yarn
   double rope_factor = 1.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
-  int rope_original_max_position_embeddings = 8192;
+  int rope_original_max_position_embeddings = 0;  // 0: not given (llama3: 8192)
+  double rope_attention_factor = 0.0;             // yarn; 0: not given
+  double rope_beta_fast = 32.0;                   // yarn
+  double rope_beta_slow = 1.0;                    // yarn
+  // config.json's max_position_embeddings, kept only where the rotary frequencies depend on it
+  // (rope dynamic and yarn); 0 otherwise.
+  int max_position_embeddings = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // llama: q/k/v and o biases (qwen2 always has q/k/v biases)
   bool mlp_bias = false;

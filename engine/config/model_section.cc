@@ -22,11 +22,11 @@ const std::vector<std::string> kTypes = {"gpt2", "llama", "mistral", "qwen2", "m
 // config.json keys that do not change what is trained (tokenizer ids, bookkeeping, inference
 // caches, dtype of the stored weights): accepted and ignored.
 const std::vector<std::string> kIgnoredHfKeys = {
-    "architectures",     "torch_dtype",          "dtype",        "transformers_version",
-    "bos_token_id",      "eos_token_id",         "pad_token_id", "use_cache",
-    "_name_or_path",     "pretraining_tp",       "model_type",   "max_position_embeddings",
-    "output_attentions", "output_hidden_states", "return_dict",  "is_decoder",
-    "tokenizer_class",   "max_window_layers"};
+    "architectures",        "torch_dtype",    "dtype",        "transformers_version",
+    "bos_token_id",         "eos_token_id",   "pad_token_id", "use_cache",
+    "_name_or_path",        "pretraining_tp", "model_type",   "output_attentions",
+    "output_hidden_states", "return_dict",    "is_decoder",   "tokenizer_class",
+    "max_window_layers"};
 const std::vector<std::string> kIgnoredGpt2HfKeys = {"architectures",
                                                      "torch_dtype",
                                                      "dtype",
@@ -70,7 +70,8 @@ void expect(ObjectReader& r, const char* key, Ok ok, const char* allowed) {
 }
 
 // rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds
-// rope_theta): null or {"rope_type"|"type": "default"|"linear"|"llama3", "factor", ...}.
+// rope_theta): null or {"rope_type"|"type": "default"|"linear"|"llama3"|"dynamic"|"yarn",
+// "factor", ...}.
 void read_rope(ObjectReader& parent, const char* key, ModelConfig& m) {
   const Json* v = parent.find(key);
   if (v == nullptr || v->is_null()) return;
@@ -78,24 +79,43 @@ void read_rope(ObjectReader& parent, const char* key, ModelConfig& m) {
   if (obj == nullptr) return;
   ObjectReader r(*obj, parent.path_of(key), parent.problems());
   size_t idx = 0;
-  const std::vector<std::string> types = {"default", "linear", "llama3"};
+  const std::vector<std::string> types = {"default", "linear", "llama3", "dynamic", "yarn"};
   for (const char* type_key : {"rope_type", "type"}) {
     const Json* t = r.find(type_key);
     if (t == nullptr) continue;
     if (t->is_string() && !in(types, t->get<std::string>())) {
-      r.problems().error(
-          r.path_of(type_key),
-          fmt::format("{} is not supported (supported: default, linear, llama3)", show(*t)));
+      r.problems().error(r.path_of(type_key),
+                         fmt::format("{} is not supported (supported: default, linear, llama3, "
+                                     "dynamic, yarn)",
+                                     show(*t)));
       continue;
     }
     if (r.read_choice(type_key, idx, types, false)) m.rope_type = types[idx];
   }
+  // transformers reads the optional yarn keys with `.get(key) or default`: null is the default.
+  const auto read_opt_real = [&](const char* k, double& out, const RealRange& range) {
+    const Json* x = r.find(k);
+    if (x != nullptr && !x->is_null()) r.read_real(k, out, range);
+  };
   r.read_real("rope_theta", m.rope_theta, real_above(0.0));
   r.read_real("factor", m.rope_factor, real_above(0.0));
   r.read_real("low_freq_factor", m.rope_low_freq_factor, real_above(0.0));
   r.read_real("high_freq_factor", m.rope_high_freq_factor, real_above(0.0));
-  r.read_int("original_max_position_embeddings", m.rope_original_max_position_embeddings,
-             at_least(1));
+  std::optional<int64_t> omax;
+  if (r.read_opt_int("original_max_position_embeddings", omax, at_least(1))) {
+    m.rope_original_max_position_embeddings = omax ? static_cast<int>(*omax) : 0;
+  }
+  read_opt_real("attention_factor", m.rope_attention_factor, real_above(0.0));
+  read_opt_real("beta_fast", m.rope_beta_fast, real_above(0.0));
+  read_opt_real("beta_slow", m.rope_beta_slow, real_above(0.0));
+  // DeepSeek's yarn attention factor and gpt-oss's untruncated ramp.
+  for (const char* k : {"mscale", "mscale_all_dim"}) {
+    expect(
+        r, k, [](const Json& x) { return x.is_null(); },
+        "null; zerod's yarn takes its attention factor from attention_factor or factor");
+  }
+  expect(
+      r, "truncate", [](const Json& x) { return x == true || x.is_null(); }, "true");
   r.finish();
 }
 
@@ -113,6 +133,11 @@ void read_llama_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
   r.read_real("rope_theta", m.rope_theta, real_above(0.0));
   read_rope(r, "rope_scaling", m);
   read_rope(r, "rope_parameters", m);
+  // Kept only where the rotary frequencies depend on it (read_model_object).
+  std::optional<int64_t> max_pos;
+  if (r.read_opt_int("max_position_embeddings", max_pos, at_least(1))) {
+    m.max_position_embeddings = max_pos ? static_cast<int>(*max_pos) : 0;
+  }
   r.read_bool("tie_word_embeddings", m.tie_word_embeddings);
   r.read_real("initializer_range", m.init_std, real_above(0.0));
   expect(
@@ -292,6 +317,12 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
       if (!given) {
         p.error(join_path(path, k), fmt::format("required for type \"{}\"", m.type));
       }
+    }
+    // max_position_embeddings sets the frequencies of rope dynamic and yarn only; elsewhere it
+    // is bookkeeping (the positions are the job's seq_len) and is not kept.
+    if (m.rope_type != "dynamic" && m.rope_type != "yarn") m.max_position_embeddings = 0;
+    if (m.rope_type == "llama3" && m.rope_original_max_position_embeddings == 0) {
+      m.rope_original_max_position_embeddings = 8192;
     }
   } else {
     read_gpt2_keys(r, m, false);

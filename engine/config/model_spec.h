@@ -2,6 +2,8 @@
 // that engine/config itself does not depend on model/.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include "engine/config/job_config.h"
 #include "model/spec.h"
 
@@ -62,17 +64,46 @@ inline ModelSpec model_spec(const ModelConfig& m) {
     s.rope_scaling.type = RopeScaling::Type::kLinear;
   } else if (m.rope_type == "llama3") {
     s.rope_scaling.type = RopeScaling::Type::kLlama3;
+  } else if (m.rope_type == "dynamic") {
+    s.rope_scaling.type = RopeScaling::Type::kDynamic;
+  } else if (m.rope_type == "yarn") {
+    s.rope_scaling.type = RopeScaling::Type::kYarn;
   }
   s.rope_scaling.factor = m.rope_factor;
   s.rope_scaling.low_freq_factor = m.rope_low_freq_factor;
   s.rope_scaling.high_freq_factor = m.rope_high_freq_factor;
   s.rope_scaling.original_max_position_embeddings = m.rope_original_max_position_embeddings;
+  s.rope_scaling.max_position_embeddings = m.max_position_embeddings;
+  s.rope_scaling.attention_factor = m.rope_attention_factor;
+  s.rope_scaling.beta_fast = m.rope_beta_fast;
+  s.rope_scaling.beta_slow = m.rope_beta_slow;
   s.tie_word_embeddings = m.tie_word_embeddings;
   s.qkv_bias = m.type == "qwen2" || m.attention_bias;
   s.o_bias = m.type == "llama" && m.attention_bias;
   s.mlp_bias = m.mlp_bias;
   s.sliding_window = m.sliding_window;
   return s;
+}
+
+// rope_scaling as Hugging Face's config.json spells it (null without scaling): what zerod reads
+// back as the same RopeScaling (job_to_json, config.json of an export).
+inline nlohmann::ordered_json rope_scaling_json(const RopeScaling& r) {
+  using Type = RopeScaling::Type;
+  if (r.type == Type::kNone) return nullptr;
+  nlohmann::ordered_json j = {{"rope_type", rope_scaling_name(r.type)}, {"factor", r.factor}};
+  if (r.type == Type::kLlama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  } else if (r.type == Type::kYarn) {
+    j["beta_fast"] = r.beta_fast;
+    j["beta_slow"] = r.beta_slow;
+    if (r.attention_factor > 0) j["attention_factor"] = r.attention_factor;
+    if (r.original_max_position_embeddings > 0) {
+      j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    }
+  }
+  return j;
 }
 
 }  // namespace zerod

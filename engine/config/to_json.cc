@@ -2,6 +2,7 @@
 // each default and derived value and its output parses back to the same config. Derived values
 // that are not keys of any section are printed under "resolved".
 #include "comm/mesh.h"
+#include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 #include "engine/config/sections.h"
 
@@ -298,16 +299,7 @@ Json model_json(const ModelConfig& m) {
     if (m.moe.num_experts > 0) g["moe"] = moe_json(m.moe);
     return g;
   }
-  Json rope = nullptr;
-  if (m.rope_type == "linear") {
-    rope = {{"rope_type", "linear"}, {"factor", m.rope_factor}};
-  } else if (m.rope_type == "llama3") {
-    rope = {{"rope_type", "llama3"},
-            {"factor", m.rope_factor},
-            {"low_freq_factor", m.rope_low_freq_factor},
-            {"high_freq_factor", m.rope_high_freq_factor},
-            {"original_max_position_embeddings", m.rope_original_max_position_embeddings}};
-  }
+  const Json rope = rope_scaling_json(model_spec(m).rope_scaling);
   Json j = {{"type", m.type},
             {"hidden_size", m.n_embd},
             {"intermediate_size", m.intermediate_size},
@@ -321,6 +313,7 @@ Json model_json(const ModelConfig& m) {
             {"rope_scaling", rope},
             {"tie_word_embeddings", m.tie_word_embeddings},
             {"initializer_range", m.init_std}};
+  if (m.max_position_embeddings > 0) j["max_position_embeddings"] = m.max_position_embeddings;
   if (m.type == "llama") {
     j["attention_bias"] = m.attention_bias;
     j["mlp_bias"] = m.mlp_bias;

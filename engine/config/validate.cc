@@ -131,6 +131,25 @@ void validate_llama(const ModelConfig& m, Problems& p) {
             fmt::format("{} must be above low_freq_factor {}", m.rope_high_freq_factor,
                         m.rope_low_freq_factor));
   }
+  if (m.rope_type == "dynamic" || m.rope_type == "yarn") {
+    if (m.rope_factor < 1.0) {
+      p.error("model.rope_scaling.factor",
+              fmt::format("{} must be at least 1 with rope_type \"{}\" (it stretches the "
+                          "context by that factor)",
+                          m.rope_factor, m.rope_type));
+    }
+    const bool yarn_has_length =
+        m.rope_type == "yarn" && m.rope_original_max_position_embeddings > 0;
+    if (m.max_position_embeddings == 0 && !yarn_has_length) {
+      p.error("model.max_position_embeddings",
+              fmt::format("required with rope_type \"{}\" ({})", m.rope_type,
+                          m.rope_type == "dynamic"
+                              ? "the length past which the rotary base grows"
+                              : "the pretraining length that sets the ramp between extrapolated "
+                                "and interpolated channels, unless "
+                                "rope_scaling.original_max_position_embeddings gives it"));
+    }
+  }
 }
 
 void validate_document_masking(const JobConfig& cfg, Problems& p) {
@@ -153,6 +172,16 @@ void validate_document_masking(const JobConfig& cfg, Problems& p) {
             "required with data.document_masking: true (the id of the token that ends each "
             "document in the shards, e.g. zerod-shards --append-eos), unless data.tokenizer "
             "gives it");
+  }
+  const ModelConfig& m = cfg.model;
+  if (m.rope_type == "dynamic" && m.max_position_embeddings > 0 &&
+      m.seq_len > m.max_position_embeddings) {
+    p.error("data.document_masking",
+            fmt::format("true cannot be combined with rope_type \"dynamic\" when model.seq_len "
+                        "{} is above model.max_position_embeddings {} (the frequencies then "
+                        "depend on the longest document of each batch, as transformers derives "
+                        "them from the largest position)",
+                        m.seq_len, m.max_position_embeddings));
   }
   if (cfg.parallelism.context > 1) {
     p.error("data.document_masking",

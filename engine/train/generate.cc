@@ -49,7 +49,12 @@ bool is_checkpoint_dir(const std::string& dir) {
 // rotary tables are extended (positions are not weights); GPT-2 has seq_len learned positions.
 void fit_context(ModelSpec& spec, int needed, int prompt) {
   if (spec.llama_family()) {
-    spec.seq_len = std::max(spec.seq_len, needed);
+    // rope dynamic derives its frequencies from the sequence length: that of the text made
+    // here (transformers re-derives them at each step past max_position_embeddings, keeping the
+    // keys cached before; zerod uses the final length for all).
+    spec.seq_len = spec.rope_scaling.type == RopeScaling::Type::kDynamic
+                       ? needed
+                       : std::max(spec.seq_len, needed);
     return;
   }
   if (needed > spec.seq_len) {

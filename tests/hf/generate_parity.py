@@ -1,6 +1,6 @@
 """`zerod generate` against transformers' generate(do_sample=False): greedy output token for
-token on small Llama, Mistral (window shorter than prompt + output), Qwen2 and GPT-2 models
-saved with save_pretrained; sampling reproducible by seed; a prompt beyond a GPT-2 model's
+token on small Llama, Mistral (window shorter than prompt + output), Qwen2 (also with YaRN) and
+GPT-2 models saved with save_pretrained; sampling reproducible by seed; a prompt beyond a GPT-2 model's
 positions refused with exit 2.
 
   python generate_parity.py ZEROD_BINARY WORKDIR
@@ -31,6 +31,11 @@ CASES = {
     "qwen2": (Qwen2ForCausalLM, Qwen2Config(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)),
+    # YaRN over 16 pretraining positions; the prompt and output run to 33.
+    "qwen2_yarn": (Qwen2ForCausalLM, Qwen2Config(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, rope_theta=100.0, max_position_embeddings=16,
+        rope_scaling={"rope_type": "yarn", "factor": 2.0})),
     "gpt2": (GPT2LMHeadModel, GPT2Config(
         n_layer=2, n_head=4, n_embd=64, vocab_size=300, n_positions=40, resid_pdrop=0.0,
         embd_pdrop=0.0, attn_pdrop=0.0)),

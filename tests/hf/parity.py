@@ -1,8 +1,8 @@
 """Parity of zerod's Llama-family models with Hugging Face transformers (CPU, fp32).
 
 For each small configuration (GQA, untied and tied embeddings, q/k/v and MLP biases, Mistral's
-sliding window shorter than the sequence, Llama 3 and linear rope scaling, an explicit
-head_dim), a randomly initialised *ForCausalLM is saved with save_pretrained; zerod_hf_probe
+sliding window shorter than the sequence, Llama 3, linear, YaRN and dynamic NTK rope scaling,
+an explicit head_dim), a randomly initialised *ForCausalLM is saved with save_pretrained; zerod_hf_probe
 loads that directory, runs forward and backward on the same tokens and writes its loss, logits
 and every parameter's gradient, which must equal transformers' within the tolerances below.
 
@@ -39,6 +39,22 @@ CASES = {
         hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, vocab_size=200, attention_bias=True, mlp_bias=True,
         rope_scaling={"rope_type": "linear", "factor": 2.0})),
+    # YaRN: the ramp spans channels 0-5 of 8 (theta 100, 64 pretraining positions), the
+    # attention factor is 0.1 ln 4 + 1.
+    "llama_yarn": (LlamaConfig, LlamaForCausalLM, dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, rope_theta=100.0, max_position_embeddings=64,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0})),
+    "qwen2_yarn_betas_attention_factor": (Qwen2Config, Qwen2ForCausalLM, dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, rope_theta=50.0, max_position_embeddings=32,
+        rope_scaling={"type": "yarn", "factor": 3.0, "beta_fast": 8.0, "beta_slow": 2.0,
+                      "attention_factor": 1.3})),
+    # Dynamic NTK: T = 16 is past max_position_embeddings 8, so the base grows.
+    "llama_dynamic": (LlamaConfig, LlamaForCausalLM, dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, max_position_embeddings=8,
+        rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
     "mistral_window": (MistralConfig, MistralForCausalLM, dict(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=300, sliding_window=5)),

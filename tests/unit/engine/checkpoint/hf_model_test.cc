@@ -15,6 +15,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/config/model_spec.h"
+#include "engine/config/parse.h"
 #include "tests/unit/engine/checkpoint/raw_safetensors.h"
 
 namespace zerod {
@@ -493,6 +495,42 @@ INSTANTIATE_TEST_SUITE_P(
                                          tiny_llama(ModelArch::kMistral, false),
                                          tiny_llama(ModelArch::kQwen2, true)),
                        ::testing::Values(int64_t{1000}, int64_t{1} << 30)));
+
+// config.json's rope_scaling and max_position_embeddings, read back as a model section, give
+// the spec they were written from (the export of a job's model keeps its frequencies).
+TEST(HfConfig, EveryRopeScalingReadsBackAsTheSpecItCameFrom) {
+  std::vector<RopeScaling> cases(6);
+  cases[1].type = RopeScaling::Type::kLinear;
+  cases[1].factor = 2.0;
+  cases[2].type = RopeScaling::Type::kLlama3;
+  cases[2].factor = 8.0;
+  cases[2].original_max_position_embeddings = 8192;
+  cases[3].type = RopeScaling::Type::kDynamic;
+  cases[3].factor = 2.0;
+  cases[3].max_position_embeddings = 4;
+  cases[4].type = RopeScaling::Type::kYarn;
+  cases[4].factor = 4.0;
+  cases[4].max_position_embeddings = 32;
+  cases[4].beta_fast = 16.0;
+  cases[5] = cases[4];
+  cases[5].attention_factor = 1.25;
+  cases[5].original_max_position_embeddings = 16;
+  cases[5].beta_slow = 2.0;
+  for (const RopeScaling& r : cases) {
+    SCOPED_TRACE(rope_scaling_name(r.type));
+    ModelSpec spec = tiny_llama(ModelArch::kLlama, false);
+    spec.rope_theta = 5000.0;
+    spec.rope_scaling = r;
+    nlohmann::json section = hf_config_json(spec, DType::kF32);
+    section["type"] = "llama";
+    section["seq_len"] = spec.seq_len;
+    const ModelSpec back = model_spec(parse_model_config(section, "config.json"));
+    EXPECT_EQ(back.rope_scaling, r) << section.dump();
+    EXPECT_EQ(back.rope_theta, 5000.0);
+    EXPECT_EQ(section["max_position_embeddings"],
+              r.max_position_embeddings > 0 ? r.max_position_embeddings : spec.seq_len);
+  }
+}
 
 TEST_F(HfGpt2, LlamaImportListsEveryMismatch) {
   const ModelSpec spec = tiny_llama(ModelArch::kLlama, false);

@@ -85,6 +85,94 @@ TEST(ModelSection, RopeScalingAndRopeParametersSpellingsAgree) {
   EXPECT_EQ(parse(job_with({{"model", c}})).config.model.rope_type, "linear");
 }
 
+// Qwen2.5's published yarn block (with a max_position_embeddings) and dynamic NTK: read, kept
+// through job_to_json, and the keys they need or zerod does not build refused by path.
+TEST(ModelSection, YarnAndDynamicRopeKeepTheirKeysAndMaxPositions) {
+  json y = {{"type", "qwen2"},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},
+            {"max_position_embeddings", 32768},
+            {"rope_scaling",
+             {{"type", "yarn"},
+              {"factor", 4},
+              {"original_max_position_embeddings", 32768},
+              {"attention_factor", nullptr},
+              {"beta_fast", 16},
+              {"beta_slow", nullptr}}}};
+  json job = testing_config::minimal_job();
+  job["model"] = y;  // (not through job_with: a merge patch drops nulls)
+  const ParsedJob py = parse(job.dump());
+  const ModelConfig& m = py.config.model;
+  EXPECT_EQ(m.rope_type, "yarn");
+  EXPECT_EQ(m.rope_factor, 4.0);
+  EXPECT_EQ(m.rope_original_max_position_embeddings, 32768);
+  EXPECT_EQ(m.max_position_embeddings, 32768);
+  EXPECT_EQ(m.rope_attention_factor, 0.0);  // null: derived from the factor
+  EXPECT_EQ(m.rope_beta_fast, 16.0);
+  EXPECT_EQ(m.rope_beta_slow, 1.0);  // null: the default
+  EXPECT_EQ(parse(job_to_json(py.config).dump()).config, py.config);
+  const ModelSpec s = model_spec(m);
+  EXPECT_EQ(s.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_EQ(s.rope_scaling.max_position_embeddings, 32768);
+  EXPECT_EQ(s.rope_scaling.beta_fast, 16.0);
+
+  json d = y;
+  d["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  const ModelConfig md = parse(job_with({{"model", d}})).config.model;
+  EXPECT_EQ(md.rope_type, "dynamic");
+  EXPECT_EQ(md.max_position_embeddings, 32768);
+  EXPECT_EQ(model_spec(md).rope_scaling.type, RopeScaling::Type::kDynamic);
+  // Where the frequencies do not depend on it, max_position_embeddings is not kept.
+  json l = y;
+  l["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_EQ(parse(job_with({{"model", l}})).config.model.max_position_embeddings, 0);
+
+  const auto problems = [&](const json& model) {
+    return problems_of(job_with({{"model", model}}));
+  };
+  json no_len = d;
+  no_len.erase("max_position_embeddings");
+  EXPECT_TRUE(contains(problems(no_len),
+                       "model.max_position_embeddings: required with rope_type "
+                       "\"dynamic\""))
+      << joined(problems(no_len));
+  json yarn_len = y;
+  yarn_len.erase("max_position_embeddings");  // original_max_position_embeddings is enough
+  yarn_len["rope_scaling"].erase("attention_factor");
+  yarn_len["rope_scaling"].erase("beta_slow");
+  EXPECT_TRUE(problems(yarn_len).empty()) << joined(problems(yarn_len));
+  json small = d;
+  small["rope_scaling"]["factor"] = 0.5;
+  EXPECT_TRUE(contains(problems(small), "model.rope_scaling.factor: 0.5 must be at least 1"))
+      << joined(problems(small));
+  json deepseek = d;
+  deepseek["rope_scaling"]["mscale"] = 0.707;
+  EXPECT_TRUE(contains(problems(deepseek), "model.rope_scaling.mscale: 0.707 is not supported"))
+      << joined(problems(deepseek));
+  json untruncated = d;
+  untruncated["rope_scaling"]["truncate"] = false;
+  EXPECT_TRUE(
+      contains(problems(untruncated), "model.rope_scaling.truncate: false is not supported"))
+      << joined(problems(untruncated));
+  // Document masking with dynamic past max_position_embeddings: the frequencies would depend on
+  // each batch's longest document.
+  json masked = json::parse(job_with({{"model", d}}));
+  masked["model"]["max_position_embeddings"] = 8;
+  masked["model"]["seq_len"] = 16;
+  masked["data"]["document_masking"] = true;
+  masked["data"]["eos_token_id"] = 0;
+  EXPECT_TRUE(contains(problems_of(masked.dump()),
+                       "data.document_masking: true cannot be combined with rope_type "
+                       "\"dynamic\" when model.seq_len 16 is above model.max_position_embeddings "
+                       "8"))
+      << joined(problems_of(masked.dump()));
+  masked["model"]["seq_len"] = 8;
+  EXPECT_FALSE(contains(problems_of(masked.dump()), "rope_type \"dynamic\""));
+}
+
 TEST(ModelSection, ArchitectureSpecificKeys) {
   json base = {{"hidden_size", 64},
                {"intermediate_size", 96},
@@ -137,9 +225,9 @@ TEST(ModelSection, BadShapesAndUnsupportedFeaturesAreNamed) {
                 .find("model.hidden_size: 66 is not divisible by "
                       "model.num_attention_heads 4"),
             std::string::npos);
-  EXPECT_NE(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})
-                .find("model.rope_scaling.rope_type: \"yarn\" is not supported (supported: "
-                      "default, linear, llama3)"),
+  EXPECT_NE(with("rope_scaling", {{"rope_type", "longrope"}, {"factor", 4.0}})
+                .find("model.rope_scaling.rope_type: \"longrope\" is not supported (supported: "
+                      "default, linear, llama3, dynamic, yarn)"),
             std::string::npos);
   EXPECT_NE(with("hidden_act", "gelu").find("model.hidden_act: \"gelu\" is not supported"),
             std::string::npos);
