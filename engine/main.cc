@@ -356,6 +356,14 @@ int run_serve(const ServeFlags& f) {
     zerod::ensure_private_dir(zerod::default_socket_dir(), "the control socket's directory");
   }
   zerod::set_client_token(so.security.token);
+  // The jobs' Rendezvous service carries the same token: with TLS on the control plane it is
+  // served over TLS too (the master's certificate), and the clients trust --tls-ca (the master,
+  // without one: its own certificate, as a self-signed one is).
+  if (f.nnodes > 1) {
+    const bool hosts = f.node_rank == 0;
+    const std::string ca = !f.tls_ca.empty() ? f.tls_ca : (hosts ? f.tls_cert : "");
+    zerod::set_rendezvous_tls(hosts ? f.tls_cert : "", hosts ? f.tls_key : "", ca);
+  }
   zerod::DaemonOptions dopt;
   dopt.spec = spec;
   dopt.master_control = f.master;

@@ -104,6 +104,16 @@ class Serve : public ::testing::Test {
     ADD_FAILURE() << "status never matched; last: " << last;
     return last;
   }
+  // A self-signed certificate for 127.0.0.1 (cert.pem, key.pem) and a token file (token).
+  void make_cert_and_token() {
+    const std::string mk =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+        (dir_ / "key.pem").string() + " -out " + (dir_ / "cert.pem").string() + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(mk.c_str()), 0) << "openssl (tools/deps.sh installs it)";
+    std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
+    fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
+  }
   static int64_t step_of(const std::string& json) {
     std::smatch m;
     return std::regex_search(json, m, std::regex("\"step\":\"?([0-9]+)")) ? std::stoll(m[1]) : -1;
@@ -295,6 +305,63 @@ TEST_F(Serve, TwoDaemonsWithATokenGuardTheRendezvousToo) {
   EXPECT_NE(r.out.find("finished (stopped)"), std::string::npos) << r.out;
 }
 
+// With TLS on the master, its jobs' Rendezvous service (which the token also opens) is served
+// over TLS with the master's certificate: node daemons reach it with --tls-ca, a plaintext
+// client cannot, and a TLS client without the token is refused.
+TEST_F(Serve, TwoDaemonsWithTlsServeTheRendezvousOverTlsToo) {
+  ASSERT_NO_FATAL_FAILURE(make_cert_and_token());
+  const int rdzv = testing::free_port();
+  const std::string master =
+      start_daemon({"--listen", "127.0.0.1:0", "--nproc-per-node", "1", "--nnodes", "2",
+                    "--rendezvous-port", std::to_string(rdzv), "--token-file", "token",
+                    "--tls-cert", "cert.pem", "--tls-key", "key.pem"});
+  start_daemon({"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--master", master,
+                "--token-file", "token", "--tls-ca", "cert.pem"});
+  ASSERT_TRUE(daemons_[0]->wait_output("node daemon 1 of 2 is following", 30s))
+      << daemons_[0]->output();
+  const std::vector<std::string> auth = {"--token-file", "token", "--tls-ca", "cert.pem"};
+  const auto master_ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), auth.begin(), auth.end());
+    return ctl(master, args);
+  };
+  write_job("long.json", 100000000);
+  Result r = master_ctl({"submit", "long.json"});
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         step_of(master_ctl({"status", "--json"}).out) < 3) {
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GE(step_of(master_ctl({"status", "--json"}).out), 3) << daemons_[1]->output();
+  // The two nodes trained together (world size 2) through a TLS rendezvous.
+  EXPECT_NE(master_ctl({"status", "--json"}).out.find("\"world_size\":2"), std::string::npos);
+  const std::string rdzv_addr = "127.0.0.1:" + std::to_string(rdzv);
+  const auto check = [&](const std::shared_ptr<grpc::ChannelCredentials>& creds, bool with_token) {
+    auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(rdzv_addr, creds));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    if (with_token) ctx.AddMetadata("authorization", "Bearer 0123456789abcdef0123");
+    v1::CheckRequest req;
+    req.add_keys("anything");
+    v1::CheckResponse resp;
+    return stub->Check(&ctx, req, &resp);
+  };
+  // Plaintext (even with the token) does not get through the TLS handshake.
+  EXPECT_EQ(check(grpc::InsecureChannelCredentials(), true).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  grpc::SslCredentialsOptions tls;
+  std::ifstream cert_in(dir_ / "cert.pem");
+  tls.pem_root_certs.assign(std::istreambuf_iterator<char>(cert_in), {});
+  const grpc::Status no_token = check(grpc::SslCredentials(tls), false);
+  EXPECT_EQ(no_token.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_token.error_message();
+  const grpc::Status ok = check(grpc::SslCredentials(tls), true);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  r = master_ctl({"stop"});
+  EXPECT_EQ(r.rc, 0) << r.out;
+  r = master_ctl({"status", "--watch"});
+  EXPECT_NE(r.out.find("finished (stopped)"), std::string::npos) << r.out;
+}
+
 void Serve::lifecycle(const std::string& addr) {
   // A short job, watched to completion.
   write_job("short.json", 30);
@@ -447,14 +514,7 @@ TEST_F(Serve, TokensAndAddresses) {
 }
 
 TEST_F(Serve, TlsWithAToken) {
-  // A self-signed certificate for 127.0.0.1.
-  const std::string mk =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
-      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
-      (dir_ / "key.pem").string() + " -out " + (dir_ / "cert.pem").string() + " >/dev/null 2>&1";
-  ASSERT_EQ(std::system(mk.c_str()), 0) << "openssl (tools/deps.sh installs it)";
-  std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
-  fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
+  ASSERT_NO_FATAL_FAILURE(make_cert_and_token());
   const std::string addr = start_daemon({"--listen", "127.0.0.1:0", "--token-file", "token",
                                          "--tls-cert", "cert.pem", "--tls-key", "key.pem"});
   Result r = ctl(addr, {"--tls-ca", "cert.pem", "--token-file", "token", "status"});

@@ -214,6 +214,42 @@ void set_client_token(const std::string& token) {
   g_token = token;
 }
 
+namespace {
+std::mutex g_tls_mu;
+std::string g_tls_cert, g_tls_key, g_tls_ca;
+}  // namespace
+
+void set_rendezvous_tls(const std::string& cert, const std::string& key, const std::string& ca) {
+  ZD_CHECK_INPUT(cert.empty() == key.empty(), "--tls-cert and --tls-key go together (got only {})",
+                 cert.empty() ? "--tls-key" : "--tls-cert");
+  if (!cert.empty()) {
+    read_pem(cert, "--tls-cert");
+    read_pem(key, "--tls-key");
+  }
+  if (!ca.empty()) read_pem(ca, "--tls-ca");
+  std::lock_guard<std::mutex> lock(g_tls_mu);
+  g_tls_cert = cert;
+  g_tls_key = key;
+  g_tls_ca = ca;
+}
+
+ServerSecurity rendezvous_server_security() {
+  ServerSecurity sec;
+  sec.token = process_token();
+  std::lock_guard<std::mutex> lock(g_tls_mu);
+  sec.tls_cert = g_tls_cert;
+  sec.tls_key = g_tls_key;
+  return sec;
+}
+
+ClientSecurity rendezvous_client_security() {
+  ClientSecurity sec;
+  sec.token = process_token();
+  std::lock_guard<std::mutex> lock(g_tls_mu);
+  sec.tls_ca = g_tls_ca;
+  return sec;
+}
+
 void add_auth_metadata(grpc::ClientContext& ctx, const std::string& token) {
   if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
 }

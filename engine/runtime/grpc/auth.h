@@ -4,7 +4,8 @@
 // token file, loopback included (any local user can connect to a loopback port), unless
 // --insecure-loopback says any local user may drive it; every RPC then needs
 // "authorization: Bearer <token>" metadata, compared in constant time (the Rendezvous service
-// of multi-node daemon jobs checks it in its handlers, UNAUTHENTICATED). With TLS the check is
+// of multi-node daemon jobs checks it in its handlers, UNAUTHENTICATED, and is served over TLS
+// when the master daemon serves TLS: set_rendezvous_tls). With TLS the check is
 // gRPC's auth-metadata processor (UNAUTHENTICATED for every service). In plaintext gRPC offers
 // no such hook (its insecure credentials refuse a processor), so the Control service checks
 // the token in each handler (UNAUTHENTICATED) and an interceptor cancels calls to the other
@@ -64,6 +65,15 @@ std::shared_ptr<grpc::ChannelCredentials> client_credentials(const ClientSecurit
 // Rendezvous server requires it. Set once at start-up.
 void set_client_token(const std::string& token);
 std::string process_token();
+// The TLS of this process's Rendezvous endpoints (zerod serve with --tls-cert/--tls-key: the
+// token crosses the network there too, so it goes over TLS as on the Control service). A master
+// daemon's jobs serve their Rendezvous service with cert/key; every client of it trusts ca
+// (the master: --tls-ca, else its own certificate; node daemons: --tls-ca). Empty: plaintext.
+// Set once at start-up; the files are read (and checked) here.
+void set_rendezvous_tls(const std::string& cert, const std::string& key, const std::string& ca);
+// The process token and the TLS pair (server) or CA (client) of its Rendezvous endpoints.
+ServerSecurity rendezvous_server_security();
+ClientSecurity rendezvous_client_security();
 // Adds the process's token (if any) to a call's metadata.
 void add_auth_metadata(grpc::ClientContext& ctx);
 void add_auth_metadata(grpc::ClientContext& ctx, const std::string& token);

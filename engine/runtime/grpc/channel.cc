@@ -15,8 +15,8 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& addres
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  // Security (later): TLS channel credentials for non-loopback masters.
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // TLS when this process was given a CA for its rendezvous (set_rendezvous_tls).
+  return grpc::CreateCustomChannel(address, client_credentials(rendezvous_client_security()), args);
 }
 
 bool wait_connected(grpc::Channel& channel, std::chrono::milliseconds timeout) {

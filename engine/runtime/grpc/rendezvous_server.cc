@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/runtime/grpc/auth.h"
 #include "engine/runtime/grpc/channel.h"
 #include "engine/runtime/launch.h"
 #include "engine/runtime/net.h"
@@ -62,7 +63,9 @@ std::unique_ptr<RendezvousServer> RendezvousServer::start_impl(
   s->service_ = std::make_unique<RendezvousService>(address, new_session_id());
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  // TLS (and gRPC's token check) when this process serves TLS (set_rendezvous_tls); in
+  // plaintext the service checks the token in its handlers.
+  builder.AddListeningPort(address, server_credentials(rendezvous_server_security()), &bound_port);
   builder.RegisterService(s->service_.get());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port must fail
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
