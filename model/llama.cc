@@ -226,7 +226,7 @@ int64_t Llama::activation_bytes(const ModelSpec& s, const TensorShard& shard, in
   return slots * per_slot + shared + tables;
 }
 
-AttentionShape Llama::attn_shape() const {
+AttentionShape Llama::attn_shape(int l) const {
   const ModelSpec& s = spec();
   AttentionShape a;
   a.B = B_;
@@ -234,7 +234,7 @@ AttentionShape Llama::attn_shape() const {
   a.NH = layout_.local().n_head;
   a.KVH = layout_.local().n_kv_head;
   a.HS = s.head_size();
-  a.window = s.sliding_window;
+  a.window = s.window_of(l);
   a.doc_start = doc_start();
   return a;
 }
@@ -246,7 +246,7 @@ void Llama::block_forward(int l, const void* w, const void* res_in, BlockActs& a
   const int64_t N = int64_t{B_} * T_, R = rows();
   const float eps = static_cast<float>(s.rms_norm_eps);
   const auto& o = layout_.llama_block();
-  const AttentionShape as = attn_shape();
+  const AttentionShape as = attn_shape(l);
   auto bias = [&](int64_t off) -> const void* {
     return off >= 0 ? elem_at(w, off, esz_) : nullptr;
   };
@@ -318,7 +318,7 @@ void Llama::block_backward(int l, const void* w, void* dw, const void* res_in, c
             I = layout_.local().ffn;
   const int64_t N = int64_t{B_} * T_, R = rows();
   const auto& o = layout_.llama_block();
-  const AttentionShape as = attn_shape();
+  const AttentionShape as = attn_shape(l);
   auto dbias = [&](int64_t off) -> void* { return off >= 0 ? elem_at(dw, off, esz_) : nullptr; };
   // Under sequence parallelism dres_ holds R rows: the row-parallel backward reads all N rows of
   // it gathered into proj_tmp_, the column-parallel one its input gathered again into proj_tmp_,

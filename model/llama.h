@@ -76,7 +76,7 @@ class Llama final : public ModelBase {
   // final unit acquired (returned) and, when the head is tied, the embedding unit (*emb_unit, else
   // null); the caller releases them.
   const void* forward_to_logits(const int32_t* tokens, ParamSource& params, const void** emb_unit);
-  AttentionShape attn_shape() const;
+  AttentionShape attn_shape(int l) const;  // block l's (its window: ModelSpec::window_of)
   BlockActs& acts_for(int l) { return checkpointing_ ? work_ : blocks_[static_cast<size_t>(l)]; }
 
   // The current slot's (select_saved): per layer of the stage (no checkpointing; other layers'

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/moe_spec.h"
 
@@ -79,6 +80,8 @@ struct ModelSpec {
   bool o_bias = false;              // bias on o_proj (Llama's attention_bias)
   bool mlp_bias = false;            // biases on gate/up/down (Llama's mlp_bias)
   int sliding_window = 0;           // 0: full causal; W: attend to the last W positions
+  // Per layer, 1 where sliding_window applies (Qwen2's per-layer window); empty: every layer.
+  std::vector<uint8_t> sliding_layers;
 
   // Mixture of experts (Mixtral, or a moe section on GPT-2 / Llama): which blocks' MLPs are
   // experts of ffn() channels each (model/moe_spec.h); none by default.
@@ -88,6 +91,13 @@ struct ModelSpec {
   int kv_heads() const { return llama_family() && n_kv_head > 0 ? n_kv_head : n_head; }
   int head_size() const { return llama_family() && head_dim > 0 ? head_dim : n_embd / n_head; }
   int ffn() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+  // The window of block l (0: full causal).
+  int window_of(int l) const {
+    const bool windowed =
+        sliding_layers.empty() || (l >= 0 && static_cast<size_t>(l) < sliding_layers.size() &&
+                                   sliding_layers[static_cast<size_t>(l)] != 0);
+    return windowed ? sliding_window : 0;
+  }
   int q_dim() const { return n_head * head_size(); }       // channels of q (and of attention out)
   int kv_dim() const { return kv_heads() * head_size(); }  // channels of k (and of v)
   int qkv_dim() const { return q_dim() + 2 * kv_dim(); }

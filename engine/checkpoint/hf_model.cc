@@ -444,7 +444,24 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
     j["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window)
                                                : nlohmann::ordered_json(nullptr);
   }
-  if (s.arch == ModelArch::kQwen2) j["use_sliding_window"] = false;
+  if (s.arch == ModelArch::kQwen2) {
+    // transformers 4.57's spelling (layer_types) and the older one (max_window_layers: the
+    // first windowed layer, exact where the windowed layers are the last ones).
+    j["use_sliding_window"] = s.sliding_window > 0;
+    j["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window)
+                                               : nlohmann::ordered_json(nullptr);
+    if (s.sliding_window > 0) {
+      int first = s.n_layer;
+      nlohmann::ordered_json types = nlohmann::ordered_json::array();
+      for (int l = 0; l < s.n_layer; ++l) {
+        const bool windowed = s.window_of(l) > 0;
+        if (windowed) first = std::min(first, l);
+        types.push_back(windowed ? "sliding_attention" : "full_attention");
+      }
+      j["max_window_layers"] = first;
+      j["layer_types"] = types;
+    }
+  }
   if (s.arch == ModelArch::kMixtral) {
     j["sliding_window"] = nullptr;
     j["num_local_experts"] = s.moe.num_experts;

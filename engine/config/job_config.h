@@ -291,7 +291,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // llama: q/k/v and o biases (qwen2 always has q/k/v biases)
   bool mlp_bias = false;
-  int sliding_window = 0;  // mistral, qwen2 with use_sliding_window; 0: none
+  int sliding_window = 0;  // mistral; qwen2 (only with use_sliding_window); 0: none
+  // Qwen2 (transformers 4.57): with use_sliding_window, the layers of layer_types
+  // "sliding_attention", or without layer_types those from max_window_layers on, attend to the
+  // last sliding_window positions; the others to all.
+  bool use_sliding_window = false;
+  int max_window_layers = 28;
+  std::vector<std::string> layer_types;  // "full_attention" | "sliding_attention"; empty: derived
   MoeConfig moe;           // num_experts 0: dense
 
   bool llama_family() const { return type != "gpt2"; }

@@ -119,6 +119,39 @@ void read_rope(ObjectReader& parent, const char* key, ModelConfig& m) {
   r.finish();
 }
 
+// Qwen2's per-layer window: use_sliding_window, max_window_layers and (transformers >= 4.53
+// writes it into every config.json) layer_types.
+void read_qwen2_window(ObjectReader& r, ModelConfig& m) {
+  r.read_bool("use_sliding_window", m.use_sliding_window);
+  r.read_int("max_window_layers", m.max_window_layers, at_least(0));
+  const Json* lt = r.find("layer_types");
+  if (lt == nullptr) return;
+  if (lt->is_null()) {
+    m.layer_types.clear();
+    return;
+  }
+  if (!lt->is_array()) {
+    r.problems().error(r.path_of("layer_types"),
+                       fmt::format("expected a list of \"full_attention\" or "
+                                   "\"sliding_attention\", got {}",
+                                   show(*lt)));
+    return;
+  }
+  std::vector<std::string> types;
+  for (size_t i = 0; i < lt->size(); ++i) {
+    const Json& t = (*lt)[i];
+    if (t != "full_attention" && t != "sliding_attention") {
+      r.problems().error(fmt::format("{}[{}]", r.path_of("layer_types"), i),
+                         fmt::format("{} is not supported (allowed: \"full_attention\", "
+                                     "\"sliding_attention\")",
+                                     show(t)));
+      return;
+    }
+    types.push_back(t.get<std::string>());
+  }
+  m.layer_types = std::move(types);
+}
+
 void read_llama_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
   r.read_int("hidden_size", m.n_embd, at_least(1));
   r.read_int("intermediate_size", m.intermediate_size, at_least(1));
@@ -154,17 +187,7 @@ void read_llama_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
     if (r.read_opt_int("sliding_window", w, at_least(1))) m.sliding_window = w ? int(*w) : 0;
   }
   if (m.type == "mixtral") read_mixtral_keys(r, m);
-  if (m.type == "qwen2") {
-    // Qwen2 applies sliding_window only with use_sliding_window (and then per layer from
-    // max_window_layers on), which zerod does not implement: without it the window is unused.
-    bool use = false;
-    r.read_bool("use_sliding_window", use);
-    if (use) {
-      r.problems().error(r.path_of("use_sliding_window"),
-                         "true is not supported (Qwen2's per-layer sliding window)");
-    }
-    m.sliding_window = 0;
-  }
+  if (m.type == "qwen2") read_qwen2_window(r, m);
   ignore_keys(r, kIgnoredHfKeys);
   if (!from_hf_file) {
     r.read_int("seq_len", m.seq_len, at_least(1));
@@ -297,7 +320,7 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     m.init_std = 0.02;
     m.vocab_size = 32000;
     m.rms_norm_eps = 1e-6;
-    if (m.type == "mistral") m.sliding_window = 4096;
+    if (m.type == "mistral" || m.type == "qwen2") m.sliding_window = 4096;
     if (m.type == "mixtral") set_mixtral_defaults(m);
   }
   if (hf) {

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "engine/config/job_config.h"
 #include "model/spec.h"
 
@@ -82,6 +84,24 @@ inline ModelSpec model_spec(const ModelConfig& m) {
   s.o_bias = m.type == "llama" && m.attention_bias;
   s.mlp_bias = m.mlp_bias;
   s.sliding_window = m.sliding_window;
+  if (m.type == "qwen2") {
+    // transformers 4.57: no window without use_sliding_window; with it, the layers layer_types
+    // names, else those from max_window_layers on.
+    if (!m.use_sliding_window) s.sliding_window = 0;
+    if (s.sliding_window > 0) {
+      s.sliding_layers.assign(static_cast<size_t>(m.n_layer), 0);
+      for (int l = 0; l < m.n_layer; ++l) {
+        const bool windowed = m.layer_types.empty()
+                                  ? l >= m.max_window_layers
+                                  : (static_cast<size_t>(l) < m.layer_types.size() &&
+                                     m.layer_types[static_cast<size_t>(l)] == "sliding_attention");
+        s.sliding_layers[static_cast<size_t>(l)] = windowed ? 1 : 0;
+      }
+      const auto n = std::count(s.sliding_layers.begin(), s.sliding_layers.end(), uint8_t{1});
+      if (n == 0) s.sliding_window = 0;
+      if (n == 0 || n == m.n_layer) s.sliding_layers.clear();  // one rule for every layer
+    }
+  }
   return s;
 }
 

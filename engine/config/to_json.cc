@@ -318,8 +318,13 @@ Json model_json(const ModelConfig& m) {
     j["attention_bias"] = m.attention_bias;
     j["mlp_bias"] = m.mlp_bias;
   }
-  if (m.type == "mistral") {
+  if (m.type == "mistral" || m.type == "qwen2") {
     j["sliding_window"] = m.sliding_window > 0 ? Json(m.sliding_window) : Json(nullptr);
+  }
+  if (m.type == "qwen2") {
+    j["use_sliding_window"] = m.use_sliding_window;
+    j["max_window_layers"] = m.max_window_layers;
+    if (!m.layer_types.empty()) j["layer_types"] = m.layer_types;
   }
   if (m.type == "mixtral") {
     j["num_local_experts"] = m.moe.num_experts;

@@ -131,6 +131,12 @@ void validate_llama(const ModelConfig& m, Problems& p) {
             fmt::format("{} must be above low_freq_factor {}", m.rope_high_freq_factor,
                         m.rope_low_freq_factor));
   }
+  if (!m.layer_types.empty() && m.n_layer > 0 &&
+      m.layer_types.size() != static_cast<size_t>(m.n_layer)) {
+    p.error("model.layer_types",
+            fmt::format("{} entries for model.num_hidden_layers {} (one per layer)",
+                        m.layer_types.size(), m.n_layer));
+  }
   if (m.rope_type == "dynamic" || m.rope_type == "yarn") {
     if (m.rope_factor < 1.0) {
       p.error("model.rope_scaling.factor",

@@ -61,17 +61,48 @@ CASES = {
     "qwen2_bias_tied": (Qwen2Config, Qwen2ForCausalLM, dict(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=300, tie_word_embeddings=True)),
+    # Qwen2's per-layer window as transformers 4.57 has it: with use_sliding_window the layers
+    # from max_window_layers on, or those layer_types names, are windowed (layer 0 here, then
+    # layer 1 of 3). transformers 4.46's eager attention windows every layer, so the layers that
+    # 4.57 leaves full get a plain causal mask here (FULL_LAYERS).
+    "qwen2_window_from_max_window_layers": (Qwen2Config, Qwen2ForCausalLM, dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, use_sliding_window=True, sliding_window=5,
+        max_window_layers=1)),
+    "qwen2_window_from_layer_types": (Qwen2Config, Qwen2ForCausalLM, dict(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, use_sliding_window=True, sliding_window=4,
+        max_window_layers=2,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"])),
 }
+FULL_LAYERS = {"qwen2_window_from_max_window_layers": [0],
+               "qwen2_window_from_layer_types": [1]}
 
 
 def rel(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
+def causal_only(layer):
+    """Makes a decoder layer attend causally to every position, whatever mask it is given."""
+    forward = layer.forward
+
+    def patched(*args, attention_mask=None, **kwargs):
+        if attention_mask is not None:
+            Tq, Tk = attention_mask.shape[-2:]  # transformers 4.46 gives one more key column
+            future = torch.ones(Tq, Tk, dtype=torch.bool).triu(1)
+            attention_mask = torch.zeros_like(attention_mask).masked_fill(
+                future, torch.finfo(attention_mask.dtype).min)
+        return forward(*args, attention_mask=attention_mask, **kwargs)
+    layer.forward = patched
+
+
 def check_case(name, cfg_cls, model_cls, kw, probe, workdir):
     torch.manual_seed(1234)
     config = cfg_cls(attn_implementation="eager", **kw)
     model = model_cls(config).float()
+    for l in FULL_LAYERS.get(name, []):
+        causal_only(model.model.layers[l])
     with torch.no_grad():  # every parameter random, norms around 1, biases non-zero
         for pname, p in model.named_parameters():
             if "norm" in pname:

@@ -47,6 +47,8 @@ inline ModelSpec tiny_llama(ModelArch arch, int seq_len = 11) {
   if (arch == ModelArch::kQwen2) {
     s.qkv_bias = true;
     s.tie_word_embeddings = true;
+    s.sliding_window = 3;  // Qwen2's per-layer window: layer 1 only
+    s.sliding_layers = {0, 1};
   }
   return s;
 }

@@ -532,6 +532,32 @@ TEST(HfConfig, EveryRopeScalingReadsBackAsTheSpecItCameFrom) {
   }
 }
 
+// Qwen2's per-layer window goes into config.json in both spellings (layer_types, and
+// max_window_layers for readers before transformers 4.53) and reads back layer for layer.
+TEST(HfConfig, Qwen2PerLayerWindowReadsBackLayerForLayer) {
+  for (const std::vector<uint8_t>& layers :
+       {std::vector<uint8_t>{0, 1, 1}, std::vector<uint8_t>{1, 0, 1}, std::vector<uint8_t>{}}) {
+    ModelSpec spec = tiny_llama(ModelArch::kQwen2, true);
+    spec.n_layer = 3;
+    spec.sliding_window = 5;
+    spec.sliding_layers = layers;
+    nlohmann::json section = hf_config_json(spec, DType::kF32);
+    EXPECT_EQ(section["use_sliding_window"], true);
+    EXPECT_EQ(section["layer_types"].size(), 3u);
+    if (!layers.empty()) {
+      EXPECT_EQ(section["max_window_layers"], layers[0] ? 0 : 1);
+    }
+    section["type"] = "qwen2";
+    section["seq_len"] = spec.seq_len;
+    const ModelSpec back = model_spec(parse_model_config(section, "config.json"));
+    for (int l = 0; l < 3; ++l) EXPECT_EQ(back.window_of(l), spec.window_of(l)) << l;
+  }
+  ModelSpec none = tiny_llama(ModelArch::kQwen2, true);
+  const nlohmann::json section = hf_config_json(none, DType::kF32);
+  EXPECT_EQ(section["use_sliding_window"], false);
+  EXPECT_TRUE(section["sliding_window"].is_null());
+}
+
 TEST_F(HfGpt2, LlamaImportListsEveryMismatch) {
   const ModelSpec spec = tiny_llama(ModelArch::kLlama, false);
   const ParamLayout layout(spec, 16);

@@ -192,7 +192,8 @@ TEST(ModelSection, ArchitectureSpecificKeys) {
   qwen["sliding_window"] = 4096;  // unused without use_sliding_window
   qwen["use_sliding_window"] = false;
   const ModelConfig q = parse(job_with({{"model", qwen}})).config.model;
-  EXPECT_EQ(q.sliding_window, 0);
+  EXPECT_EQ(model_spec(q).sliding_window, 0);
+  EXPECT_EQ(model_spec(q).window_of(1), 0);
   EXPECT_TRUE(model_spec(q).qkv_bias);
   EXPECT_FALSE(model_spec(q).o_bias);
   json llama = base;
@@ -204,6 +205,56 @@ TEST(ModelSection, ArchitectureSpecificKeys) {
   mistral["attention_bias"] = true;
   EXPECT_TRUE(
       contains(problems_of(job_with({{"model", mistral}})), "model.attention_bias: unknown key"));
+}
+
+// Qwen2's per-layer window (transformers 4.57): with use_sliding_window, the layers from
+// max_window_layers on, or those layer_types names ("layer_types" is in every config.json that
+// transformers >= 4.53 writes, windowed or not).
+TEST(ModelSection, Qwen2WindowsTheLayersOfMaxWindowLayersOrLayerTypes) {
+  json qwen = {{"type", "qwen2"},
+               {"hidden_size", 64},
+               {"intermediate_size", 96},
+               {"num_hidden_layers", 3},
+               {"num_attention_heads", 4},
+               {"num_key_value_heads", 2},
+               {"use_sliding_window", true},
+               {"sliding_window", 5},
+               {"max_window_layers", 1}};
+  const ParsedJob a = parse(job_with({{"model", qwen}}));
+  const ModelSpec sa = model_spec(a.config.model);
+  EXPECT_EQ(sa.window_of(0), 0);
+  EXPECT_EQ(sa.window_of(1), 5);
+  EXPECT_EQ(sa.window_of(2), 5);
+  EXPECT_EQ(parse(job_to_json(a.config).dump()).config, a.config);
+  // layer_types wins over max_window_layers.
+  qwen["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  const ParsedJob b = parse(job_with({{"model", qwen}}));
+  const ModelSpec sb = model_spec(b.config.model);
+  EXPECT_EQ(sb.window_of(0), 5);
+  EXPECT_EQ(sb.window_of(1), 0);
+  EXPECT_EQ(sb.window_of(2), 5);
+  EXPECT_EQ(parse(job_to_json(b.config).dump()).config, b.config);
+  // Every layer windowed: one rule for all.
+  qwen["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention"};
+  const ModelSpec sc = model_spec(parse(job_with({{"model", qwen}})).config.model);
+  EXPECT_TRUE(sc.sliding_layers.empty());
+  EXPECT_EQ(sc.window_of(1), 5);
+  // Without use_sliding_window no layer is windowed, whatever layer_types says (as a
+  // transformers 4.57 config.json of an unwindowed Qwen2 has it).
+  qwen["use_sliding_window"] = false;
+  qwen["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  const ModelSpec sd = model_spec(parse(job_with({{"model", qwen}})).config.model);
+  EXPECT_EQ(sd.sliding_window, 0);
+  EXPECT_EQ(sd.window_of(2), 0);
+  // Refused by path: a layer count that differs, a type zerod does not know.
+  qwen["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", qwen}})),
+                       "model.layer_types: 2 entries for model.num_hidden_layers 3"))
+      << joined(problems_of(job_with({{"model", qwen}})));
+  qwen["layer_types"] = {"full_attention", "chunked_attention", "full_attention"};
+  EXPECT_TRUE(contains(problems_of(job_with({{"model", qwen}})),
+                       "model.layer_types[1]: \"chunked_attention\" is not supported"))
+      << joined(problems_of(job_with({{"model", qwen}})));
 }
 
 TEST(ModelSection, BadShapesAndUnsupportedFeaturesAreNamed) {
