@@ -20,6 +20,7 @@ packages=(
                               # torchrun for tests/e2e/launchers_test.cc
   munge slurmctld slurmd slurm-client  # launchers_test.cc starts a one-node Slurm cluster
   libpcre2-dev libsentencepiece-dev  # engine/tokenizer: tokenizer.json regexes, .model files
+  libutf8proc-dev  # engine/tokenizer: the Unicode normalizers (NFC: Qwen2, NFKC, NFD, NFKD)
   python3-sentencepiece  # tests/tokenizer: the reference for libsentencepiece (same version)
   zlib1g-dev libzstd-dev  # zerod-shards: .gz and .zst inputs
   libdnnl-dev  # kernels/cpu/onednn: bf16 matrix products on AVX512-BF16 / AMX CPUs

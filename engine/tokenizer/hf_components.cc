@@ -4,6 +4,7 @@
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/regex.h"
+#include "engine/tokenizer/unicode_normalize.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace zerod::tokenizer {
@@ -90,6 +91,15 @@ class PrependNormalizer : public Normalizer {
 
  private:
   std::string prepend_;
+};
+
+class UnicodeNormalizer : public Normalizer {
+ public:
+  explicit UnicodeNormalizer(UnicodeForm form) : form_(form) {}
+  void normalize(std::string& s) const override { s = unicode_normalize(s, form_); }
+
+ private:
+  UnicodeForm form_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -463,9 +473,21 @@ std::unique_ptr<Normalizer> make_normalizer(const JsonAt& j) {
   }
   if (type == "Replace") return std::make_unique<ReplaceNormalizer>(j);
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(j["prepend"].str());
-  ZD_THROW_INPUT("{}: {}/type: the normalizer {:?} is not supported (supported: Sequence, "
-                 "Replace, Prepend)",
-                 j.file, j.path, type);
+  for (const UnicodeForm form :
+       {UnicodeForm::kNfc, UnicodeForm::kNfd, UnicodeForm::kNfkc, UnicodeForm::kNfkd}) {
+    if (type != unicode_form_name(form)) continue;
+    if (!unicode_normalization_built()) {
+      ZD_THROW_INPUT(
+          "{}: {}/type: the normalizer {:?} needs utf8proc, which this zerod was built "
+          "without (tools/deps.sh installs libutf8proc-dev)",
+          j.file, j.path, type);
+    }
+    return std::make_unique<UnicodeNormalizer>(form);
+  }
+  ZD_THROW_INPUT(
+      "{}: {}/type: the normalizer {:?} is not supported (supported: Sequence, "
+      "Replace, Prepend, NFC, NFD, NFKC, NFKD)",
+      j.file, j.path, type);
 }
 
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& j) {

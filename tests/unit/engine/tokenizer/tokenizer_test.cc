@@ -11,6 +11,7 @@
 #include "engine/tokenizer/hf_components.h"
 #include "engine/tokenizer/regex.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode_normalize.h"
 
 namespace zerod::tokenizer {
 namespace {
@@ -195,10 +196,46 @@ TEST_F(TokenizerTest, RefusesUnsupportedKinds) {
       "u/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})"));
   EXPECT_NE(unigram.find("/model/type: the model \"Unigram\" is not supported"), std::string::npos)
       << unigram;
-  const std::string nfc = refusal(write(
-      "n/tokenizer.json", R"({"normalizer": {"type": "NFC"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"));
-  EXPECT_NE(nfc.find("/normalizer/type: the normalizer \"NFC\" is not supported"), std::string::npos)
-      << nfc;
+  const std::string lower = refusal(write(
+      "n/tokenizer.json",
+      R"({"normalizer": {"type": "Lowercase"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})"));
+  EXPECT_NE(lower.find("/normalizer/type: the normalizer \"Lowercase\" is not supported "
+                       "(supported: Sequence, Replace, Prepend, NFC, NFD, NFKC, NFKD)"),
+            std::string::npos)
+      << lower;
+}
+
+// The four forms on utf8proc, each against its definition: composed and decomposed accents,
+// Hangul syllables, compatibility characters; invalid bytes stay where they were.
+TEST(UnicodeNormalize, TheFourFormsAndInvalidBytes) {
+  if (!unicode_normalization_built()) GTEST_SKIP() << "built without utf8proc";
+  const std::string e_acute = "\u00e9", e_comb = "e\u0301";           // é, e + combining acute
+  const std::string han = "\ud55c", han_jamo = "\u1112\u1161\u11ab";  // 한, its jamo
+  const std::string fi = "\ufb01", one = "\u2460";                    // ﬁ, ①
+  EXPECT_EQ(unicode_normalize(e_comb + han_jamo, UnicodeForm::kNfc), e_acute + han);
+  EXPECT_EQ(unicode_normalize(e_acute + han, UnicodeForm::kNfd), e_comb + han_jamo);
+  // Compatibility characters change only under the K forms.
+  EXPECT_EQ(unicode_normalize(fi + one, UnicodeForm::kNfc), fi + one);
+  EXPECT_EQ(unicode_normalize(fi + one + e_comb, UnicodeForm::kNfkc), "fi1" + e_acute);
+  EXPECT_EQ(unicode_normalize(fi + e_acute, UnicodeForm::kNfkd), "fi" + e_comb);
+  // Canonical reordering of combining marks (dot below, class 220, before acute, 230).
+  EXPECT_EQ(unicode_normalize("a\u0301\u0323", UnicodeForm::kNfd), "a\u0323\u0301");
+  // An invalid byte splits the text into runs normalized apart and stays as it is.
+  const std::string bad = "e\xff\u0301" + e_comb;
+  EXPECT_EQ(unicode_normalize(bad, UnicodeForm::kNfc), "e\xff\u0301" + e_acute);
+  EXPECT_EQ(unicode_normalize("", UnicodeForm::kNfc), "");
+}
+
+// A tokenizer.json with an NFC normalizer (Qwen2's) encodes the decomposed text as the composed.
+TEST_F(TokenizerTest, NfcNormalizerComposesBeforeTheModel) {
+  if (!unicode_normalization_built()) GTEST_SKIP() << "built without utf8proc";
+  const std::string json = R"({"version": "1.0", "added_tokens": [],
+    "normalizer": {"type": "NFC"}, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+    "model": {"type": "BPE", "unk_token": "<unk>",
+      "vocab": {"<unk>": 0, "e": 1, "\u00e9": 2, "\u0301": 3}, "merges": []}})";
+  const auto tok = load_tokenizer(write("nfc/tokenizer.json", json));
+  EXPECT_EQ(tok->encode("e\u0301"), ids({2}));
+  EXPECT_EQ(tok->encode("\u00e9e"), ids({2, 1}));
 }
 
 TEST_F(TokenizerTest, MissingMergesFileIsRefused) {
