@@ -35,6 +35,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/config/elasticity.h"
+#include "engine/config/json_reader.h"
 #include "engine/config/model_spec.h"
 #include "engine/config/parse.h"
 #include "engine/elastic_train.h"
@@ -356,6 +357,9 @@ int run_serve(const ServeFlags& f) {
     zerod::ensure_private_dir(zerod::default_socket_dir(), "the control socket's directory");
   }
   zerod::set_client_token(so.security.token);
+  // A job's client may not be able to read the files the job makes the daemon read: their values
+  // are not quoted in its errors (the job file's own are).
+  zerod::config::set_quote_file_values(false);
   // The jobs' Rendezvous service carries the same token: with TLS on the control plane it is
   // served over TLS too (the master's certificate), and the clients trust --tls-ca (the master,
   // without one: its own certificate, as a self-signed one is).

@@ -1,5 +1,7 @@
 #include "engine/config/json_reader.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -27,6 +29,21 @@ void Problems::warn(std::string_view path, std::string_view message) {
 std::string join_path(std::string_view parent, std::string_view key) {
   if (parent.empty()) return clip_input(key);
   return fmt::format("{}.{}", parent, clip_input(key));
+}
+
+namespace {
+std::atomic<bool> g_quote_file_values{true};
+}  // namespace
+
+void set_quote_file_values(bool quote) {
+  g_quote_file_values = quote;
+}
+bool quote_file_values() {
+  return g_quote_file_values;
+}
+
+std::string Problems::quote(const Json& v) const {
+  return quote_values ? show(v) : "(value not shown)";
 }
 
 std::string show(const Json& v) {
@@ -138,7 +155,7 @@ const Json* ObjectReader::find(std::string_view key) {
 }
 
 void ObjectReader::type_error(std::string_view path, std::string_view expected, const Json& got) {
-  std::string msg = fmt::format("expected {}, got {}", expected, show(got));
+  std::string msg = fmt::format("expected {}, got {}", expected, problems_.quote(got));
   if (got.is_string() && got.get_ref<const std::string&>() == "auto") {
     msg += " (\"auto\" is a placeholder the Hugging Face Trainer fills in; zerod needs the value)";
   }
@@ -153,8 +170,8 @@ bool ObjectReader::value_to_int(const Json& v, std::string_view path, int64_t& o
   } else if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      problems_.error(path,
-                      fmt::format("{} is out of range (allowed: {})", show(v), range.describe()));
+      problems_.error(path, fmt::format("{} is out of range (allowed: {})", problems_.quote(v),
+                                        range.describe()));
       return false;
     }
     value = static_cast<int64_t>(u);
@@ -166,8 +183,8 @@ bool ObjectReader::value_to_int(const Json& v, std::string_view path, int64_t& o
     }
     // 2^63 is exactly representable; anything at or beyond it does not fit.
     if (d >= 9223372036854775808.0 || d < -9223372036854775808.0) {
-      problems_.error(path,
-                      fmt::format("{} is out of range (allowed: {})", show(v), range.describe()));
+      problems_.error(path, fmt::format("{} is out of range (allowed: {})", problems_.quote(v),
+                                        range.describe()));
       return false;
     }
     value = static_cast<int64_t>(d);
@@ -176,8 +193,8 @@ bool ObjectReader::value_to_int(const Json& v, std::string_view path, int64_t& o
     return false;
   }
   if (value < range.min || value > range.max) {
-    problems_.error(path,
-                    fmt::format("{} is out of range (allowed: {})", show(v), range.describe()));
+    problems_.error(path, fmt::format("{} is out of range (allowed: {})", problems_.quote(v),
+                                      range.describe()));
     return false;
   }
   out = value;
@@ -192,8 +209,8 @@ bool ObjectReader::value_to_real(const Json& v, std::string_view path, double& o
   }
   const double d = v.get<double>();
   if (!range.contains(d)) {
-    problems_.error(path,
-                    fmt::format("{} is out of range (allowed: {})", show(v), range.describe()));
+    problems_.error(path, fmt::format("{} is out of range (allowed: {})", problems_.quote(v),
+                                      range.describe()));
     return false;
   }
   out = d;
@@ -340,7 +357,8 @@ bool ObjectReader::read_choice(std::string_view key, size_t& index,
   }
   std::string allowed;
   for (const std::string& c : choices) allowed += (allowed.empty() ? "" : ", ") + c;
-  problems_.error(path_of(key), fmt::format("{} is not allowed (allowed: {})", show(*v), allowed));
+  problems_.error(path_of(key),
+                  fmt::format("{} is not allowed (allowed: {})", problems_.quote(*v), allowed));
   return false;
 }
 
@@ -358,8 +376,8 @@ void ObjectReader::expect_default(std::string_view key, const Json& default_valu
                                   std::string_view allowed) {
   const Json* v = find(key);
   if (v == nullptr || *v == default_value) return;
-  problems_.error(path_of(key),
-                  fmt::format("{} is not supported by zerod (only {})", show(*v), allowed));
+  problems_.error(path_of(key), fmt::format("{} is not supported by zerod (only {})",
+                                            problems_.quote(*v), allowed));
 }
 
 void ObjectReader::accept_no_effect(std::string_view key, std::string_view kind) {

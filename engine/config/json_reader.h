@@ -29,10 +29,21 @@ using Json = nlohmann::json;
 struct Problems {
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
+  // false: messages say "(value not shown)" instead of quoting a value (a file the daemon read
+  // for a job, which its client may not be able to read: set_quote_file_values).
+  bool quote_values = true;
 
   void error(std::string_view path, std::string_view message);
   void warn(std::string_view path, std::string_view message);
+  // show(v), or "(value not shown)" when !quote_values.
+  std::string quote(const nlohmann::json& v) const;
 };
+
+// zerod serve turns this off: the values of files a job makes the daemon read (a Hugging Face
+// directory's config.json under model.init_from) are then not quoted in the job's errors. The
+// job file's own values are always quoted (its client sent them). Set once at start-up.
+void set_quote_file_values(bool quote);
+bool quote_file_values();
 
 // "a.b" + "c" -> "a.b.c"; "" + "c" -> "c". For messages: a long key is clipped (clip_input).
 std::string join_path(std::string_view parent, std::string_view key);

@@ -65,8 +65,8 @@ template <class Ok>
 void expect(ObjectReader& r, const char* key, Ok ok, const char* allowed) {
   const Json* v = r.find(key);
   if (v == nullptr || ok(*v)) return;
-  r.problems().error(r.path_of(key),
-                     fmt::format("{} is not supported (allowed: {})", show(*v), allowed));
+  r.problems().error(r.path_of(key), fmt::format("{} is not supported (allowed: {})",
+                                                 r.problems().quote(*v), allowed));
 }
 
 // rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds
@@ -87,7 +87,7 @@ void read_rope(ObjectReader& parent, const char* key, ModelConfig& m) {
       r.problems().error(r.path_of(type_key),
                          fmt::format("{} is not supported (supported: default, linear, llama3, "
                                      "dynamic, yarn)",
-                                     show(*t)));
+                                     r.problems().quote(*t)));
       continue;
     }
     if (r.read_choice(type_key, idx, types, false)) m.rope_type = types[idx];
@@ -134,7 +134,7 @@ void read_qwen2_window(ObjectReader& r, ModelConfig& m) {
     r.problems().error(r.path_of("layer_types"),
                        fmt::format("expected a list of \"full_attention\" or "
                                    "\"sliding_attention\", got {}",
-                                   show(*lt)));
+                                   r.problems().quote(*lt)));
     return;
   }
   std::vector<std::string> types;
@@ -144,7 +144,7 @@ void read_qwen2_window(ObjectReader& r, ModelConfig& m) {
       r.problems().error(fmt::format("{}[{}]", r.path_of("layer_types"), i),
                          fmt::format("{} is not supported (allowed: \"full_attention\", "
                                      "\"sliding_attention\")",
-                                     show(t)));
+                                     r.problems().quote(t)));
       return;
     }
     types.push_back(t.get<std::string>());
@@ -225,7 +225,8 @@ void read_gpt2_keys(ObjectReader& r, ModelConfig& m, bool from_hf_file) {
     for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
       const Json* v = r.find(k);
       if (v != nullptr && !(v->is_number() && v->get<double>() == 0.0)) {
-        r.problems().warn(r.path_of(k), fmt::format("{}: zerod trains without dropout", show(*v)));
+        r.problems().warn(r.path_of(k),
+                          fmt::format("{}: zerod trains without dropout", r.problems().quote(*v)));
       }
     }
     ignore_keys(r, kIgnoredGpt2HfKeys);
@@ -303,10 +304,12 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     if (in(kTypes, hf_type)) {
       m.type = hf_type;
     } else {
+      Problems quoting;
+      quoting.quote_values = quote_file_values();
       p.error(hf_file + ": model_type",
-              fmt::format("\"{}\" is not a supported architecture (supported: gpt2, llama, "
+              fmt::format("{} is not a supported architecture (supported: gpt2, llama, "
                           "mistral, qwen2, mixtral)",
-                          hf_type));
+                          quoting.quote((*hf)["model_type"])));
       return;
     }
   }
@@ -324,13 +327,18 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     if (m.type == "mixtral") set_mixtral_defaults(m);
   }
   if (hf) {
-    ObjectReader hr(*hf, hf_file, p);
+    // Its values are quoted in messages unless the daemon reads it (set_quote_file_values).
+    Problems hp;
+    hp.quote_values = quote_file_values();
+    ObjectReader hr(*hf, hf_file, hp);
     if (m.llama_family()) {
       read_llama_keys(hr, m, true);
     } else {
       read_gpt2_keys(hr, m, true);
     }
     hr.finish();
+    p.errors.insert(p.errors.end(), hp.errors.begin(), hp.errors.end());
+    p.warnings.insert(p.warnings.end(), hp.warnings.begin(), hp.warnings.end());
   }
   if (m.llama_family()) {
     read_llama_keys(r, m, false);

@@ -35,14 +35,14 @@ void read_mixtral_keys(ObjectReader& r, ModelConfig& m) {
     r.problems().error(r.path_of("sliding_window"),
                        fmt::format("{} is not supported for type \"mixtral\" (only null: full "
                                    "causal attention)",
-                                   show(*w)));
+                                   r.problems().quote(*w)));
   }
   if (const Json* j = r.find("router_jitter_noise");
       j != nullptr && !(j->is_number() && j->get<double>() == 0.0)) {
     r.problems().error(r.path_of("router_jitter_noise"),
                        fmt::format("{} is not supported (allowed: 0.0; zerod's router is "
                                    "deterministic)",
-                                   show(*j)));
+                                   r.problems().quote(*j)));
   }
 }
 

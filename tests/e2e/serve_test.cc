@@ -606,11 +606,25 @@ TEST_F(Serve, JobErrorsNeverQuoteTheFilesTheDaemonRead) {
   std::ofstream(dir_ / "shadow.safetensors") << text;
   const std::string model = R"("n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 256,
       "seq_len": 32)";
+  // Hugging Face directories whose config.json parses but is refused: the key is named, the
+  // value is not quoted (zerod check, run by the file's owner, quotes it).
+  const auto hf_dir = [&](const std::string& name, const std::string& config) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "config.json") << config;
+  };
+  hf_dir("hfkind", R"({"model_type": "root:$6$Zq8/hashedsecret"})");
+  hf_dir("hfact", R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256,
+      "hidden_act": "root:$6$Zq8/hashedsecret", "rope_theta": "hashedsecret"})");
   const std::vector<std::pair<std::string, std::string>> jobs = {
       {R"("model": {)" + model + R"(}, "data": {"train": "shadow"})", "wrong magic"},
       {R"("model": {)" + model + R"(, "init_from": "shadow.safetensors"},
           "data": {"train": "data/c_train_*.bin"})",
-       "not a safetensors file"}};
+       "not a safetensors file"},
+      {R"("model": {"init_from": "hfkind"}, "data": {"train": "data/c_train_*.bin"})",
+       "config.json: model_type: (value not shown) is not a supported architecture"},
+      {R"("model": {"init_from": "hfact", "seq_len": 32}, "data": {"train": "data/c_train_*.bin"})",
+       "config.json.hidden_act: (value not shown) is not supported"}};
   int n = 0;
   for (const auto& [sections, says] : jobs) {
     const std::string name = "peek" + std::to_string(n++) + ".json";

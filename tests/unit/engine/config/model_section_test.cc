@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "config_test_util.h"
+#include "engine/config/json_reader.h"
 #include "engine/config/model_spec.h"
 
 namespace zerod {
@@ -340,6 +341,32 @@ TEST_F(HfDir, ProblemsInTheDirectoryNameTheFile) {
                        "model.init_from: " + dir() +
                            " is a directory without a config.json or weights "
                            "(model.safetensors, model.safetensors.index.json)"));
+}
+
+// zerod serve (set_quote_file_values(false)): the values of the directory's config.json are not
+// quoted, its keys still named; the job file's own values are. zerod check quotes them all.
+TEST_F(HfDir, TheDaemonDoesNotQuoteTheValuesOfTheDirectorysConfig) {
+  json c = llama3_8b_config();
+  c["hidden_act"] = "gelu-secret";
+  c["rms_norm_eps"] = "secret-eps";
+  write_config(c);
+  const std::string file = (dir_ / "config.json").string();
+  const std::string job = job_with({{"model", {{"init_from", dir()}, {"seq_len", "job-value"}}}});
+  const std::string quoted = joined(problems_of(job));
+  EXPECT_NE(quoted.find(file + ".hidden_act: \"gelu-secret\" is not supported"), std::string::npos)
+      << quoted;
+  config::set_quote_file_values(false);
+  const std::string hidden = joined(problems_of(job));
+  config::set_quote_file_values(true);
+  EXPECT_NE(hidden.find(file + ".hidden_act: (value not shown) is not supported"),
+            std::string::npos)
+      << hidden;
+  EXPECT_NE(hidden.find(file + ".rms_norm_eps: expected a number, got (value not shown)"),
+            std::string::npos)
+      << hidden;
+  EXPECT_EQ(hidden.find("secret"), std::string::npos) << hidden;
+  EXPECT_NE(hidden.find("model.seq_len: expected an integer, got \"job-value\""), std::string::npos)
+      << hidden;
 }
 
 // A directory of weights without a config.json is read like the weights file: the job's model
