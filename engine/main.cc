@@ -88,14 +88,18 @@ struct TrainFlags {
 };
 
 // --metrics-port: the Prometheus endpoint, or a clear refusal without prometheus-cpp.
-std::unique_ptr<zerod::MetricsSink> start_metrics(int port) {
+// With a token (zerod serve --token-file) a scrape must carry it as a bearer token.
+std::unique_ptr<zerod::MetricsSink> start_metrics(int port, const std::string& token = {}) {
   if (port < 0) return nullptr;
 #ifdef ZEROD_HAVE_PROMETHEUS
-  auto exporter = std::make_unique<zerod::PrometheusExporter>(fmt::format("127.0.0.1:{}", port));
-  spdlog::info("metrics: http://127.0.0.1:{}/metrics", exporter->port());
+  auto exporter =
+      std::make_unique<zerod::PrometheusExporter>(fmt::format("127.0.0.1:{}", port), token);
+  spdlog::info("metrics: http://127.0.0.1:{}/metrics{}", exporter->port(),
+               token.empty() ? "" : " (Authorization: Bearer, the --token-file's token)");
   zerod::publish_elastic_gauges(*exporter);
   return exporter;
 #else
+  (void)token;
   ZD_THROW_INPUT("--metrics-port {}: this zerod was built without prometheus-cpp", port);
 #endif
 }
@@ -248,7 +252,8 @@ int run_train(const TrainFlags& f) {
     spdlog::info("zerod {}: {} local rank{}, {} threads per rank, matmul engine {}", kVersion,
                  spec.nproc_per_node, spec.nproc_per_node == 1 ? "" : "s", threads,
                  zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
-    const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
+    const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(
+        f.metrics_port, f.token_file.empty() ? "" : zerod::read_token_file(f.token_file));
     return run_train_listening(f, spec, std::move(job.config), threads, metrics.get());
   }
   auto session = start_session(spec, job.config);
@@ -381,7 +386,8 @@ int run_serve(const ServeFlags& f) {
   // The journal: one daemon per state directory; a job it ran before a kill is interrupted now.
   zerod::StateDir state(f.state_dir.empty() ? zerod::default_state_dir() : f.state_dir);
   dopt.state = &state;
-  const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(f.metrics_port);
+  const std::unique_ptr<zerod::MetricsSink> metrics =
+      start_metrics(f.metrics_port, so.security.token);
   dopt.metrics = metrics.get();
   zerod::Daemon daemon(dopt);
   zerod::ControlServer server(daemon, so);

@@ -12,11 +12,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <string_view>
 #include <thread>
 
+#include "core/constant_time.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -30,8 +33,9 @@ namespace pm = prometheus;
 // time, GET /metrics only: that is all a Prometheus scrape needs.
 class MetricsHttpServer {
  public:
-  MetricsHttpServer(const std::string& address, std::function<std::string()> body)
-      : body_(std::move(body)) {
+  MetricsHttpServer(const std::string& address, std::function<std::string()> body,
+                    std::string token)
+      : body_(std::move(body)), token_(std::move(token)) {
     const auto colon = address.rfind(':');
     ZD_CHECK_INPUT(colon != std::string::npos, "--metrics-port: bad address {}", address);
     sockaddr_in a{};
@@ -85,8 +89,12 @@ class MetricsHttpServer {
       if (n <= 0) return;
       req.append(buf, static_cast<size_t>(n));
     }
-    std::string status = "200 OK", body;
-    if (req.rfind("GET /metrics", 0) == 0) {
+    std::string status = "200 OK", body, extra;
+    if (!token_.empty() && !authorized(req)) {
+      status = "401 Unauthorized";
+      extra = "WWW-Authenticate: Bearer realm=\"zerod\"\r\n";
+      body = "zerod's /metrics needs 'Authorization: Bearer <token>' (the daemon's --token-file)\n";
+    } else if (req.rfind("GET /metrics", 0) == 0) {
       try {
         body = body_();
       } catch (const std::exception& e) {
@@ -98,9 +106,9 @@ class MetricsHttpServer {
       body = "zerod serves GET /metrics\n";
     }
     const std::string head = fmt::format(
-        "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+        "HTTP/1.1 {}\r\n{}Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
         "Content-Length: {}\r\nConnection: close\r\n\r\n",
-        status, body.size());
+        status, extra, body.size());
     const std::string out = head + body;
     size_t sent = 0;
     while (sent < out.size()) {
@@ -110,7 +118,31 @@ class MetricsHttpServer {
     }
   }
 
+  // Whether the request's headers hold "Authorization: Bearer <token_>" (the header name in any
+  // case, the value compared in constant time).
+  bool authorized(const std::string& req) const {
+    size_t at = req.find("\r\n");
+    while (at != std::string::npos && at + 2 < req.size()) {
+      const size_t end = req.find("\r\n", at + 2);
+      if (end == std::string::npos) break;
+      const std::string_view line(req.data() + at + 2, end - at - 2);
+      at = end;
+      constexpr std::string_view kName = "authorization:";
+      if (line.size() < kName.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < kName.size() && same; ++i)
+        same = std::tolower(static_cast<unsigned char>(line[i])) == kName[i];
+      if (!same) continue;
+      std::string_view value = line.substr(kName.size());
+      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+      return equal_constant_time(value, "Bearer " + token_);
+    }
+    return false;
+  }
+
   std::function<std::string()> body_;
+  std::string token_;
   int fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
@@ -189,7 +221,7 @@ struct PrometheusExporter::Impl {
   }
 };
 
-PrometheusExporter::PrometheusExporter(const std::string& address)
+PrometheusExporter::PrometheusExporter(const std::string& address, std::string token)
     : impl_(std::make_unique<Impl>()) {
   auto& r = *impl_->registry;
   auto gauge = [&](const char* name, const char* help) {
@@ -217,7 +249,8 @@ PrometheusExporter::PrometheusExporter(const std::string& address)
   impl_->coll_seconds =
       counter("zerod_collective_seconds_total", "Time in completed collectives (start to end)");
   impl_->server = std::make_unique<MetricsHttpServer>(
-      address, [reg = impl_->registry] { return pm::TextSerializer().Serialize(reg->Collect()); });
+      address, [reg = impl_->registry] { return pm::TextSerializer().Serialize(reg->Collect()); },
+      std::move(token));
 }
 
 PrometheusExporter::~PrometheusExporter() = default;

@@ -16,8 +16,9 @@ namespace zerod {
 class PrometheusExporter : public MetricsSink {
  public:
   // Serves http://ADDRESS/metrics ("127.0.0.1:9400"; port 0: any free port). InputError
-  // naming the address when it cannot listen.
-  explicit PrometheusExporter(const std::string& address);
+  // naming the address when it cannot listen. With a token, a scrape must carry
+  // "Authorization: Bearer <token>" (401 otherwise; Prometheus: authorization.credentials_file).
+  explicit PrometheusExporter(const std::string& address, std::string token = {});
   ~PrometheusExporter() override;
   int port() const;
 

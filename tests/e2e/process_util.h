@@ -181,8 +181,9 @@ inline std::filesystem::path make_test_dir(const std::string& prefix, const std:
   return dir;
 }
 
-// GET http://127.0.0.1:port/metrics with a plain socket; the body ("" on failure).
-inline std::string scrape(int port) {
+// GET http://127.0.0.1:port/metrics with a plain socket (and `headers`, each ending "\r\n");
+// the whole response ("" on failure).
+inline std::string scrape(int port, const std::string& headers = "") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -192,7 +193,7 @@ inline std::string scrape(int port) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   std::string out;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + "\r\n";
     (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
     char buf[4096];
     ssize_t n;

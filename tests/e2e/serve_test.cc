@@ -362,6 +362,32 @@ TEST_F(Serve, TwoDaemonsWithTlsServeTheRendezvousOverTlsToo) {
   EXPECT_NE(r.out.find("finished (stopped)"), std::string::npos) << r.out;
 }
 
+// With --token-file the daemon's /metrics wants the token too (Authorization: Bearer), as
+// Prometheus sends it with authorization.credentials_file.
+TEST_F(Serve, MetricsWantTheTokenWhenTheDaemonHasOne) {
+  ASSERT_NO_FATAL_FAILURE(make_cert_and_token());
+  start_daemon({"--listen", "127.0.0.1:0", "--token-file", "token", "--metrics-port", "0"});
+  std::smatch m;
+  const std::string log = daemons_.back()->output();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("metrics: http://127.0.0.1:([0-9]+)/metrics")))
+      << log;
+  const int port = std::stoi(m[1].str());
+  const std::string none = testing::scrape(port);
+  EXPECT_NE(none.find("HTTP/1.1 401 Unauthorized"), std::string::npos) << none;
+  EXPECT_NE(none.find("WWW-Authenticate: Bearer"), std::string::npos) << none;
+  EXPECT_NE(testing::scrape(port, "Authorization: Bearer wrong-token-0123456789\r\n")
+                .find("HTTP/1.1 401"),
+            std::string::npos);
+  const std::string ok = testing::scrape(port, "authorization: Bearer 0123456789abcdef0123\r\n");
+  EXPECT_NE(ok.find("HTTP/1.1 200 OK"), std::string::npos) << ok;
+  // Without a token (the private Unix socket) the endpoint stays open on 127.0.0.1.
+  start_daemon({"--metrics-port", "0"});
+  const std::string log2 = daemons_.back()->output();
+  ASSERT_TRUE(std::regex_search(log2, m, std::regex("metrics: http://127.0.0.1:([0-9]+)/metrics")))
+      << log2;
+  EXPECT_NE(testing::scrape(std::stoi(m[1].str())).find("HTTP/1.1 200 OK"), std::string::npos);
+}
+
 void Serve::lifecycle(const std::string& addr) {
   // A short job, watched to completion.
   write_job("short.json", 30);

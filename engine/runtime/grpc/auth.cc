@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/constant_time.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -22,18 +23,6 @@ std::string read_pem(const std::string& path, const char* what) {
     ZD_THROW_INPUT("{} {}: not a PEM file", what, path);
   }
   return ss.str();
-}
-
-// Constant-time comparison: the time does not depend on where the strings differ.
-bool equal_constant_time(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
 }
 
 class TokenProcessor : public grpc::AuthMetadataProcessor {
