@@ -211,13 +211,28 @@ int run_train(const TrainFlags& f) {
   // Ctrl-C does what SIGTERM does: save at the next step boundary (with a checkpoint dir) and
   // exit 0, saying so on stderr; a second Ctrl-C exits at once.
   zerod::install_stop_signals(/*sigint=*/true);
-  if (f.listen.empty() &&
-      (!f.token_file.empty() || f.insecure_loopback || !f.tls_cert.empty() || !f.tls_key.empty())) {
+  if (f.listen.empty() && (f.insecure_loopback || !f.tls_cert.empty() || !f.tls_key.empty())) {
     ZD_THROW_INPUT(
-        "--token-file, --insecure-loopback, --tls-cert and --tls-key are for the control plane: "
-        "give --listen too");
+        "--insecure-loopback, --tls-cert and --tls-key are for the control plane: give --listen "
+        "too");
   }
   const zerod::LaunchSpec spec = zerod::resolve_launch(f.launch, zerod::from_process_env());
+  // --token-file guards --listen's control plane and, for a job of several nodes, its
+  // rendezvous: every node sends the token and node 0's Rendezvous service requires it.
+  if (!f.token_file.empty()) {
+    if (f.elastic) {
+      ZD_THROW_INPUT(
+          "--token-file with --nnodes {}:{}: the elastic rendezvous does not check tokens yet "
+          "(a job of a fixed --nnodes N does)",
+          f.elastic->min_nodes, f.elastic->max_nodes);
+    }
+    if (f.listen.empty() && spec.nnodes == 1) {
+      ZD_THROW_INPUT(
+          "--token-file guards --listen's control plane or the rendezvous of a job of several "
+          "nodes (--nnodes N); this job has neither");
+    }
+    if (spec.nnodes > 1) zerod::set_client_token(zerod::read_token_file(f.token_file));
+  }
   zerod::ParsedJob job =
       f.job.empty() ? zerod::prepare_demo_job(f.demo_dir) : zerod::load_job_file(f.job);
   print_warnings(job);
@@ -615,7 +630,8 @@ int main(int argc, char** argv) {
                     "--token-file, or --insecure-loopback on 127.0.0.1)");
   train->add_option(
       "--token-file", tf.token_file,
-      "with --listen: file whose first line is the bearer token every RPC must carry");
+      "file whose first line is the bearer token: every RPC of --listen's control plane, and "
+      "of the rendezvous of a job of several nodes (--nnodes N), must carry it");
   train->add_flag("--insecure-loopback", tf.insecure_loopback,
                   "with --listen 127.0.0.1:PORT: no token (any local user can drive the job)");
   train->add_option("--tls-cert", tf.tls_cert, "with --listen: PEM certificate (serve TLS)");

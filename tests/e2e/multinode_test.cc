@@ -111,6 +111,33 @@ TEST_F(MultiNode, TwoProcessesReproduceOneProcessOfTheSameWorldSize) {
   }
 }
 
+// --token-file on a job of several nodes: node 0's Rendezvous service wants the token, so a node
+// without it is refused (exit 2, saying so) and one with it joins; a job of one node without
+// --listen has nothing for the token to guard (exit 2).
+TEST_F(MultiNode, ATokenFileGuardsTheRendezvous) {
+  std::ofstream(dir_ / "token") << "0123456789abcdef0123\n";
+  fs::permissions(dir_ / "token", fs::perms::owner_read | fs::perms::owner_write);
+  write_job("tok.json", 4);
+  const int port = free_port();
+  auto with_token = [&](int node) {
+    std::vector<std::string> a = node_args("tok.json", 2, node, port);
+    a.insert(a.end(), {"--token-file", "token"});
+    return a;
+  };
+  auto n0 = start(with_token(0), "tok.n0.log");
+  auto stranger = start(node_args("tok.json", 2, 1, port), "tok.stranger.log");
+  EXPECT_EQ(stranger->wait_for(60s), 2) << stranger->output();
+  EXPECT_NE(stranger->output().find("every node needs the same --token-file"), std::string::npos)
+      << stranger->output();
+  auto n1 = start(with_token(1), "tok.n1.log");
+  EXPECT_EQ(n1->wait_for(120s), 0) << n1->output();
+  EXPECT_EQ(n0->wait_for(120s), 0) << n0->output();
+  EXPECT_EQ(losses("tok.json").size(), 4u) << n0->output();
+  auto alone = start({"train", "tok.json", "--token-file", "token"}, "tok.alone.log");
+  EXPECT_EQ(alone->wait_for(30s), 2) << alone->output();
+  EXPECT_NE(alone->output().find("this job has neither"), std::string::npos) << alone->output();
+}
+
 // Tensor parallelism across processes: two nodes of two ranks each run T = 2 x DP = 2, so the
 // tensor groups live inside a node and the data groups ({0, 2}, {1, 3}) are Gloo
 // sub-communicators made through the master's rendezvous store. They train the losses of one rank,

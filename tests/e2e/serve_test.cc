@@ -1064,7 +1064,9 @@ TEST_F(Serve, TrainListenServesItsOwnJobAndExitsWithIt) {
   Process token({zerod_binary(), "train", "long.json", "--token-file", "x"}, dir_.string(),
                 (dir_ / "token.log").string());
   EXPECT_EQ(token.wait_for(30s), 2) << token.output();
-  EXPECT_NE(token.output().find("give --listen too"), std::string::npos) << token.output();
+  EXPECT_NE(token.output().find("--token-file guards --listen's control plane or the rendezvous"),
+            std::string::npos)
+      << token.output();
 }
 
 // WatchStatus streams are reactors of gRPC's callback API, not a thread each: 256 streams (the

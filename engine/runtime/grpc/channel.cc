@@ -65,6 +65,10 @@ void throw_status(const grpc::Status& status, const std::string& what, const std
       // The server's message says what disagreed; it is the whole story.
       throw InputError(
           fmt::format("rendezvous at {}: {} refused: {}", address, what, status.error_message()));
+    case grpc::StatusCode::UNAUTHENTICATED:
+      throw InputError(
+          fmt::format("rendezvous at {}: {} refused: {} (every node needs the same --token-file)",
+                      address, what, status.error_message()));
     case grpc::StatusCode::UNIMPLEMENTED:
       throw InputError(fmt::format(
           "{} does not serve the zerod Rendezvous service ({} answered {}): check --master",

@@ -25,8 +25,8 @@ bool wait_connected(grpc::Channel& channel, std::chrono::milliseconds timeout);
 void prepare_context(grpc::ClientContext& ctx, std::chrono::milliseconds deadline);
 
 // Throws the zerod error for a failed call: FAILED_PRECONDITION, INVALID_ARGUMENT,
-// ALREADY_EXISTS and UNIMPLEMENTED (not a zerod at that address) are the user's (InputError,
-// exit 2) -- nodes that disagree; UNAVAILABLE,
+// ALREADY_EXISTS, UNAUTHENTICATED (the token) and UNIMPLEMENTED (not a zerod at that address)
+// are the user's (InputError, exit 2) -- nodes that disagree; UNAVAILABLE,
 // DEADLINE_EXCEEDED, ABORTED and CANCELLED are a lost peer (exit 3); anything else is
 // internal. `what` names the call ("join", "store get 'key'"), `address` the master.
 [[noreturn]] void throw_status(const grpc::Status& status, const std::string& what,
