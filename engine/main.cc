@@ -131,7 +131,7 @@ std::unique_ptr<zerod::NodeSession> start_session(const zerod::LaunchSpec& spec,
 // (status, watch, checkpoint save/list, stop) on --listen until the job ends; the exit code is
 // the job's, as without --listen.
 int run_train_listening(const TrainFlags& f, const zerod::LaunchSpec& spec, zerod::JobConfig cfg,
-                        int threads, zerod::MetricsSink* metrics) {
+                        int threads) {
 #ifdef ZEROD_HAVE_GRPC
   zerod::ControlServerOptions so;
   so.listen = f.listen;
@@ -145,11 +145,13 @@ int run_train_listening(const TrainFlags& f, const zerod::LaunchSpec& spec, zero
         "reads and writes files as this user",
         f.listen);
   }
+  const std::unique_ptr<zerod::MetricsSink> metrics =
+      start_metrics(f.metrics_port, so.security.token);
   zerod::DaemonOptions dopt;
   dopt.spec = spec;
   dopt.one_off = true;
   dopt.threads_per_rank = threads;
-  dopt.metrics = metrics;
+  dopt.metrics = metrics.get();
   dopt.start_session = [](const zerod::LaunchSpec& s, const zerod::JobConfig& c) {
     return start_session(s, c);
   };
@@ -170,7 +172,7 @@ int run_train_listening(const TrainFlags& f, const zerod::LaunchSpec& spec, zero
   daemon.rethrow_failure();
   return 0;
 #else
-  (void)spec, (void)cfg, (void)threads, (void)metrics;
+  (void)spec, (void)cfg, (void)threads;
   ZD_THROW_INPUT("--listen {}: this zerod was built without gRPC, which the control plane needs",
                  f.listen);
 #endif
@@ -267,9 +269,7 @@ int run_train(const TrainFlags& f) {
     spdlog::info("zerod {}: {} local rank{}, {} threads per rank, matmul engine {}", kVersion,
                  spec.nproc_per_node, spec.nproc_per_node == 1 ? "" : "s", threads,
                  zerod::cpu::gemm_impl_name(zerod::cpu::gemm_impl()));
-    const std::unique_ptr<zerod::MetricsSink> metrics = start_metrics(
-        f.metrics_port, f.token_file.empty() ? "" : zerod::read_token_file(f.token_file));
-    return run_train_listening(f, spec, std::move(job.config), threads, metrics.get());
+    return run_train_listening(f, spec, std::move(job.config), threads);
   }
   auto session = start_session(spec, job.config);
   const zerod::NodeInfo& info = session->info();

@@ -440,7 +440,7 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
     j["attention_bias"] = s.qkv_bias;
     j["mlp_bias"] = s.mlp_bias;
   }
-  if (s.arch == ModelArch::kMistral) {
+  if (s.arch == ModelArch::kMistral || s.arch == ModelArch::kQwen2) {
     j["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window)
                                                : nlohmann::ordered_json(nullptr);
   }
@@ -448,8 +448,6 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& s, DType dtype) {
     // transformers 4.57's spelling (layer_types) and the older one (max_window_layers: the
     // first windowed layer, exact where the windowed layers are the last ones).
     j["use_sliding_window"] = s.sliding_window > 0;
-    j["sliding_window"] = s.sliding_window > 0 ? nlohmann::ordered_json(s.sliding_window)
-                                               : nlohmann::ordered_json(nullptr);
     if (s.sliding_window > 0) {
       int first = s.n_layer;
       nlohmann::ordered_json types = nlohmann::ordered_json::array();

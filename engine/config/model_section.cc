@@ -279,9 +279,12 @@ std::optional<Json> read_hf_config(const std::string& dir, const std::string& pa
 void read_model_object(const Json& obj, const std::string& path, ModelConfig& m, Problems& p,
                        bool load_hf_config) {
   ObjectReader r(obj, path, p);
-  // The directory's config.json, when init_from names a directory.
+  // The directory's config.json, when init_from names a directory. Its values are quoted in
+  // messages unless the daemon reads it (set_quote_file_values).
   std::optional<Json> hf;
   std::string hf_file;
+  Problems hp;
+  hp.quote_values = quote_file_values();
   if (load_hf_config) {
     const Json* from = obj.is_object() && obj.contains("init_from") ? &obj["init_from"] : nullptr;
     std::error_code ec;
@@ -304,12 +307,10 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     if (in(kTypes, hf_type)) {
       m.type = hf_type;
     } else {
-      Problems quoting;
-      quoting.quote_values = quote_file_values();
       p.error(hf_file + ": model_type",
               fmt::format("{} is not a supported architecture (supported: gpt2, llama, "
                           "mistral, qwen2, mixtral)",
-                          quoting.quote((*hf)["model_type"])));
+                          hp.quote((*hf)["model_type"])));
       return;
     }
   }
@@ -327,9 +328,6 @@ void read_model_object(const Json& obj, const std::string& path, ModelConfig& m,
     if (m.type == "mixtral") set_mixtral_defaults(m);
   }
   if (hf) {
-    // Its values are quoted in messages unless the daemon reads it (set_quote_file_values).
-    Problems hp;
-    hp.quote_values = quote_file_values();
     ObjectReader hr(*hf, hf_file, hp);
     if (m.llama_family()) {
       read_llama_keys(hr, m, true);

@@ -8,11 +8,11 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -128,11 +128,10 @@ class MetricsHttpServer {
       const std::string_view line(req.data() + at + 2, end - at - 2);
       at = end;
       constexpr std::string_view kName = "authorization:";
-      if (line.size() < kName.size()) continue;
-      bool same = true;
-      for (size_t i = 0; i < kName.size() && same; ++i)
-        same = std::tolower(static_cast<unsigned char>(line[i])) == kName[i];
-      if (!same) continue;
+      if (line.size() < kName.size() ||
+          ::strncasecmp(line.data(), kName.data(), kName.size()) != 0) {
+        continue;
+      }
       std::string_view value = line.substr(kName.size());
       while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
       while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
